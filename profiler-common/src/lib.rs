@@ -1,0 +1,561 @@
+//! Wire types shared by the eBPF programs (`profiler-ebpf`) and the loader (`profiler`).
+//!
+//! Everything here is `#[repr(C)]` with fixed-width fields and explicit padding: the same bytes
+//! are written by the kernel side and read back by user space through BPF maps. Names of maps,
+//! programs and load-time globals exist once, here; the eBPF statics carry the same names.
+#![no_std]
+
+/// Deepest stack the kernel helpers and our stack table keep (the kernel's
+/// `PERF_MAX_STACK_DEPTH` default is 127 as well).
+pub const MAX_STACK_DEPTH: usize = 127;
+
+/// `TASK_COMM_LEN` in the kernel.
+pub const COMM_LEN: usize = 16;
+
+/// Buckets of the per-site wait-time histogram: bucket `i` counts waits of `[2^i, 2^(i+1))`
+/// nanoseconds; the last bucket also takes everything longer (2^39 ns ≈ 9 minutes).
+pub const WAIT_HIST_BUCKETS: usize = 40;
+
+/// Names of maps, programs and globals as the loader looks them up in the object file.
+pub mod names {
+    /// perf_event program: one on-CPU sample.
+    pub const PROG_SAMPLE: &str = "on_cpu_sample";
+    /// tp_btf program on `sched_switch`: off-CPU intervals and exact on-CPU time.
+    pub const PROG_SWITCH: &str = "sched_switch";
+    /// Task iterator: the state and stacks of every target thread when the capture starts.
+    pub const PROG_SNAPSHOT: &str = "snapshot_tasks";
+
+    /// `HashMap<SampleKey, SampleValue>`: on-CPU samples aggregated in the kernel.
+    pub const MAP_SAMPLES: &str = "SAMPLES";
+    /// `HashMap<u64, Stack>`: every stack seen, keyed by its id (see [`super::stack_id`]).
+    pub const MAP_STACKS: &str = "STACKS";
+    /// `HashMap<WaitKey, WaitValue>`: finished off-CPU waits aggregated in the kernel.
+    pub const MAP_WAITS: &str = "WAITS";
+    /// `HashMap<u32 tid, WaitStart>`: the wait each switched-out thread is in right now.
+    pub const MAP_WAIT_START: &str = "WAIT_START";
+    /// `HashMap<u32 tid, ThreadStats>`: name and exact on-CPU time per thread.
+    pub const MAP_THREADS: &str = "THREADS";
+    /// `PerCpuArray<u64>` indexed by [`super::Counter`].
+    pub const MAP_COUNTERS: &str = "COUNTERS";
+    /// `Array<Control>` with one entry: the capture window.
+    pub const MAP_CONTROL: &str = "CONTROL";
+    /// `PerCpuArray<Stack>`: scratch space for one stack per program (the BPF stack is 512 B).
+    pub const MAP_SCRATCH: &str = "SCRATCH";
+
+    /// Load-time globals (set with `EbpfLoader::override_global`).
+    pub const GLOBAL_CONFIG: &str = "CONFIG";
+}
+
+/// Load-time configuration of the eBPF programs, one global.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Process (thread group) to profile; threads of every other process are dropped first.
+    pub target_tgid: u32,
+    /// `offsetof(struct task_struct, pid)`, read from the running kernel's BTF: Rust eBPF has
+    /// no CO-RE relocations, so user space resolves field offsets and hands them in.
+    pub task_pid_offset: u32,
+    /// `offsetof(struct task_struct, tgid)`.
+    pub task_tgid_offset: u32,
+    /// `offsetof(struct task_struct, comm)`.
+    pub task_comm_offset: u32,
+    /// `offsetof(struct task_struct, __state)`.
+    pub task_state_offset: u32,
+    /// `offsetof(struct task_struct, se.sum_exec_runtime)`: the thread's CPU time, kept by the
+    /// scheduler itself.
+    pub task_exec_offset: u32,
+    /// Bit set of [`config_flags`].
+    pub flags: u32,
+    pub _pad: u32,
+    /// Waits shorter than this are not aggregated (`--min-block-us`).
+    pub min_block_ns: u64,
+    /// Waits longer than this are not aggregated (`--max-block-us`); `u64::MAX` = no limit.
+    pub max_block_ns: u64,
+}
+
+pub mod config_flags {
+    /// Take user stacks.
+    pub const USER_STACKS: u32 = 1 << 0;
+    /// Take kernel stacks.
+    pub const KERNEL_STACKS: u32 = 1 << 1;
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), only integer fields, no padding holes.
+unsafe impl aya::Pod for Config {}
+
+/// Stack ids. A real stack's id is a 63-bit hash of its frames; ids with the top bit set are
+/// reserved for stacks that are not in the stack table, so the sample or wait that carries one
+/// still counts (its time is never dropped) while the reason shows in the flame graph.
+pub mod stack_id {
+    /// No frames (a sample taken in user mode has no kernel stack, a kernel thread no user
+    /// stack).
+    pub const EMPTY: u64 = 0;
+    /// Top bit: not a hash.
+    pub const RESERVED: u64 = 1 << 63;
+    /// The kernel helper or the unwinder failed to produce the stack.
+    pub const LOST_FETCH: u64 = RESERVED | 1;
+    /// The stack table was full.
+    pub const LOST_TABLE_FULL: u64 = RESERVED | 2;
+    /// Used by user space only: on-CPU time measured at context switches that no sample fell
+    /// into (short bursts between samples).
+    pub const UNSAMPLED: u64 = RESERVED | 3;
+    /// `SNAPSHOT | i`: the stack user space recorded for thread snapshot `i` at capture start
+    /// (a thread already blocked when the capture began has no switch-out event).
+    pub const SNAPSHOT: u64 = RESERVED | (1 << 32);
+
+    /// Turns a frame hash into a stack id: never 0 and never reserved.
+    #[inline(always)]
+    pub const fn from_hash(hash: u64) -> u64 {
+        let id = hash & !RESERVED;
+        if id == EMPTY { 1 } else { id }
+    }
+
+    /// The snapshot index carried by a snapshot id.
+    pub const fn snapshot_index(id: u64) -> Option<u32> {
+        if id & SNAPSHOT == SNAPSHOT {
+            Some(id as u32)
+        } else {
+            None
+        }
+    }
+}
+
+/// 64-bit frame hash (FNV-1a over 8-byte words, then a final avalanche). Shared so that the
+/// eBPF side and the tests agree on ids.
+#[inline(always)]
+pub const fn hash_step(hash: u64, word: u64) -> u64 {
+    (hash ^ word).wrapping_mul(0x0000_0100_0000_01b3)
+}
+
+/// Starting value of [`hash_step`].
+pub const HASH_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Final mix (murmur3's fmix64) so that stacks differing only in the last frame spread over
+/// the whole id space.
+#[inline(always)]
+pub const fn hash_finish(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// One stack, as stored in [`names::MAP_STACKS`]: frames leaf first, `len` of them valid, the
+/// rest zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Stack {
+    pub len: u64,
+    pub frames: [u64; MAX_STACK_DEPTH],
+}
+
+impl Stack {
+    pub const fn frames(&self) -> &[u64] {
+        let len = if (self.len as usize) < MAX_STACK_DEPTH {
+            self.len as usize
+        } else {
+            MAX_STACK_DEPTH
+        };
+        self.frames.split_at(len).0
+    }
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), only u64 fields.
+unsafe impl aya::Pod for Stack {}
+
+/// Key of [`names::MAP_SAMPLES`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SampleKey {
+    pub tid: u32,
+    pub _pad: u32,
+    pub user_stack: u64,
+    pub kernel_stack: u64,
+}
+
+/// Value of [`names::MAP_SAMPLES`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleValue {
+    pub count: u64,
+    /// Sum of the sample periods in nanoseconds (cpu-clock counts time), so on-CPU time can be
+    /// expressed in microseconds whatever the sampling policy.
+    pub period_ns: u64,
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), only integer fields, explicit padding.
+unsafe impl aya::Pod for SampleKey {}
+#[cfg(feature = "user")]
+// SAFETY: repr(C), only u64 fields.
+unsafe impl aya::Pod for SampleValue {}
+
+/// Why a thread is off the CPU. Stored as `u32` in the wire types.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WaitState {
+    /// Interruptible sleep: sockets, futexes, epoll, nanosleep.
+    Sleep = 1,
+    /// Uninterruptible sleep: disk I/O, fsync, page faults, some kernel locks.
+    Io = 2,
+    /// Switched out while still runnable: preempted or yielded; waiting for a CPU.
+    RunqueuePreempted = 3,
+    /// Woken from a sleep and waiting for a CPU (filled in by the wakeup slot).
+    RunqueueWoken = 4,
+    /// Stopped, traced, parked, frozen.
+    Other = 5,
+}
+
+impl WaitState {
+    pub const ALL: [WaitState; 5] = [
+        WaitState::Sleep,
+        WaitState::Io,
+        WaitState::RunqueuePreempted,
+        WaitState::RunqueueWoken,
+        WaitState::Other,
+    ];
+
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(Self::Sleep),
+            2 => Some(Self::Io),
+            3 => Some(Self::RunqueuePreempted),
+            4 => Some(Self::RunqueueWoken),
+            5 => Some(Self::Other),
+            _ => None,
+        }
+    }
+
+    /// The word used in `[off-cpu:<word>]` frames; both run-queue kinds fold together.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Sleep => "sleep",
+            Self::Io => "io",
+            Self::RunqueuePreempted | Self::RunqueueWoken => "runqueue",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// Task state bits of `include/linux/sched.h` (stable since 5.14).
+pub mod task_state {
+    pub const RUNNING: u32 = 0x0000;
+    pub const INTERRUPTIBLE: u32 = 0x0001;
+    pub const UNINTERRUPTIBLE: u32 = 0x0002;
+    pub const EXIT_DEAD: u32 = 0x0010;
+    pub const EXIT_ZOMBIE: u32 = 0x0020;
+    pub const DEAD: u32 = 0x0080;
+    pub const NOLOAD: u32 = 0x0400;
+    pub const RTLOCK_WAIT: u32 = 0x1000;
+}
+
+/// Classifies a switch-out from `sched_switch`'s `preempt` and `prev_state` arguments.
+/// `None`: the task is exiting and will never switch back in.
+#[inline(always)]
+pub const fn classify_switch(preempt: bool, prev_state: u32) -> Option<WaitState> {
+    use task_state::*;
+    if prev_state & (DEAD | EXIT_DEAD | EXIT_ZOMBIE) != 0 {
+        return None;
+    }
+    // A preempted task stays on the run queue whatever its state word says (it may have been
+    // preempted between set_current_state() and schedule()).
+    if preempt || prev_state == RUNNING {
+        return Some(WaitState::RunqueuePreempted);
+    }
+    // TASK_IDLE (UNINTERRUPTIBLE | NOLOAD) is an idle wait that the kernel itself keeps out of
+    // the load average: a sleep, not I/O.
+    if prev_state & UNINTERRUPTIBLE != 0 && prev_state & NOLOAD == 0 {
+        return Some(WaitState::Io);
+    }
+    if prev_state & (INTERRUPTIBLE | UNINTERRUPTIBLE | RTLOCK_WAIT) != 0 {
+        return Some(WaitState::Sleep);
+    }
+    Some(WaitState::Other)
+}
+
+/// Key of [`names::MAP_WAITS`]: one blocking site of one thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WaitKey {
+    pub tid: u32,
+    /// A [`WaitState`].
+    pub state: u32,
+    pub user_stack: u64,
+    pub kernel_stack: u64,
+}
+
+/// Value of [`names::MAP_WAITS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitValue {
+    pub total_ns: u64,
+    pub count: u64,
+    pub max_ns: u64,
+    /// log2 histogram of individual wait durations, see [`hist_bucket`].
+    pub hist: [u32; WAIT_HIST_BUCKETS],
+}
+
+impl Default for WaitValue {
+    fn default() -> Self {
+        Self {
+            total_ns: 0,
+            count: 0,
+            max_ns: 0,
+            hist: [0; WAIT_HIST_BUCKETS],
+        }
+    }
+}
+
+/// Histogram bucket of a duration: `floor(log2(ns))`, capped at the last bucket. Written as a
+/// fixed binary search because BPF has no count-leading-zeros instruction.
+#[inline(always)]
+pub const fn hist_bucket(ns: u64) -> usize {
+    let mut v = ns;
+    let mut b = 0usize;
+    if v >= 1 << 32 {
+        v >>= 32;
+        b += 32;
+    }
+    if v >= 1 << 16 {
+        v >>= 16;
+        b += 16;
+    }
+    if v >= 1 << 8 {
+        v >>= 8;
+        b += 8;
+    }
+    if v >= 1 << 4 {
+        v >>= 4;
+        b += 4;
+    }
+    if v >= 1 << 2 {
+        v >>= 2;
+        b += 2;
+    }
+    if v >= 1 << 1 {
+        b += 1;
+    }
+    if b >= WAIT_HIST_BUCKETS {
+        WAIT_HIST_BUCKETS - 1
+    } else {
+        b
+    }
+}
+
+/// Value of [`names::MAP_WAIT_START`]: the wait a thread is in right now.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitStart {
+    /// `bpf_ktime_get_ns()` at switch-out (CLOCK_MONOTONIC).
+    pub ts_ns: u64,
+    pub user_stack: u64,
+    pub kernel_stack: u64,
+    /// A [`WaitState`].
+    pub state: u32,
+    /// Bit set of [`wait_flags`].
+    pub flags: u32,
+    /// Slot for the wakeup path: when the thread was made runnable again (0 = not seen).
+    pub wake_ts_ns: u64,
+    /// Slot for the wakeup path: which thread woke it.
+    pub waker_tid: u32,
+    pub _pad: u32,
+}
+
+pub mod wait_flags {
+    /// Inserted by user space from the start-of-capture snapshot.
+    pub const SNAPSHOT: u32 = 1 << 0;
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), only integer fields, no padding holes.
+unsafe impl aya::Pod for WaitKey {}
+#[cfg(feature = "user")]
+// SAFETY: repr(C), only integer fields; 3 × u64 + 40 × u32 has no padding.
+unsafe impl aya::Pod for WaitValue {}
+#[cfg(feature = "user")]
+// SAFETY: repr(C), only integer fields, explicit padding.
+unsafe impl aya::Pod for WaitStart {}
+
+/// Value of [`names::MAP_THREADS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadStats {
+    pub comm: [u8; COMM_LEN],
+    /// On-CPU time measured at switch-in/switch-out, inside the capture window.
+    pub on_cpu_ns: u64,
+    /// Last switch-in (0: not seen; the thread was running when the capture began).
+    pub last_in_ns: u64,
+    /// Last switch-out (0: not seen).
+    pub last_out_ns: u64,
+    /// Context switches out of the CPU.
+    pub switches: u64,
+    /// `se.sum_exec_runtime` at the last switch-out: lets a switch-in that the kernel did not
+    /// report be placed exactly (now minus the CPU time used since).
+    pub last_exec_ns: u64,
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), byte array of 16 then u64 fields: no padding.
+unsafe impl aya::Pod for ThreadStats {}
+
+/// The single entry of [`names::MAP_CONTROL`]. Programs do nothing until `start_ns` is set and
+/// nothing after `stop_ns` is set, so every program observes the same window and user space
+/// drains maps that no longer change.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Control {
+    pub start_ns: u64,
+    pub stop_ns: u64,
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), only u64 fields.
+unsafe impl aya::Pod for Control {}
+
+/// One record written by the task iterator ([`names::PROG_SNAPSHOT`]) for every thread of
+/// the target when the capture starts.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TaskSnapshot {
+    pub tid: u32,
+    /// `task_struct::__state`.
+    pub state: u32,
+    pub comm: [u8; COMM_LEN],
+    /// User registers saved at kernel entry (`task_pt_regs`): where user code stopped.
+    pub user_ip: u64,
+    pub user_sp: u64,
+    pub user_bp: u64,
+    /// Number of valid kernel frames.
+    pub kernel_len: u64,
+    pub kernel_frames: [u64; MAX_STACK_DEPTH],
+}
+
+/// Per-CPU loss and event counters, indexes of [`names::MAP_COUNTERS`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// On-CPU samples of the target.
+    Samples = 0,
+    /// Samples dropped because the sample map was full.
+    SamplesMapFull,
+    /// User stacks the helper or unwinder failed to produce.
+    UserStackFailed,
+    /// Kernel stacks the helper failed to produce.
+    KernelStackFailed,
+    /// Stacks not stored because the stack table was full.
+    StackTableFull,
+    /// Context switches of target threads (out).
+    SwitchesOut,
+    /// Finished waits aggregated.
+    Waits,
+    /// Waits dropped because the wait map was full.
+    WaitsMapFull,
+    /// Switch-outs not remembered because the start table was full.
+    WaitStartFull,
+    /// Waits outside `--min-block-us`/`--max-block-us`.
+    WaitsFiltered,
+    /// Threads not tracked because the thread table was full.
+    ThreadsFull,
+    /// Switch-ins the kernel did not report (seen on this machine for switches away from some
+    /// tasks); recovered from the thread's CPU time, so nothing is lost.
+    MissedSwitchIns,
+}
+
+impl Counter {
+    pub const COUNT: u32 = 12;
+
+    pub const ALL: [Counter; Self::COUNT as usize] = [
+        Counter::Samples,
+        Counter::SamplesMapFull,
+        Counter::UserStackFailed,
+        Counter::KernelStackFailed,
+        Counter::StackTableFull,
+        Counter::SwitchesOut,
+        Counter::Waits,
+        Counter::WaitsMapFull,
+        Counter::WaitStartFull,
+        Counter::WaitsFiltered,
+        Counter::ThreadsFull,
+        Counter::MissedSwitchIns,
+    ];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hist_bucket_is_floor_log2() {
+        assert_eq!(hist_bucket(0), 0);
+        assert_eq!(hist_bucket(1), 0);
+        assert_eq!(hist_bucket(2), 1);
+        assert_eq!(hist_bucket(3), 1);
+        assert_eq!(hist_bucket(1023), 9);
+        assert_eq!(hist_bucket(1024), 10);
+        for b in 0..WAIT_HIST_BUCKETS - 1 {
+            assert_eq!(hist_bucket(1u64 << b), b);
+            assert_eq!(hist_bucket((1u64 << (b + 1)) - 1), b);
+        }
+        assert_eq!(hist_bucket(u64::MAX), WAIT_HIST_BUCKETS - 1);
+    }
+
+    #[test]
+    fn classify_covers_the_states_seen_at_sched_switch() {
+        use task_state::*;
+        assert_eq!(
+            classify_switch(false, INTERRUPTIBLE),
+            Some(WaitState::Sleep)
+        );
+        assert_eq!(classify_switch(false, UNINTERRUPTIBLE), Some(WaitState::Io));
+        // TASK_KILLABLE = WAKEKILL | UNINTERRUPTIBLE: still an uninterruptible wait.
+        assert_eq!(
+            classify_switch(false, 0x100 | UNINTERRUPTIBLE),
+            Some(WaitState::Io)
+        );
+        // TASK_IDLE
+        assert_eq!(
+            classify_switch(false, UNINTERRUPTIBLE | NOLOAD),
+            Some(WaitState::Sleep)
+        );
+        assert_eq!(
+            classify_switch(true, INTERRUPTIBLE),
+            Some(WaitState::RunqueuePreempted)
+        );
+        assert_eq!(
+            classify_switch(false, RUNNING),
+            Some(WaitState::RunqueuePreempted)
+        );
+        assert_eq!(classify_switch(false, 0x4), Some(WaitState::Other));
+        assert_eq!(classify_switch(false, DEAD), None);
+    }
+
+    #[test]
+    fn stack_ids_never_collide_with_reserved_ones() {
+        assert_eq!(stack_id::from_hash(0), 1);
+        assert_eq!(stack_id::from_hash(stack_id::RESERVED), 1);
+        assert_eq!(stack_id::from_hash(u64::MAX) & stack_id::RESERVED, 0);
+        assert_eq!(stack_id::snapshot_index(stack_id::SNAPSHOT | 7), Some(7));
+        assert_eq!(stack_id::snapshot_index(stack_id::LOST_FETCH), None);
+        assert_eq!(stack_id::snapshot_index(12345), None);
+    }
+
+    #[test]
+    fn wire_sizes_are_fixed() {
+        use core::mem::size_of;
+        assert_eq!(size_of::<Config>(), 48);
+        assert_eq!(size_of::<SampleKey>(), 24);
+        assert_eq!(size_of::<WaitKey>(), 24);
+        assert_eq!(size_of::<WaitValue>(), 24 + 4 * WAIT_HIST_BUCKETS);
+        assert_eq!(size_of::<WaitStart>(), 48);
+        assert_eq!(size_of::<ThreadStats>(), 56);
+        assert_eq!(size_of::<Stack>(), 8 * (MAX_STACK_DEPTH + 1));
+        assert_eq!(size_of::<TaskSnapshot>(), 56 + 8 * MAX_STACK_DEPTH);
+        assert_eq!(Counter::ALL.len(), Counter::COUNT as usize);
+        for (i, c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! The profiler's eBPF side: probes → in-kernel aggregates.
+//!
+//! - `sample`: perf_event (cpu-clock) on every CPU → on-CPU samples per (tid, stacks).
+//! - `switch`: tp_btf `sched_switch` → off-CPU waits per (tid, stacks, state) and exact on-CPU
+//!   time per thread.
+//! - `snapshot`: task iterator → state, registers and kernel stack of every target thread at
+//!   capture start (threads already blocked have no switch-out event to learn them from).
+//! - `stack`: one place that turns "the current task's stack" into a stack id.
+//!
+//! Every program filters foreign processes first with one comparison, aggregates in maps, and
+//! counts each loss in `COUNTERS`. Nothing is sent per event to user space.
+#![no_std]
+#![no_main]
+
+mod maps;
+mod sample;
+mod snapshot;
+mod stack;
+mod switch;
+
+use aya_ebpf::Global;
+use profiler_common::Config;
+
+/// Load-time configuration, written by the loader with `override_global`.
+#[unsafe(no_mangle)]
+static CONFIG: Global<Config> = Global::new(Config {
+    target_tgid: 0,
+    task_pid_offset: 0,
+    task_tgid_offset: 0,
+    task_comm_offset: 0,
+    task_state_offset: 0,
+    task_exec_offset: 0,
+    flags: 0,
+    _pad: 0,
+    min_block_ns: 0,
+    max_block_ns: u64::MAX,
+});
+
+#[inline(always)]
+fn config() -> Config {
+    CONFIG.load()
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // Unreachable in a program the verifier accepted: a reachable panic is a rejected loop.
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

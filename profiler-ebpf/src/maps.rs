@@ -1,0 +1,79 @@
+//! Maps shared by the programs. Each static's name is the one in `profiler_common::names`;
+//! the loader resizes them with `map_max_entries` from the command line.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray},
+};
+use profiler_common::{
+    Control, Counter, SampleKey, SampleValue, Stack, ThreadStats, WaitKey, WaitStart, WaitValue,
+};
+
+// Every hash map is preallocated: an insert from sched_switch (IRQs off, run-queue lock held)
+// into a BPF_F_NO_PREALLOC map draws on a small per-CPU cache that is refilled later, so bursts
+// of new keys fail with -ENOMEM (seen here at capture start). Sizes are set by the loader.
+
+#[map]
+pub static SAMPLES: HashMap<SampleKey, SampleValue> = HashMap::with_max_entries(65_536, 0);
+
+#[map]
+pub static STACKS: HashMap<u64, Stack> = HashMap::with_max_entries(32_768, 0);
+
+#[map]
+pub static WAITS: HashMap<WaitKey, WaitValue> = HashMap::with_max_entries(32_768, 0);
+
+#[map]
+pub static WAIT_START: HashMap<u32, WaitStart> = HashMap::with_max_entries(65_536, 0);
+
+#[map]
+pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(65_536, 0);
+
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
+
+#[map]
+pub static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
+
+/// One scratch stack per program so that a sample interrupting a tracepoint program on the
+/// same CPU cannot overwrite a stack being hashed.
+#[map]
+pub static SCRATCH: PerCpuArray<Stack> = PerCpuArray::with_max_entries(Scratch::COUNT, 0);
+
+#[derive(Clone, Copy)]
+#[repr(u32)]
+pub enum Scratch {
+    Sample = 0,
+    Switch = 1,
+}
+
+impl Scratch {
+    const COUNT: u32 = 2;
+}
+
+/// Adds one to a loss or event counter and returns its previous value on this CPU (0 means
+/// "first time here", worth one log line).
+#[inline(always)]
+pub fn count(counter: Counter) -> u64 {
+    match COUNTERS.get_ptr_mut(counter as u32) {
+        Some(slot) => {
+            // SAFETY: per-CPU slot; programs that could interleave on one CPU only ever add,
+            // and a lost increment under nesting is preferable to an atomic on every event.
+            unsafe {
+                let before = *slot;
+                *slot = before + 1;
+                before
+            }
+        }
+        None => 0,
+    }
+}
+
+/// The capture window: `Some(start_ns)` while programs should record.
+#[inline(always)]
+pub fn capture_start() -> Option<u64> {
+    let control = CONTROL.get(0)?;
+    if control.start_ns == 0 || control.stop_ns != 0 {
+        return None;
+    }
+    Some(control.start_ns)
+}

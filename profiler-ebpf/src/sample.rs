@@ -1,0 +1,101 @@
+//! On-CPU sampling: a software cpu-clock perf event on every CPU runs this program; it keeps
+//! samples of the target's threads only, aggregated per (tid, user stack, kernel stack).
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    macros::perf_event,
+    programs::PerfEventContext,
+};
+use aya_log_ebpf::debug;
+use profiler_common::{Counter, SampleKey, SampleValue, ThreadStats, config_flags, stack_id};
+
+use crate::{
+    config,
+    maps::{SAMPLES, Scratch, THREADS, capture_start, count},
+    stack,
+};
+
+const NOEXIST: u64 = 1;
+
+#[perf_event]
+pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
+    let cfg = config();
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // Foreign processes leave after one comparison.
+    if (pid_tgid >> 32) as u32 != cfg.target_tgid {
+        return 0;
+    }
+    if capture_start().is_none() {
+        return 0;
+    }
+    let tid = pid_tgid as u32;
+    if count(Counter::Samples) == 0 {
+        debug!(
+            &ctx,
+            "first on-CPU sample of the target on this CPU (tid {})", tid
+        );
+    }
+
+    let kernel_stack = if cfg.flags & config_flags::KERNEL_STACKS != 0 {
+        stack::kernel_stack(&ctx, Scratch::Sample)
+    } else {
+        stack_id::EMPTY
+    };
+    let user_stack = if cfg.flags & config_flags::USER_STACKS != 0 {
+        stack::user_stack(&ctx, Scratch::Sample)
+    } else {
+        stack_id::EMPTY
+    };
+    // SAFETY: `ctx` points at the kernel's `bpf_perf_event_data`; `sample_period` is a plain
+    // field the verifier lets perf_event programs read.
+    let period_ns = unsafe { (*ctx.ctx).sample_period };
+
+    let key = SampleKey {
+        tid,
+        _pad: 0,
+        user_stack,
+        kernel_stack,
+    };
+    match SAMPLES.get_ptr_mut(&key) {
+        // SAFETY: one thread runs on one CPU at a time, so no other program updates this key
+        // concurrently.
+        Some(value) => unsafe {
+            (*value).count += 1;
+            (*value).period_ns += period_ns;
+        },
+        None => {
+            let value = SampleValue {
+                count: 1,
+                period_ns,
+            };
+            if SAMPLES.insert(&key, &value, NOEXIST).is_err() && count(Counter::SamplesMapFull) == 0
+            {
+                debug!(&ctx, "sample map full: raise --max-samples");
+            }
+        }
+    }
+
+    remember_thread_name(tid);
+    0
+}
+
+/// Keeps the thread's current name (threads often rename themselves right after they start).
+#[inline(always)]
+fn remember_thread_name(tid: u32) {
+    let Ok(comm) = bpf_get_current_comm() else {
+        return;
+    };
+    match THREADS.get_ptr_mut(&tid) {
+        // SAFETY: only this thread's own events write its entry's name.
+        Some(stats) => unsafe { (*stats).comm = comm },
+        None => {
+            let stats = ThreadStats {
+                comm,
+                ..ThreadStats::default()
+            };
+            if THREADS.insert(&tid, &stats, NOEXIST).is_err() {
+                count(Counter::ThreadsFull);
+            }
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Off-CPU waits from `sched_switch` (tp_btf; this kernel has no kprobes).
+//!
+//! Switch-out of a target thread: account its on-CPU time, remember when and why it left
+//! (state) and its stacks in `WAIT_START`. Switch-in of a target thread: the interval since
+//! that switch-out is one wait, added to `WAITS` under (tid, state, stacks) with its duration
+//! in a log2 histogram. At `sched_switch` the current task is still `prev`, so `prev`'s stacks
+//! are the current task's stacks.
+//!
+//! The kernel does not report every switch: on this machine switches away from some tasks
+//! (PID 1's threads) produce no `sched_switch` at all, so a target thread can switch out twice
+//! with no switch-in between. The second switch-out then places the missed switch-in exactly:
+//! `now` minus the CPU time the scheduler charged the thread since its previous switch-out
+//! (`se.sum_exec_runtime` is brought up to date before the tracepoint fires).
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+    },
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
+};
+use aya_log_ebpf::debug;
+use profiler_common::{
+    COMM_LEN, Config, Counter, ThreadStats, WaitKey, WaitStart, WaitValue, classify_switch,
+    config_flags, hist_bucket, stack_id,
+};
+
+use crate::{
+    config,
+    maps::{Scratch, THREADS, WAIT_START, WAITS, capture_start, count},
+    stack,
+};
+
+const NOEXIST: u64 = 1;
+
+/// `TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
+///           unsigned int prev_state)` — include/trace/events/sched.h, since Linux 5.18.
+const ARG_PREEMPT: usize = 0;
+const ARG_PREV: usize = 1;
+const ARG_NEXT: usize = 2;
+const ARG_PREV_STATE: usize = 3;
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
+    let cfg = config();
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let prev_is_target = (pid_tgid >> 32) as u32 == cfg.target_tgid;
+    let next: *const u8 = ctx.arg(ARG_NEXT);
+    // SAFETY: `next` is a live task_struct; the offset comes from this kernel's BTF.
+    let next_tgid: u32 = unsafe { read(next, cfg.task_tgid_offset) }.unwrap_or(0);
+    let next_is_target = next_tgid == cfg.target_tgid;
+    // Every context switch on the machine comes here: foreign ones leave now.
+    if !prev_is_target && !next_is_target {
+        return 0;
+    }
+    let Some(start_ns) = capture_start() else {
+        return 0;
+    };
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+
+    if prev_is_target {
+        let preempt: u64 = ctx.arg(ARG_PREEMPT);
+        let prev_state: u64 = ctx.arg(ARG_PREV_STATE);
+        let prev: *const u8 = ctx.arg(ARG_PREV);
+        // SAFETY: `prev` is the live current task.
+        let exec_ns: u64 = unsafe { read(prev, cfg.task_exec_offset) }.unwrap_or(0);
+        let out = SwitchOut {
+            tid: pid_tgid as u32,
+            now,
+            start_ns,
+            exec_ns,
+            preempt: preempt & 1 != 0,
+            prev_state: prev_state as u32,
+        };
+        switch_out(&ctx, &cfg, &out);
+    }
+    if next_is_target {
+        // SAFETY: as above.
+        if let Ok(next_tid) = unsafe { read::<u32>(next, cfg.task_pid_offset) } {
+            switch_in(&cfg, next, next_tid, now);
+        }
+    }
+    0
+}
+
+/// Reads a field of a task_struct at an offset resolved from BTF.
+///
+/// # Safety
+/// `task` must point at a live task_struct.
+#[inline(always)]
+unsafe fn read<T>(task: *const u8, offset: u32) -> Result<T, i32> {
+    // SAFETY: the caller guarantees `task`; the helper faults safely on a bad address.
+    unsafe { bpf_probe_read_kernel(task.add(offset as usize).cast()) }
+}
+
+struct SwitchOut {
+    tid: u32,
+    now: u64,
+    start_ns: u64,
+    /// `prev->se.sum_exec_runtime`.
+    exec_ns: u64,
+    preempt: bool,
+    prev_state: u32,
+}
+
+#[inline(always)]
+fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
+    if count(Counter::SwitchesOut) == 0 {
+        debug!(
+            ctx,
+            "first switch-out of the target on this CPU (tid {})", out.tid
+        );
+    }
+    let missed_in = account_on_cpu(out);
+    let slot = WAIT_START.get_ptr_mut(&out.tid);
+    if let (Some(missed_in), Some(slot)) = (missed_in, slot) {
+        // The wait that began at the previous switch-out ended at the unreported switch-in.
+        // SAFETY: only this thread's switch events touch its slot, one at a time.
+        unsafe { close_wait(cfg, out.tid, &mut *slot, missed_in) };
+        if count(Counter::MissedSwitchIns) == 0 {
+            debug!(
+                ctx,
+                "tid {}: a switch-in was not reported by the kernel; recovered", out.tid
+            );
+        }
+    }
+
+    let Some(state) = classify_switch(out.preempt, out.prev_state) else {
+        // Exiting: it never switches back in; drop its pending wait slot.
+        let _ = WAIT_START.remove(&out.tid);
+        return;
+    };
+    let kernel_stack = if cfg.flags & config_flags::KERNEL_STACKS != 0 {
+        stack::kernel_stack(ctx, Scratch::Switch)
+    } else {
+        stack_id::EMPTY
+    };
+    let user_stack = if cfg.flags & config_flags::USER_STACKS != 0 {
+        stack::user_stack(ctx, Scratch::Switch)
+    } else {
+        stack_id::EMPTY
+    };
+    let start = WaitStart {
+        ts_ns: out.now,
+        user_stack,
+        kernel_stack,
+        state: state as u32,
+        ..WaitStart::default()
+    };
+    match slot {
+        // Reuse the thread's slot in place: no allocation or free per switch.
+        // SAFETY: only this thread's switch events touch its slot, one at a time.
+        Some(slot) => unsafe { *slot = start },
+        None => {
+            if WAIT_START.insert(&out.tid, &start, NOEXIST).is_err()
+                && count(Counter::WaitStartFull) == 0
+            {
+                debug!(ctx, "wait start table full: raise --max-threads");
+            }
+        }
+    }
+}
+
+/// Adds the time since this thread's switch-in (or since the capture began) to its on-CPU
+/// total and refreshes its name. Returns when the thread really switched in if the kernel did
+/// not report that switch-in.
+#[inline(always)]
+fn account_on_cpu(out: &SwitchOut) -> Option<u64> {
+    let comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    let Some(stats) = THREADS.get_ptr_mut(&out.tid) else {
+        // Not seen yet: on the CPU since the capture began.
+        let stats = ThreadStats {
+            comm,
+            on_cpu_ns: out.now.saturating_sub(out.start_ns),
+            last_in_ns: 0,
+            last_out_ns: out.now,
+            switches: 1,
+            last_exec_ns: out.exec_ns,
+        };
+        if THREADS.insert(&out.tid, &stats, NOEXIST).is_err() {
+            count(Counter::ThreadsFull);
+        }
+        return None;
+    };
+    // SAFETY: only this thread's events write its entry, one at a time.
+    let stats = unsafe { &mut *stats };
+    let missed_in = stats.last_out_ns != 0 && stats.last_out_ns >= stats.last_in_ns;
+    let since = if missed_in && stats.last_exec_ns != 0 && out.exec_ns >= stats.last_exec_ns {
+        let ran = out.exec_ns - stats.last_exec_ns;
+        let since = out.now.saturating_sub(ran);
+        if since > stats.last_out_ns {
+            since
+        } else {
+            stats.last_out_ns
+        }
+    } else if stats.last_in_ns > out.start_ns {
+        stats.last_in_ns
+    } else {
+        out.start_ns
+    };
+    stats.on_cpu_ns += out.now.saturating_sub(since);
+    stats.last_out_ns = out.now;
+    stats.last_exec_ns = out.exec_ns;
+    stats.switches += 1;
+    stats.comm = comm;
+    missed_in.then_some(since)
+}
+
+#[inline(always)]
+fn switch_in(cfg: &Config, next: *const u8, tid: u32, now: u64) {
+    match THREADS.get_ptr_mut(&tid) {
+        // SAFETY: only this thread's events write its entry, one at a time.
+        Some(stats) => unsafe { (*stats).last_in_ns = now },
+        None => {
+            // First sight of this thread (it was created, or blocked since before the capture):
+            // learn its name from the task itself.
+            // SAFETY: `comm` is a TASK_COMM_LEN array inside the live task_struct.
+            let comm = unsafe { read::<[u8; COMM_LEN]>(next, cfg.task_comm_offset) }
+                .unwrap_or([0; COMM_LEN]);
+            let stats = ThreadStats {
+                comm,
+                last_in_ns: now,
+                ..ThreadStats::default()
+            };
+            if THREADS.insert(&tid, &stats, NOEXIST).is_err() {
+                count(Counter::ThreadsFull);
+            }
+        }
+    }
+    if let Some(slot) = WAIT_START.get_ptr_mut(&tid) {
+        // SAFETY: only this thread's switch events touch its slot, one at a time.
+        unsafe { close_wait(cfg, tid, &mut *slot, now) };
+    }
+}
+
+/// Ends the wait in `slot` at `end`, if one is open, and aggregates it.
+#[inline(always)]
+fn close_wait(cfg: &Config, tid: u32, slot: &mut WaitStart, end: u64) {
+    if slot.ts_ns == 0 {
+        return;
+    }
+    let delta = end.saturating_sub(slot.ts_ns);
+    let key = WaitKey {
+        tid,
+        state: slot.state,
+        user_stack: slot.user_stack,
+        kernel_stack: slot.kernel_stack,
+    };
+    slot.ts_ns = 0;
+    if delta < cfg.min_block_ns || delta > cfg.max_block_ns {
+        count(Counter::WaitsFiltered);
+        return;
+    }
+    add_wait(&key, delta);
+}
+
+#[inline(always)]
+fn add_wait(key: &WaitKey, delta: u64) {
+    count(Counter::Waits);
+    let bucket = hist_bucket(delta);
+    match WAITS.get_ptr_mut(key) {
+        // SAFETY: the key holds the tid, and one thread switches in on one CPU at a time.
+        Some(value) => unsafe {
+            (*value).total_ns += delta;
+            (*value).count += 1;
+            if delta > (*value).max_ns {
+                (*value).max_ns = delta;
+            }
+            if let Some(b) = (*value).hist.get_mut(bucket) {
+                *b += 1;
+            }
+        },
+        None => {
+            let mut value = WaitValue {
+                total_ns: delta,
+                count: 1,
+                max_ns: delta,
+                ..WaitValue::default()
+            };
+            if let Some(b) = value.hist.get_mut(bucket) {
+                *b = 1;
+            }
+            if WAITS.insert(key, &value, NOEXIST).is_err() {
+                count(Counter::WaitsMapFull);
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Builds the eBPF object (`profiler-ebpf`, target bpfel-unknown-none) with the nightly
+//! toolchain and hands its path to the crate as `PROFILER_EBPF_OBJECT`.
+//!
+//! A plain `cargo build` works once the eBPF toolchain is installed; when a piece is missing
+//! this fails with one sentence naming `cargo xtask build`, which installs it.
+
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+fn main() {
+    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
+    let ebpf_dir = manifest_dir.join("../profiler-ebpf");
+    let common_dir = manifest_dir.join("../profiler-common");
+    for dir in [&ebpf_dir, &common_dir] {
+        println!("cargo:rerun-if-changed={}", dir.join("src").display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            dir.join("Cargo.toml").display()
+        );
+    }
+    println!(
+        "cargo:rerun-if-changed={}",
+        ebpf_dir.join("Cargo.lock").display()
+    );
+    println!("cargo:rerun-if-env-changed=PROFILER_EBPF_OBJECT_OVERRIDE");
+
+    // An object built elsewhere (e.g. by the xtask for a cross build) can be supplied as is.
+    if let Some(path) = env::var_os("PROFILER_EBPF_OBJECT_OVERRIDE") {
+        println!(
+            "cargo:rustc-env=PROFILER_EBPF_OBJECT={}",
+            Path::new(&path).display()
+        );
+        return;
+    }
+
+    if let Err(missing) = check_toolchain() {
+        fail(&format!(
+            "{missing}. Run `cargo xtask build` once: it installs the eBPF toolchain \
+             (nightly rust-src and bpf-linker) and then builds everything."
+        ));
+    }
+
+    let target_dir = out_dir.join("ebpf-target");
+    let mut cmd = Command::new("rustup");
+    cmd.current_dir(&ebpf_dir)
+        .args(["run", "nightly", "cargo", "build", "--release", "--locked"])
+        .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        // Unit-separated flags, as cargo encodes them: BTF for the loader, debug info for BTF.
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            [
+                "--cfg=bpf_target_arch=\"x86_64\"",
+                "-Cdebuginfo=2",
+                "-Clink-arg=--btf",
+            ]
+            .join("\x1f"),
+        )
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit());
+    // The outer cargo's toolchain choice must not leak into the nightly build.
+    for key in [
+        "RUSTC",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTC_WRAPPER",
+        "RUSTUP_TOOLCHAIN",
+        "RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+    ] {
+        cmd.env_remove(key);
+    }
+    let status = cmd.status().unwrap_or_else(|e| {
+        fail(&format!(
+            "could not run `rustup run nightly cargo build` for profiler-ebpf: {e}"
+        ))
+    });
+    if !status.success() {
+        fail("building the eBPF programs (profiler-ebpf) failed; the compiler output is above");
+    }
+    let object = target_dir.join("bpfel-unknown-none/release/profiler-ebpf");
+    println!("cargo:rustc-env=PROFILER_EBPF_OBJECT={}", object.display());
+}
+
+/// Says what is missing, in words a user can act on.
+fn check_toolchain() -> Result<(), String> {
+    let on_path = |name: &str| {
+        env::var_os("PATH")
+            .map(|paths| env::split_paths(&paths).any(|dir| dir.join(name).is_file()))
+            .unwrap_or(false)
+    };
+    if !on_path("rustup") {
+        return Err("rustup is not on PATH (the eBPF crate needs the nightly toolchain)".into());
+    }
+    let nightly_src = Command::new("rustup")
+        .args(["run", "nightly", "rustc", "--print", "sysroot"])
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    let Some(sysroot) = nightly_src else {
+        return Err("the nightly Rust toolchain is not installed".into());
+    };
+    if !sysroot.join("lib/rustlib/src/rust/library/core").is_dir() {
+        return Err("the nightly toolchain has no rust-src component".into());
+    }
+    if !on_path("bpf-linker") {
+        return Err("bpf-linker is not on PATH".into());
+    }
+    Ok(())
+}
+
+fn fail(message: &str) -> ! {
+    // cargo shows a build script's stderr when it fails; keep the message first and alone.
+    eprintln!("\nerror: {message}\n");
+    std::process::exit(1);
+}

@@ -1,0 +1,288 @@
+//! Fold: the time model with named stacks → folded lines
+//! `<process>;[<thread>-<tid>;]<user root→leaf>;<kernel root→leaf>[;[off-cpu:<state>]] <count>`.
+//! Counts are samples in `--mode cpu` and microseconds otherwise.
+
+use std::collections::{BTreeMap, HashMap};
+
+use profiler_common::stack_id;
+
+use crate::{
+    cli::Mode,
+    profile::{Entry, Kind, Profile},
+    symbolize::Name,
+};
+
+/// Named frames (root→leaf) for the stack ids of a profile.
+#[derive(Debug, Default)]
+pub struct StackNames {
+    pub user: HashMap<u64, Vec<Name>>,
+    pub kernel: HashMap<u64, Vec<Name>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct FoldOptions {
+    pub process: String,
+    pub per_thread: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    Samples,
+    Micros,
+}
+
+impl Unit {
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Samples => "samples",
+            Unit::Micros => "µs",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Folded {
+    pub unit: Unit,
+    /// Folded stack → count, sorted (inferno wants sorted input).
+    pub lines: BTreeMap<String, u64>,
+    /// Per frame name: (on-CPU, off-CPU) counts of the lines it appears in, for colouring.
+    pub frame_split: HashMap<String, (u64, u64)>,
+}
+
+impl Folded {
+    pub fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        for (stack, count) in &self.lines {
+            writeln!(out, "{stack} {count}")?;
+        }
+        Ok(())
+    }
+    pub fn total(&self) -> u64 {
+        self.lines.values().sum()
+    }
+}
+
+/// The synthetic leaf frame of an off-CPU stack.
+pub fn off_cpu_frame(kind: Kind) -> Option<String> {
+    match kind {
+        Kind::OnCpu => None,
+        Kind::Off(state) => Some(format!("[off-cpu:{}]", state.label())),
+    }
+}
+
+pub fn fold(profile: &Profile, names: &StackNames, opts: &FoldOptions) -> Folded {
+    let unit = if profile.mode == Mode::Cpu {
+        Unit::Samples
+    } else {
+        Unit::Micros
+    };
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    let mut frame_split: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut frames: Vec<String> = Vec::with_capacity(64);
+    for entry in &profile.entries {
+        let count = match unit {
+            Unit::Samples => entry.samples,
+            Unit::Micros => (entry.time_ns + 500) / 1_000,
+        };
+        if count == 0 {
+            continue;
+        }
+        frames.clear();
+        frames.push(sanitize(&opts.process));
+        if opts.per_thread {
+            let thread = profile
+                .threads
+                .get(&entry.tid)
+                .map(|t| t.name.as_str())
+                .unwrap_or("?");
+            frames.push(sanitize(&format!("{thread}-{}", entry.tid)));
+        }
+        push_stack(&mut frames, entry, names);
+        if let Some(leaf) = off_cpu_frame(entry.kind) {
+            frames.push(leaf);
+        }
+        for f in &frames[1..] {
+            let split = frame_split.entry(f.clone()).or_default();
+            match entry.kind {
+                Kind::OnCpu => split.0 += count,
+                Kind::Off(_) => split.1 += count,
+            }
+        }
+        *lines.entry(frames.join(";")).or_default() += count;
+    }
+    Folded {
+        unit,
+        lines,
+        frame_split,
+    }
+}
+
+fn push_stack(frames: &mut Vec<String>, entry: &Entry, names: &StackNames) {
+    push_side(frames, entry.user_stack, &names.user, "user");
+    push_side(frames, entry.kernel_stack, &names.kernel, "kernel");
+}
+
+fn push_side(frames: &mut Vec<String>, id: u64, names: &HashMap<u64, Vec<Name>>, side: &str) {
+    match id {
+        stack_id::EMPTY => {}
+        stack_id::LOST_FETCH => frames.push(format!("[{side} stack unavailable]")),
+        stack_id::LOST_TABLE_FULL => frames.push(format!("[{side} stack lost: stack table full]")),
+        stack_id::UNSAMPLED => frames.push("[on-cpu: between samples]".into()),
+        _ => match names.get(&id) {
+            Some(named) => frames.extend(named.iter().map(|n| sanitize(n))),
+            None => frames.push(format!("[{side} stack missing]")),
+        },
+    }
+}
+
+/// Frame names must not contain the separators of the folded format (Java perf-map names do
+/// contain `;`).
+fn sanitize(name: &str) -> String {
+    if name.contains([';', '\n', '\r']) {
+        name.replace(';', ":").replace(['\n', '\r'], " ")
+    } else {
+        name.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use profiler_common::{WAIT_HIST_BUCKETS, WaitState};
+
+    use super::*;
+    use crate::{
+        drain::Window,
+        probes::Counters,
+        profile::{Profile, ThreadTime},
+    };
+
+    fn entry(tid: u32, user: u64, kernel: u64, kind: Kind, samples: u64, time_ns: u64) -> Entry {
+        Entry {
+            tid,
+            user_stack: user,
+            kernel_stack: kernel,
+            kind,
+            samples,
+            time_ns,
+            waits: 0,
+            max_ns: 0,
+            hist: [0; WAIT_HIST_BUCKETS],
+        }
+    }
+
+    fn profile(mode: Mode, entries: Vec<Entry>) -> Profile {
+        let mut threads = std::collections::BTreeMap::new();
+        threads.insert(
+            11,
+            ThreadTime {
+                name: "worker".into(),
+                ..ThreadTime::default()
+            },
+        );
+        Profile {
+            mode,
+            window: Window {
+                start_ns: 0,
+                stop_ns: 1,
+            },
+            period_ns: 10_101_010,
+            entries,
+            threads,
+            stacks: HashMap::new(),
+            counters: Counters::default(),
+            open_waits: 0,
+            blocked_at_start: 0,
+        }
+    }
+
+    fn names() -> StackNames {
+        let n = |v: &[&str]| v.iter().map(|s| Arc::from(*s)).collect::<Vec<Name>>();
+        let mut names = StackNames::default();
+        names.user.insert(1, n(&["main", "work", "spin"]));
+        names.user.insert(2, n(&["main", "nap", "clock_nanosleep"]));
+        names.user.insert(3, n(&["main", "LFoo;::bar"]));
+        names.kernel.insert(
+            9,
+            n(&["entry_SYSCALL_64_[k]", "do_nanosleep_[k]", "schedule_[k]"]),
+        );
+        names
+    }
+
+    #[test]
+    fn cpu_lines_are_root_to_leaf_with_sample_counts() {
+        let p = profile(Mode::Cpu, vec![entry(11, 1, 0, Kind::OnCpu, 42, 420)]);
+        let f = fold(
+            &p,
+            &names(),
+            &FoldOptions {
+                process: "app".into(),
+                per_thread: false,
+            },
+        );
+        assert_eq!(f.unit, Unit::Samples);
+        assert_eq!(
+            f.lines.into_iter().collect::<Vec<_>>(),
+            vec![("app;main;work;spin".into(), 42)]
+        );
+    }
+
+    #[test]
+    fn off_cpu_lines_end_in_exactly_one_state_frame_and_count_microseconds() {
+        let p = profile(
+            Mode::Wall,
+            vec![
+                entry(11, 2, 9, Kind::Off(WaitState::Sleep), 0, 2_000_400),
+                entry(11, 2, 9, Kind::Off(WaitState::RunqueueWoken), 0, 1_499),
+                entry(11, 1, 0, Kind::OnCpu, 3, 30_000_000),
+            ],
+        );
+        let f = fold(
+            &p,
+            &names(),
+            &FoldOptions {
+                process: "app".into(),
+                per_thread: true,
+            },
+        );
+        let lines: Vec<(String, u64)> = f.lines.into_iter().collect();
+        assert_eq!(
+            lines,
+            vec![
+                ("app;worker-11;main;nap;clock_nanosleep;entry_SYSCALL_64_[k];do_nanosleep_[k];schedule_[k];[off-cpu:runqueue]".into(), 1),
+                ("app;worker-11;main;nap;clock_nanosleep;entry_SYSCALL_64_[k];do_nanosleep_[k];schedule_[k];[off-cpu:sleep]".into(), 2000),
+                ("app;worker-11;main;work;spin".into(), 30_000),
+            ]
+        );
+        assert_eq!(f.frame_split["main"], (30_000, 2001));
+    }
+
+    #[test]
+    fn reserved_stack_ids_say_what_happened() {
+        let p = profile(
+            Mode::Wall,
+            vec![
+                entry(11, stack_id::LOST_TABLE_FULL, 0, Kind::OnCpu, 1, 1_000),
+                entry(11, stack_id::UNSAMPLED, 0, Kind::OnCpu, 0, 2_000),
+                entry(11, 3, stack_id::LOST_FETCH, Kind::OnCpu, 1, 3_000),
+            ],
+        );
+        let f = fold(
+            &p,
+            &names(),
+            &FoldOptions {
+                process: "a;b".into(),
+                per_thread: false,
+            },
+        );
+        let keys: Vec<&str> = f.lines.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            vec![
+                "a:b;[on-cpu: between samples]",
+                "a:b;[user stack lost: stack table full]",
+                "a:b;main;LFoo:::bar;[kernel stack unavailable]",
+            ]
+        );
+    }
+}

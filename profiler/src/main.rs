@@ -1,0 +1,53 @@
+//! `profiler --pid N`: where every thread of one process spends its time, as one flame graph.
+//!
+//! `main` only parses arguments, sets up logging and the runtime, and turns an error into one
+//! line and a non-zero exit; `app` runs the stages.
+
+mod app;
+mod capture;
+mod cli;
+mod drain;
+mod fold;
+mod kernel;
+mod preflight;
+mod probes;
+mod profile;
+mod render;
+mod snapshot;
+mod symbolize;
+
+use clap::Parser as _;
+
+fn main() -> std::process::ExitCode {
+    let args = cli::Args::parse();
+    let level = match args.verbose {
+        0 => log::LevelFilter::Warn,
+        1 => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    };
+    env_logger::Builder::new()
+        .filter_level(log::LevelFilter::Warn)
+        .filter_module("profiler", level)
+        .filter_module("aya_log", level)
+        .format_timestamp(None)
+        .init();
+
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("profiler: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(app::run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line with the whole context chain.
+            eprintln!("profiler: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

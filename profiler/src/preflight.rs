@@ -1,0 +1,222 @@
+//! Checks that must pass before a capture starts (privilege, target, kernel BTF, outputs), each
+//! failing with one sentence that says what to do, so a 20-second capture is never wasted.
+
+use std::{
+    fs::{File, OpenOptions},
+    io,
+    path::{Path, PathBuf},
+};
+
+use thiserror::Error;
+
+/// Path of the running kernel's BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+#[derive(Debug, Error)]
+pub enum PreflightError {
+    #[error(
+        "loading eBPF programs needs root (or the CAP_BPF and CAP_PERFMON capabilities); \
+         run with sudo, or through `cargo xtask run`, which does"
+    )]
+    NotPrivileged,
+    #[error("there is no process with PID {0}")]
+    NoSuchProcess(u32),
+    #[error("PID {0} is a kernel thread, which has no user stacks to profile")]
+    KernelThread(u32),
+    #[error(
+        "this kernel exposes no BTF ({VMLINUX_BTF} is missing): the profiler needs a kernel \
+         built with CONFIG_DEBUG_INFO_BTF=y"
+    )]
+    NoBtf,
+    #[error("cannot write {what} to {path}: {source}")]
+    Output {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+/// Capabilities that let a non-root user load and attach our programs.
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// Root, or CAP_SYS_ADMIN, or both CAP_BPF and CAP_PERFMON in the effective set.
+pub fn check_privilege() -> Result<(), PreflightError> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |cap: u32| effective & (1u64 << cap) != 0;
+    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+        Ok(())
+    } else {
+        Err(PreflightError::NotPrivileged)
+    }
+}
+
+pub fn check_btf() -> Result<(), PreflightError> {
+    if Path::new(VMLINUX_BTF).is_file() {
+        Ok(())
+    } else {
+        Err(PreflightError::NoBtf)
+    }
+}
+
+/// The process to profile.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Thread group id (what users call the PID).
+    pub pid: u32,
+    /// Process name (`comm`), the root frame of every stack.
+    pub name: String,
+    /// When the user named a thread, the tid they gave.
+    pub given_tid: Option<u32>,
+}
+
+/// Resolves a PID or TID to its process.
+pub fn resolve_target(pid: u32) -> Result<Target, PreflightError> {
+    if pid == 0 {
+        return Err(PreflightError::NoSuchProcess(pid));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|_| PreflightError::NoSuchProcess(pid))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+    };
+    let tgid: u32 = field("Tgid:")
+        .and_then(|v| v.parse().ok())
+        .ok_or(PreflightError::NoSuchProcess(pid))?;
+    if tgid == 0 {
+        return Err(PreflightError::NoSuchProcess(pid));
+    }
+    // Kernel threads have no memory map: no user stacks, nothing of ours to symbolize.
+    if field("VmSize:").is_none() && field("Kthread:").is_none_or(|k| k == "1") {
+        return Err(PreflightError::KernelThread(pid));
+    }
+    let name = std::fs::read_to_string(format!("/proc/{tgid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_else(|_| field("Name:").unwrap_or_else(|| format!("pid-{tgid}")));
+    Ok(Target {
+        pid: tgid,
+        name,
+        given_tid: (tgid != pid).then_some(pid),
+    })
+}
+
+/// An output file opened (created or truncated) before the capture, so an unwritable path is
+/// reported before anything is attached.
+#[derive(Debug)]
+pub struct Output {
+    pub path: PathBuf,
+    pub file: File,
+}
+
+pub fn open_output(what: &'static str, path: &Path) -> Result<Output, PreflightError> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|source| PreflightError::Output {
+            what,
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(Output {
+        path: path.to_path_buf(),
+        file,
+    })
+}
+
+/// `profile-<name>-<pid>-<mode>.svg`, with the name reduced to characters safe in a file name.
+pub fn default_output_name(target: &Target, mode: &str) -> PathBuf {
+    let name: String = target
+        .name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    PathBuf::from(format!("profile-{name}-{}-{mode}.svg", target.pid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_resolves_with_its_name() {
+        let me = std::process::id();
+        let target = resolve_target(me).unwrap();
+        assert_eq!(target.pid, me);
+        assert!(!target.name.is_empty());
+        assert_eq!(target.given_tid, None);
+    }
+
+    #[test]
+    fn a_thread_id_resolves_to_its_process() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let handle = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        });
+        let tid = rx.recv().unwrap();
+        let target = resolve_target(tid).unwrap();
+        assert_eq!(target.pid, std::process::id());
+        assert_eq!(target.given_tid, Some(tid));
+        handle.join().unwrap();
+    }
+
+    #[test]
+    fn missing_pid_is_one_clear_sentence() {
+        let err = resolve_target(u32::MAX - 1).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("there is no process with PID {}", u32::MAX - 1)
+        );
+        assert!(resolve_target(0).is_err());
+    }
+
+    #[test]
+    fn kernel_threads_are_refused() {
+        // kthreadd is PID 2 on every Linux system.
+        assert!(matches!(
+            resolve_target(2),
+            Err(PreflightError::KernelThread(2))
+        ));
+    }
+
+    #[test]
+    fn unwritable_output_is_refused_with_the_path() {
+        let err = open_output("the flame graph", Path::new("/nonexistent-dir/x.svg")).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("cannot write the flame graph to /nonexistent-dir/x.svg"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn default_name_is_file_system_safe() {
+        let target = Target {
+            pid: 42,
+            name: "nginx: worker/1".into(),
+            given_tid: None,
+        };
+        assert_eq!(
+            default_output_name(&target, "wall"),
+            PathBuf::from("profile-nginx__worker_1-42-wall.svg")
+        );
+    }
+}

@@ -1,0 +1,382 @@
+//! Load and attach: the eBPF object → programs in the kernel, plus the capture window switch.
+//! Together with `drain` and `snapshot`, the only code that talks to the kernel.
+
+use std::io::Read as _;
+
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::{Array, HashMap, MapData, PerCpuArray},
+    programs::{
+        BtfTracePoint, Iter, PerfEvent,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+    },
+    util::online_cpus,
+};
+use profiler_common::{
+    Config, Control, Counter, TaskSnapshot, WaitStart, config_flags,
+    names::{self, GLOBAL_CONFIG},
+};
+use thiserror::Error;
+
+use crate::{cli::Mode, kernel::TaskOffsets};
+
+/// The eBPF object built by build.rs.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("PROFILER_EBPF_OBJECT"));
+
+#[derive(Debug, Error)]
+pub enum ProbeError {
+    #[error("loading the eBPF object failed: {0}")]
+    Load(#[source] aya::EbpfError),
+    #[error("the eBPF object has no program `{0}`")]
+    MissingProgram(&'static str),
+    #[error("the eBPF object has no map `{0}`")]
+    MissingMap(&'static str),
+    #[error("{what} failed: {source}")]
+    Program {
+        what: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("map `{name}`: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("cannot list online CPUs ({0}): {1}")]
+    Cpus(&'static str, std::io::Error),
+    #[error("reading kernel BTF failed: {0}")]
+    Btf(#[from] aya::BtfError),
+    #[error("running the task iterator failed: {0}")]
+    Iterator(String),
+}
+
+/// Everything the programs need to know before they load.
+#[derive(Clone, Debug)]
+pub struct ProbeConfig {
+    pub target_pid: u32,
+    pub offsets: TaskOffsets,
+    pub mode: Mode,
+    pub period_ns: u64,
+    pub min_block_ns: u64,
+    pub max_block_ns: u64,
+    pub kernel_stacks: bool,
+    pub max_stacks: u32,
+    pub max_keys: u32,
+    pub max_threads: u32,
+    pub verbose: u8,
+}
+
+/// Loaded (and, after [`Probes::attach`], attached) programs with their maps. Dropping it
+/// detaches everything.
+pub struct Probes {
+    ebpf: Ebpf,
+    mode: Mode,
+    period_ns: u64,
+    attached_cpus: usize,
+}
+
+impl Probes {
+    pub fn load(cfg: &ProbeConfig) -> Result<Self, ProbeError> {
+        let config = Config {
+            target_tgid: cfg.target_pid,
+            task_pid_offset: cfg.offsets.pid,
+            task_tgid_offset: cfg.offsets.tgid,
+            task_comm_offset: cfg.offsets.comm,
+            task_state_offset: cfg.offsets.state,
+            task_exec_offset: cfg.offsets.exec,
+            flags: config_flags::USER_STACKS
+                | if cfg.kernel_stacks {
+                    config_flags::KERNEL_STACKS
+                } else {
+                    0
+                },
+            min_block_ns: cfg.min_block_ns,
+            max_block_ns: cfg.max_block_ns,
+            _pad: 0,
+        };
+        // aya-log's level lives in the kernel too: off unless asked, so logging costs nothing.
+        let log_level: u8 = match cfg.verbose {
+            0 => 0,
+            1 => aya_log::Level::Debug as u8,
+            _ => aya_log::Level::Trace as u8,
+        };
+        let mut ebpf = EbpfLoader::new()
+            .override_global(GLOBAL_CONFIG, &config, true)
+            .override_global(aya_log::LEVEL, &log_level, false)
+            .map_max_entries(names::MAP_STACKS, cfg.max_stacks)
+            .map_max_entries(names::MAP_SAMPLES, cfg.max_keys)
+            .map_max_entries(names::MAP_WAITS, cfg.max_keys)
+            .map_max_entries(names::MAP_THREADS, cfg.max_threads)
+            .map_max_entries(names::MAP_WAIT_START, cfg.max_threads)
+            .load(EBPF_OBJECT)
+            .map_err(ProbeError::Load)?;
+
+        if cfg.verbose > 0 {
+            start_ebpf_logger(&mut ebpf);
+        }
+
+        let btf = Btf::from_sys_fs()?;
+        if cfg.mode.samples_on_cpu() {
+            let prog: &mut PerfEvent = program(&mut ebpf, names::PROG_SAMPLE)?;
+            prog.load().map_err(|source| ProbeError::Program {
+                what: format!("loading {}", names::PROG_SAMPLE),
+                source,
+            })?;
+        }
+        if cfg.mode.traces_switches() {
+            let prog: &mut BtfTracePoint = program(&mut ebpf, names::PROG_SWITCH)?;
+            prog.load("sched_switch", &btf)
+                .map_err(|source| ProbeError::Program {
+                    what: format!("loading {}", names::PROG_SWITCH),
+                    source,
+                })?;
+            let prog: &mut Iter = program(&mut ebpf, names::PROG_SNAPSHOT)?;
+            prog.load("task", &btf)
+                .map_err(|source| ProbeError::Program {
+                    what: format!("loading {}", names::PROG_SNAPSHOT),
+                    source,
+                })?;
+        }
+        Ok(Self {
+            ebpf,
+            mode: cfg.mode,
+            period_ns: cfg.period_ns,
+            attached_cpus: 0,
+        })
+    }
+
+    /// Attaches the sampler on every online CPU and the scheduler tracepoint. Programs do not
+    /// record anything until [`Probes::start`].
+    pub fn attach(&mut self) -> Result<(), ProbeError> {
+        if self.mode.samples_on_cpu() {
+            let cpus = online_cpus().map_err(|(what, e)| ProbeError::Cpus(what, e))?;
+            let period_ns = self.period_ns;
+            let prog: &mut PerfEvent = program(&mut self.ebpf, names::PROG_SAMPLE)?;
+            for &cpu in &cpus {
+                // cpu-clock is a software timer: it exists in VMs without a PMU, and with a
+                // fixed period in nanoseconds every sample stands for the same CPU time.
+                prog.attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Period(period_ns),
+                    false,
+                )
+                .map_err(|source| ProbeError::Program {
+                    what: format!("attaching the cpu-clock sampler on CPU {cpu}"),
+                    source,
+                })?;
+            }
+            self.attached_cpus = cpus.len();
+        }
+        if self.mode.traces_switches() {
+            let prog: &mut BtfTracePoint = program(&mut self.ebpf, names::PROG_SWITCH)?;
+            prog.attach().map_err(|source| ProbeError::Program {
+                what: "attaching to sched_switch".into(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    pub fn attached_cpus(&self) -> usize {
+        self.attached_cpus
+    }
+
+    /// Opens the capture window; returns its start on the BPF clock (CLOCK_MONOTONIC).
+    pub fn start(&mut self) -> Result<u64, ProbeError> {
+        let start_ns = monotonic_ns();
+        self.set_control(Control {
+            start_ns,
+            stop_ns: 0,
+        })?;
+        Ok(start_ns)
+    }
+
+    /// Closes the capture window: after this the maps no longer change.
+    pub fn stop(&mut self, start_ns: u64) -> Result<u64, ProbeError> {
+        let stop_ns = monotonic_ns();
+        self.set_control(Control { start_ns, stop_ns })?;
+        Ok(stop_ns)
+    }
+
+    fn set_control(&mut self, control: Control) -> Result<(), ProbeError> {
+        let map = self
+            .ebpf
+            .map_mut(names::MAP_CONTROL)
+            .ok_or(ProbeError::MissingMap(names::MAP_CONTROL))?;
+        let mut array: Array<&mut MapData, Control> =
+            Array::try_from(map).map_err(|source| ProbeError::Map {
+                name: names::MAP_CONTROL,
+                source,
+            })?;
+        array.set(0, control, 0).map_err(|source| ProbeError::Map {
+            name: names::MAP_CONTROL,
+            source,
+        })
+    }
+
+    /// Sums the per-CPU counters.
+    pub fn counters(&self) -> Result<Counters, ProbeError> {
+        let map = self
+            .ebpf
+            .map(names::MAP_COUNTERS)
+            .ok_or(ProbeError::MissingMap(names::MAP_COUNTERS))?;
+        let array: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(map).map_err(|source| ProbeError::Map {
+                name: names::MAP_COUNTERS,
+                source,
+            })?;
+        let mut counters = Counters::default();
+        for counter in Counter::ALL {
+            let values = array
+                .get(&(counter as u32), 0)
+                .map_err(|source| ProbeError::Map {
+                    name: names::MAP_COUNTERS,
+                    source,
+                })?;
+            counters.values[counter as usize] = values.iter().sum();
+        }
+        Ok(counters)
+    }
+
+    /// Runs the task iterator once: the state and stacks of every target thread right now.
+    pub fn snapshot_tasks(&mut self) -> Result<Vec<TaskSnapshot>, ProbeError> {
+        let prog: &mut Iter = program(&mut self.ebpf, names::PROG_SNAPSHOT)?;
+        let link_id = prog.attach().map_err(|source| ProbeError::Program {
+            what: "attaching the task iterator".into(),
+            source,
+        })?;
+        let link = prog
+            .take_link(link_id)
+            .map_err(|source| ProbeError::Program {
+                what: "taking the task iterator link".into(),
+                source,
+            })?;
+        let mut file = link
+            .into_file()
+            .map_err(|e| ProbeError::Iterator(e.to_string()))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| ProbeError::Iterator(e.to_string()))?;
+        Ok(parse_snapshots(&bytes))
+    }
+
+    /// Seeds the wait slot of a thread found blocked at capture start, unless the thread has
+    /// already switched out since (then the kernel's own record is better). Returns whether
+    /// the seed was stored.
+    pub fn seed_wait(&mut self, tid: u32, start: &WaitStart) -> Result<bool, ProbeError> {
+        let map = self
+            .ebpf
+            .map_mut(names::MAP_WAIT_START)
+            .ok_or(ProbeError::MissingMap(names::MAP_WAIT_START))?;
+        let mut hash: HashMap<&mut MapData, u32, WaitStart> =
+            HashMap::try_from(map).map_err(|source| ProbeError::Map {
+                name: names::MAP_WAIT_START,
+                source,
+            })?;
+        const BPF_NOEXIST: u64 = 1;
+        match hash.insert(tid, start, BPF_NOEXIST) {
+            Ok(()) => Ok(true),
+            Err(aya::maps::MapError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(libc::EEXIST) =>
+            {
+                Ok(false)
+            }
+            Err(source) => Err(ProbeError::Map {
+                name: names::MAP_WAIT_START,
+                source,
+            }),
+        }
+    }
+
+    pub(crate) fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, ProbeError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    let prog = ebpf
+        .program_mut(name)
+        .ok_or(ProbeError::MissingProgram(name))?;
+    prog.try_into().map_err(|source| ProbeError::Program {
+        what: format!("program {name} has an unexpected type"),
+        source,
+    })
+}
+
+/// Splits the iterator's output into records. A torn last record (cannot happen with
+/// `bpf_seq_write` of whole records, but costs nothing to guard) is dropped.
+fn parse_snapshots(bytes: &[u8]) -> Vec<TaskSnapshot> {
+    let size = std::mem::size_of::<TaskSnapshot>();
+    bytes
+        .chunks_exact(size)
+        .map(|chunk| {
+            // SAFETY: TaskSnapshot is repr(C) plain integers; any bit pattern is valid and
+            // read_unaligned copes with the Vec's alignment.
+            unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast::<TaskSnapshot>()) }
+        })
+        .collect()
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Counter totals over all CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    values: [u64; Counter::COUNT as usize],
+}
+
+impl Counters {
+    pub fn get(&self, counter: Counter) -> u64 {
+        self.values[counter as usize]
+    }
+    #[cfg(test)]
+    pub fn with(mut self, counter: Counter, value: u64) -> Self {
+        self.values[counter as usize] = value;
+        self
+    }
+}
+
+fn start_ebpf_logger(ebpf: &mut Ebpf) {
+    match aya_log::EbpfLogger::init(ebpf) {
+        Ok(logger) => {
+            // SAFETY: the AsyncFd owns the logger, whose ring buffer fd lives as long as it.
+            let fd = match unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(
+                    logger,
+                    tokio::io::Interest::READABLE,
+                )
+            } {
+                Ok(fd) => fd,
+                Err(e) => {
+                    log::warn!("eBPF log reader unavailable: {e}");
+                    return;
+                }
+            };
+            tokio::spawn(async move {
+                let mut fd = fd;
+                loop {
+                    let Ok(mut guard) = fd.readable_mut().await else {
+                        return;
+                    };
+                    guard.get_inner_mut().flush();
+                    guard.clear_ready();
+                }
+            });
+        }
+        Err(e) => log::warn!("eBPF log reader unavailable: {e}"),
+    }
+}

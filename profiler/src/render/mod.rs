@@ -1,0 +1,4 @@
+//! Render: the folded profile → what users read (SVG flame graph, the end-of-run summary).
+
+pub mod summary;
+pub mod svg;

@@ -1,0 +1,134 @@
+//! The end-of-run summary and the flame graph subtitle: capture, time per state, losses.
+
+use std::io::{self, Write};
+
+use profiler_common::{Counter, WaitState};
+
+use crate::{
+    cli::Mode,
+    fold::Folded,
+    profile::{Kind, Profile},
+};
+
+/// Seconds with a precision that suits the magnitude.
+pub fn secs(ns: u64) -> String {
+    let s = ns as f64 / 1e9;
+    if s >= 100.0 {
+        format!("{s:.0} s")
+    } else if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if ns >= 1_000_000 {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.0} µs", ns as f64 / 1e3)
+    }
+}
+
+/// Time per state, in the order on-CPU, sleep, io, runqueue, other.
+fn state_times(profile: &Profile) -> Vec<(&'static str, u64)> {
+    let totals = profile.totals();
+    let get = |k: Kind| totals.get(&k).copied().unwrap_or(0);
+    let mut out = Vec::new();
+    if profile.mode.samples_on_cpu() {
+        out.push(("on-CPU", get(Kind::OnCpu)));
+    }
+    if profile.mode.traces_switches() {
+        out.push(("sleep", get(Kind::Off(WaitState::Sleep))));
+        out.push(("io", get(Kind::Off(WaitState::Io))));
+        out.push((
+            "runqueue",
+            get(Kind::Off(WaitState::RunqueuePreempted)) + get(Kind::Off(WaitState::RunqueueWoken)),
+        ));
+        out.push(("other", get(Kind::Off(WaitState::Other))));
+    }
+    out
+}
+
+pub fn subtitle(profile: &Profile, freq: u64, folded: &Folded) -> String {
+    let mut parts = vec![secs(profile.window.len_ns())];
+    if profile.mode.samples_on_cpu() {
+        parts.push(format!("{freq} Hz"));
+        parts.push(format!(
+            "{} samples",
+            profile.counters.get(Counter::Samples)
+        ));
+    }
+    for (name, ns) in state_times(profile) {
+        parts.push(format!("{name} {}", secs(ns)));
+    }
+    parts.push(format!("{} lost", profile.total_lost()));
+    parts.push(format!("unit: {}", folded.unit.name()));
+    parts.join(" · ")
+}
+
+pub fn write_summary(
+    out: &mut impl Write,
+    profile: &Profile,
+    name: &str,
+    pid: u32,
+    freq: u64,
+) -> io::Result<()> {
+    let mode = match profile.mode {
+        Mode::Cpu => "cpu",
+        Mode::Off => "off",
+        Mode::Wall => "wall",
+    };
+    write!(
+        out,
+        "profiler: {name} (PID {pid}), {mode} mode, {}",
+        secs(profile.window.len_ns())
+    )?;
+    if profile.mode.samples_on_cpu() {
+        write!(out, " at {freq} Hz")?;
+    }
+    writeln!(out, ", {} threads", profile.threads.len())?;
+    let times: Vec<String> = state_times(profile)
+        .into_iter()
+        .map(|(n, ns)| format!("{n} {}", secs(ns)))
+        .collect();
+    writeln!(out, "  time     {}", times.join(" · "))?;
+    if profile.mode.samples_on_cpu() {
+        writeln!(out, "  samples  {}", profile.counters.get(Counter::Samples))?;
+    }
+    if profile.mode.traces_switches() {
+        writeln!(
+            out,
+            "  waits    {} finished · {} still open at the end · {} threads blocked since before the start",
+            profile.counters.get(Counter::Waits),
+            profile.open_waits,
+            profile.blocked_at_start
+        )?;
+    }
+    let lost = profile.total_lost();
+    if lost == 0 {
+        writeln!(out, "  lost     0")?;
+    } else {
+        let details: Vec<String> = profile
+            .lost()
+            .into_iter()
+            .filter(|l| l.1 > 0)
+            .map(|(what, n, flag)| {
+                if flag.is_empty() {
+                    format!("{n} {what}")
+                } else {
+                    format!("{n} {what} (raise {flag})")
+                }
+            })
+            .collect();
+        writeln!(out, "  lost     {lost}: {}", details.join("; "))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_read_naturally() {
+        assert_eq!(secs(20_000_000_000), "20.00 s");
+        assert_eq!(secs(150_000_000_000), "150 s");
+        assert_eq!(secs(2_500_000), "2.5 ms");
+        assert_eq!(secs(700), "1 µs");
+    }
+}

@@ -1,0 +1,320 @@
+//! Addresses → frame names.
+//!
+//! User frames: the mapping snapshot (`procmap`) turns an address into (file, file offset);
+//! blazesym resolves it from `.symtab`/`.dynsym`, DWARF, detached debug files found by build
+//! id or `.gnu_debuglink`, and demangles Rust and C++. JIT code resolves through the perf map.
+//! An address in a known mapping without a symbol becomes `libfoo.so+0x1a2b`. Kernel frames
+//! come from kallsyms and carry inferno's `_[k]` suffix; the profiler's own plumbing
+//! (BPF program and tracepoint trampolines) is cut off the top of kernel stacks.
+
+pub mod perfmap;
+pub mod procmap;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::Write as _,
+    path::PathBuf,
+    sync::Arc,
+};
+
+use blazesym::{
+    MaybeDefault,
+    symbolize::{
+        Input, Symbolized, Symbolizer as Blaze,
+        source::{Elf, Kernel, Source},
+    },
+};
+
+use self::{
+    perfmap::PerfMap,
+    procmap::{MappingKind, ProcessMaps},
+};
+
+/// A frame name, shared between the many stacks that contain it.
+pub type Name = Arc<str>;
+
+/// Marks kernel frames for inferno (and for readers).
+pub const KERNEL_SUFFIX: &str = "_[k]";
+
+/// Kernel frames that belong to the profiler itself, not to the target: the BPF program and
+/// the tracepoint/perf trampolines that called it. Only ever removed from the leaf end.
+fn is_probe_plumbing(name: &str) -> bool {
+    const PREFIXES: [&str; 7] = [
+        "bpf_prog_",
+        "bpf_trace_run",
+        "__bpf_trace_",
+        "__traceiter_",
+        "bpf_get_stack",
+        "bpf_overflow_handler",
+        "trace_call_bpf",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+pub struct Symbolizer {
+    blaze: Blaze,
+    maps: ProcessMaps,
+    perf_map: PerfMap,
+    /// The target's vDSO written to a file, for blazesym.
+    vdso_file: Option<tempfile::NamedTempFile>,
+}
+
+impl Symbolizer {
+    pub fn new(maps: ProcessMaps, perf_map: PerfMap) -> Self {
+        let vdso_file = maps.vdso_image().and_then(|image| {
+            let mut file = tempfile::Builder::new()
+                .prefix("profiler-vdso-")
+                .suffix(".so")
+                .tempfile()
+                .ok()?;
+            file.write_all(image).ok()?;
+            Some(file)
+        });
+        let blaze = Blaze::builder()
+            .enable_code_info(false)
+            .enable_inlined_fns(false)
+            .enable_demangling(true)
+            .build();
+        Self {
+            blaze,
+            maps,
+            perf_map,
+            vdso_file,
+        }
+    }
+
+    /// Names for user stacks given leaf first, as root→leaf frame lists, by stack id.
+    pub fn user_stacks<'a>(
+        &self,
+        stacks: impl IntoIterator<Item = (u64, &'a [u64])>,
+    ) -> HashMap<u64, Vec<Name>> {
+        let stacks: Vec<(u64, &[u64])> = stacks.into_iter().collect();
+        let names = self.user_names(stacks.iter().flat_map(|(_, s)| lookup_addresses(s)));
+        stacks
+            .iter()
+            .map(|&(id, stack)| {
+                let frames = lookup_addresses(stack)
+                    .rev()
+                    .map(|a| {
+                        names
+                            .get(&a)
+                            .cloned()
+                            .unwrap_or_else(|| Arc::from("[unknown]"))
+                    })
+                    .collect();
+                (id, frames)
+            })
+            .collect()
+    }
+
+    /// Names for kernel stacks given leaf first, as root→leaf frame lists with `_[k]`, the
+    /// profiler's own frames removed, by stack id.
+    pub fn kernel_stacks<'a>(
+        &self,
+        stacks: impl IntoIterator<Item = (u64, &'a [u64])>,
+    ) -> HashMap<u64, Vec<Name>> {
+        let stacks: Vec<(u64, &[u64])> = stacks.into_iter().collect();
+        let names = self.kernel_names(stacks.iter().flat_map(|(_, s)| lookup_addresses(s)));
+        stacks
+            .iter()
+            .map(|&(id, stack)| {
+                let mut leaf_first: Vec<Name> = lookup_addresses(stack)
+                    .map(|a| {
+                        names
+                            .get(&a)
+                            .cloned()
+                            .unwrap_or_else(|| Arc::from("[unknown]_[k]"))
+                    })
+                    .collect();
+                strip_probe_plumbing(&mut leaf_first);
+                leaf_first.reverse();
+                (id, leaf_first)
+            })
+            .collect()
+    }
+
+    fn user_names(&self, addrs: impl Iterator<Item = u64>) -> HashMap<u64, Name> {
+        // Group file offsets by the file that holds them: one blazesym call per file.
+        let mut by_file: BTreeMap<PathBuf, Vec<(u64, u64, String)>> = BTreeMap::new();
+        let mut names: HashMap<u64, Name> = HashMap::new();
+        let mut seen = std::collections::HashSet::new();
+        for addr in addrs {
+            if !seen.insert(addr) {
+                continue;
+            }
+            let Some(mapping) = self.maps.find(addr) else {
+                if let Some(jit) = self.perf_map.find(addr) {
+                    names.insert(addr, Arc::from(jit));
+                } else {
+                    names.insert(addr, Arc::from("[unmapped]"));
+                }
+                continue;
+            };
+            let display = mapping.display_name();
+            let file_offset = mapping.file_offset(addr);
+            let path = match &mapping.kind {
+                MappingKind::File { .. } => self.maps.readable_path(mapping),
+                MappingKind::Vdso => self.vdso_file.as_ref().map(|f| f.path().to_path_buf()),
+                MappingKind::Anon { .. } => None,
+            };
+            match path {
+                Some(path) => by_file
+                    .entry(path)
+                    .or_default()
+                    .push((addr, file_offset, display)),
+                None => {
+                    let name = match self.perf_map.find(addr) {
+                        Some(jit) => jit.to_string(),
+                        None => format!("{display}+{:#x}", addr - mapping.start),
+                    };
+                    names.insert(addr, Arc::from(name));
+                }
+            }
+        }
+        for (path, entries) in by_file {
+            let offsets: Vec<u64> = entries.iter().map(|e| e.1).collect();
+            let results = self.symbolize_file(&path, &offsets);
+            for (i, (addr, file_offset, display)) in entries.into_iter().enumerate() {
+                let name = match results.get(i) {
+                    Some(Some(sym)) => tidy(sym).to_string(),
+                    _ => format!("{display}+{file_offset:#x}"),
+                };
+                names.insert(addr, Arc::from(name));
+            }
+        }
+        names
+    }
+
+    /// Symbol names for file offsets in one file. Debug information is tried first (DWARF and
+    /// detached debug files); if reading it fails, the file's own symbol tables still answer.
+    fn symbolize_file(&self, path: &std::path::Path, offsets: &[u64]) -> Vec<Option<String>> {
+        let mut elf = Elf::new(path);
+        let first = self
+            .blaze
+            .symbolize(&Source::Elf(elf.clone()), Input::FileOffset(offsets));
+        let results = match first {
+            Ok(results) => results,
+            Err(e) => {
+                log::debug!(
+                    "debug symbols of {} unusable ({e:#}); using its symbol table",
+                    path.display()
+                );
+                elf.debug_syms = false;
+                match self
+                    .blaze
+                    .symbolize(&Source::Elf(elf), Input::FileOffset(offsets))
+                {
+                    Ok(results) => results,
+                    Err(e) => {
+                        log::warn!("cannot read symbols of {}: {e:#}", path.display());
+                        Vec::new()
+                    }
+                }
+            }
+        };
+        results
+            .into_iter()
+            .map(|r| match r {
+                Symbolized::Sym(sym) => Some(sym.name.into_owned()),
+                Symbolized::Unknown(_) => None,
+            })
+            .collect()
+    }
+
+    fn kernel_names(&self, addrs: impl Iterator<Item = u64>) -> HashMap<u64, Name> {
+        let mut unique: Vec<u64> = addrs.collect();
+        unique.sort_unstable();
+        unique.dedup();
+        let source = Source::Kernel(Kernel {
+            kallsyms: MaybeDefault::Default,
+            // A vmlinux search costs seconds on some machines and adds nothing kallsyms lacks
+            // for function names.
+            vmlinux: MaybeDefault::None,
+            debug_syms: false,
+            ..Kernel::default()
+        });
+        let results = self
+            .blaze
+            .symbolize(&source, Input::AbsAddr(&unique))
+            .unwrap_or_else(|e| {
+                log::warn!("cannot symbolize kernel addresses: {e:#}");
+                Vec::new()
+            });
+        unique
+            .iter()
+            .enumerate()
+            .map(|(i, &addr)| {
+                let name = match results.get(i) {
+                    Some(Symbolized::Sym(sym)) => format!("{}{KERNEL_SUFFIX}", sym.name),
+                    _ => format!("[unknown]{KERNEL_SUFFIX}"),
+                };
+                (addr, Arc::from(name))
+            })
+            .collect()
+    }
+}
+
+/// glibc's internal aliases (`__GI___clock_nanosleep`) read better under their real names.
+fn tidy(name: &str) -> &str {
+    name.strip_prefix("__GI_").unwrap_or(name)
+}
+
+/// Removes the profiler's own frames from the leaf end of a kernel stack (leaf first).
+fn strip_probe_plumbing(leaf_first: &mut Vec<Name>) {
+    let plumbing = leaf_first
+        .iter()
+        .take(16)
+        .rposition(|n| is_probe_plumbing(n.trim_end_matches(KERNEL_SUFFIX)))
+        .map_or(0, |i| i + 1);
+    leaf_first.drain(..plumbing);
+}
+
+/// The addresses to look up for a leaf-first stack: every frame but the leaf is a return
+/// address, which points after the call and may already belong to the next function (calls
+/// to noreturn functions end a function). Looking up `ret - 1` lands inside the call.
+fn lookup_addresses(stack: &[u64]) -> impl DoubleEndedIterator<Item = u64> + '_ {
+    stack
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| if i == 0 { a } else { a.saturating_sub(1) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn return_addresses_are_looked_up_inside_the_call() {
+        let got: Vec<u64> = lookup_addresses(&[0x1000, 0x2000, 0x3000]).collect();
+        assert_eq!(got, vec![0x1000, 0x1fff, 0x2fff]);
+    }
+
+    #[test]
+    fn plumbing_is_cut_from_the_leaf_end_only() {
+        let names = |v: &[&str]| v.iter().map(|s| Arc::from(*s)).collect::<Vec<Name>>();
+        let mut stack = names(&[
+            "bpf_prog_1234_sched_switch_[k]",
+            "bpf_trace_run4_[k]",
+            "__schedule_[k]",
+            "schedule_[k]",
+            "do_nanosleep_[k]",
+        ]);
+        strip_probe_plumbing(&mut stack);
+        assert_eq!(
+            stack,
+            names(&["__schedule_[k]", "schedule_[k]", "do_nanosleep_[k]"])
+        );
+        let mut clean = names(&["__schedule_[k]", "schedule_[k]"]);
+        strip_probe_plumbing(&mut clean);
+        assert_eq!(clean.len(), 2);
+    }
+
+    #[test]
+    fn plumbing_names_are_recognised() {
+        assert!(is_probe_plumbing("bpf_prog_6deef7357e7b4530_sched_switch"));
+        assert!(is_probe_plumbing("bpf_trace_run4"));
+        assert!(is_probe_plumbing("__bpf_trace_sched_switch"));
+        assert!(!is_probe_plumbing("__schedule"));
+        assert!(!is_probe_plumbing("bpf_check"));
+    }
+}
