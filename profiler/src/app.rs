@@ -143,7 +143,7 @@ pub async fn run(args: Args) -> Result<()> {
             Mode::Wall => "wall clock: on-CPU + off-CPU",
         }
     );
-    let subtitle = summary::subtitle(&profile, args.freq, &folded);
+    let subtitle = summary::subtitle(&profile, &folded);
     let mut writer = std::io::BufWriter::new(file);
     svg::write_svg(&folded, &svg::SvgOptions { title, subtitle }, &mut writer)
         .and_then(|()| writer.flush())
@@ -151,7 +151,7 @@ pub async fn run(args: Args) -> Result<()> {
     let post = post_started.elapsed();
 
     let mut out = std::io::stdout().lock();
-    summary::write_summary(&mut out, &profile, &target.name, target.pid, args.freq)?;
+    summary::write_summary(&mut out, &profile, &target.name, target.pid)?;
     writeln!(out, "profiler: wrote flame graph to {}", path.display())?;
     log::info!("post-processing took {:.3} s", post.as_secs_f64());
     if folded.lines.is_empty() {

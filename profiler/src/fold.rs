@@ -56,9 +56,6 @@ impl Folded {
         }
         Ok(())
     }
-    pub fn total(&self) -> u64 {
-        self.lines.values().sum()
-    }
 }
 
 /// The synthetic leaf frame of an off-CPU stack.

@@ -119,6 +119,9 @@ mod tests {
         assert_eq!(off.tgid, off.pid + 4);
         assert!(off.comm > off.tgid, "{off:?}");
         assert!(off.state < off.pid, "{off:?}");
-        assert!(off.exec > off.state && off.exec % 8 == 0, "{off:?}");
+        assert!(
+            off.exec > off.state && off.exec.is_multiple_of(8),
+            "{off:?}"
+        );
     }
 }

@@ -343,11 +343,6 @@ impl Counters {
     pub fn get(&self, counter: Counter) -> u64 {
         self.values[counter as usize]
     }
-    #[cfg(test)]
-    pub fn with(mut self, counter: Counter, value: u64) -> Self {
-        self.values[counter as usize] = value;
-        self
-    }
 }
 
 fn start_ebpf_logger(ebpf: &mut Ebpf) {

@@ -77,9 +77,6 @@ impl ThreadTime {
     pub fn off(&self, state: WaitState) -> u64 {
         self.off_ns[state as usize - 1]
     }
-    pub fn total_off_ns(&self) -> u64 {
-        self.off_ns.iter().sum()
-    }
 }
 
 /// Stacks user space recorded itself (threads blocked at capture start), by stack id.
@@ -519,7 +516,7 @@ mod tests {
         let p = account(drained, Seeds::default(), &opts(Mode::Off));
         assert_eq!(p.threads[&1].off(WaitState::Sleep), 10 * S);
         assert_eq!(p.threads[&3].off(WaitState::Io), 5 * S);
-        assert!(!p.threads.contains_key(&2) || p.threads[&2].total_off_ns() == 0);
+        assert!(!p.threads.contains_key(&2) || p.threads[&2].off_ns.iter().sum::<u64>() == 0);
         assert_eq!(p.open_waits, 2);
     }
 

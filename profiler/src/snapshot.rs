@@ -93,7 +93,7 @@ pub fn walk_frame_pointers(snap: &TaskSnapshot, read: impl Fn(u64) -> Option<u64
     }
     frames.push(snap.user_ip);
     let mut bp = snap.user_bp;
-    while frames.len() < MAX_STACK_DEPTH && bp != 0 && bp % 8 == 0 {
+    while frames.len() < MAX_STACK_DEPTH && bp != 0 && bp.is_multiple_of(8) {
         let (Some(next_bp), Some(ret)) = (read(bp), read(bp + 8)) else {
             break;
         };

@@ -44,10 +44,15 @@ fn state_times(profile: &Profile) -> Vec<(&'static str, u64)> {
     out
 }
 
-pub fn subtitle(profile: &Profile, freq: u64, folded: &Folded) -> String {
+/// Sampling frequency from the sample period.
+fn hz(profile: &Profile) -> String {
+    format!("{:.0} Hz", 1e9 / profile.period_ns.max(1) as f64)
+}
+
+pub fn subtitle(profile: &Profile, folded: &Folded) -> String {
     let mut parts = vec![secs(profile.window.len_ns())];
     if profile.mode.samples_on_cpu() {
-        parts.push(format!("{freq} Hz"));
+        parts.push(hz(profile));
         parts.push(format!(
             "{} samples",
             profile.counters.get(Counter::Samples)
@@ -66,7 +71,6 @@ pub fn write_summary(
     profile: &Profile,
     name: &str,
     pid: u32,
-    freq: u64,
 ) -> io::Result<()> {
     let mode = match profile.mode {
         Mode::Cpu => "cpu",
@@ -79,7 +83,7 @@ pub fn write_summary(
         secs(profile.window.len_ns())
     )?;
     if profile.mode.samples_on_cpu() {
-        write!(out, " at {freq} Hz")?;
+        write!(out, " at {}", hz(profile))?;
     }
     writeln!(out, ", {} threads", profile.threads.len())?;
     let times: Vec<String> = state_times(profile)
@@ -116,6 +120,40 @@ pub fn write_summary(
             })
             .collect();
         writeln!(out, "  lost     {lost}: {}", details.join("; "))?;
+    }
+    if profile.mode.traces_switches() {
+        write_thread_table(out, profile)?;
+    }
+    Ok(())
+}
+
+/// Busiest threads by where their time went, as % of the capture: what `top -H` cannot say.
+fn write_thread_table(out: &mut impl Write, profile: &Profile) -> io::Result<()> {
+    const SHOWN: usize = 10;
+    let window = profile.window.len_ns().max(1) as f64;
+    let mut threads: Vec<_> = profile.threads.iter().collect();
+    threads.sort_by_key(|(tid, t)| (std::cmp::Reverse(t.on_cpu_ns), **tid));
+    writeln!(
+        out,
+        "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8}",
+        "thread", "running", "runnable", "sleep", "io", "other"
+    )?;
+    let pct = |ns: u64| format!("{:.1}%", 100.0 * ns as f64 / window);
+    for (tid, t) in threads.iter().take(SHOWN) {
+        let runq = t.off(WaitState::RunqueuePreempted) + t.off(WaitState::RunqueueWoken);
+        writeln!(
+            out,
+            "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8}",
+            format!("{}-{tid}", t.name),
+            pct(t.on_cpu_ns),
+            pct(runq),
+            pct(t.off(WaitState::Sleep)),
+            pct(t.off(WaitState::Io)),
+            pct(t.off(WaitState::Other)),
+        )?;
+    }
+    if threads.len() > SHOWN {
+        writeln!(out, "  … {} more threads", threads.len() - SHOWN)?;
     }
     Ok(())
 }

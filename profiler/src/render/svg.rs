@@ -9,7 +9,7 @@ use inferno::flamegraph::{
     color::{BasicPalette, Color, Palette, PaletteMap},
 };
 
-use crate::fold::{Folded, Unit};
+use crate::fold::Folded;
 
 /// Fixed colours of the synthetic state frames.
 const STATE_COLOURS: [(&str, Color); 4] = [
@@ -100,6 +100,7 @@ mod tests {
     use std::collections::{BTreeMap, HashMap};
 
     use super::*;
+    use crate::fold::Unit;
 
     #[test]
     fn svg_is_well_formed_and_names_the_frames() {

@@ -56,10 +56,6 @@ impl PerfMap {
             .unwrap_or_default()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     pub fn find(&self, addr: u64) -> Option<&str> {
         let at = self.entries.partition_point(|e| e.0 <= addr);
         let (_, end, name) = self.entries.get(at.checked_sub(1)?)?;

@@ -205,10 +205,6 @@ impl ProcessMaps {
         self.vdso.as_deref()
     }
 
-    pub fn mappings(&self) -> &[Mapping] {
-        &self.mappings
-    }
-
     #[cfg(test)]
     pub fn from_mappings(mappings: Vec<Mapping>) -> Self {
         let mut maps = Self::default();

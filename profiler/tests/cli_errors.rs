@@ -1,0 +1,190 @@
+//! End-to-end: what the user sees when something is wrong, and how a capture ends early.
+//! Every refusal is one sentence, a non-zero exit, and comes before any capture starts.
+
+mod common;
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::*;
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A refusal: failed, fast, and a single `profiler: ...` line on stderr.
+fn assert_refused(out: &std::process::Output, took: Duration, needle: &str) {
+    let err = stderr_of(out);
+    assert!(
+        !out.status.success(),
+        "expected a failure, got success; stderr:\n{err}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "refusal took {took:?}: it must come before capturing"
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one line, got:\n{err}");
+    assert!(lines[0].starts_with("profiler: "), "{err}");
+    assert!(err.contains(needle), "expected {needle:?} in:\n{err}");
+}
+
+fn timed(args: &[&str]) -> (std::process::Output, Duration) {
+    let started = Instant::now();
+    let out = profile(args);
+    (out, started.elapsed())
+}
+
+#[test]
+fn a_pid_that_does_not_exist_is_refused() {
+    require_root();
+    let (out, took) = timed(&["--pid", "4194303", "--secs", "20"]);
+    assert_refused(&out, took, "there is no process with PID 4194303");
+}
+
+#[test]
+fn a_kernel_thread_is_refused() {
+    require_root();
+    let (out, took) = timed(&["--pid", "2", "--secs", "20"]);
+    assert_refused(&out, took, "kernel thread");
+}
+
+#[test]
+fn an_unwritable_output_is_refused_before_attaching() {
+    require_root();
+    let me = std::process::id().to_string();
+    let (out, took) = timed(&[
+        "--pid",
+        &me,
+        "--secs",
+        "20",
+        "-o",
+        "/nonexistent-dir/graph.svg",
+    ]);
+    assert_refused(
+        &out,
+        took,
+        "cannot write the flame graph to /nonexistent-dir/graph.svg",
+    );
+    // A directory cannot be written to, even by root.
+    let dir = scratch_dir();
+    let (out, took) = timed(&[
+        "--pid",
+        &me,
+        "--secs",
+        "20",
+        "--folded",
+        dir.to_str().unwrap(),
+    ]);
+    assert_refused(
+        &out,
+        took,
+        &format!("cannot write the folded stacks to {}", dir.display()),
+    );
+}
+
+#[test]
+fn without_privilege_the_user_is_told_to_use_root() {
+    require_root();
+    let me = std::process::id().to_string();
+    let started = Instant::now();
+    // Drop to nobody with no capabilities, as an ordinary user would run it.
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(PROFILER)
+        .args(["--pid", &me, "--secs", "20", "-o", "/tmp/never-written.svg"])
+        .output()
+        .expect("run setpriv (util-linux)");
+    assert_refused(&out, started.elapsed(), "needs root");
+}
+
+#[test]
+fn bad_arguments_are_refused_by_the_parser() {
+    let out = profile(&["--pid", "1", "--freq", "0"]);
+    assert!(!out.status.success());
+    assert!(stderr_of(&out).contains("--freq"));
+}
+
+/// Starts a capture of a spinning workload and returns the running profiler.
+fn start_capture(name: &str, secs: &str) -> (Workload, std::process::Child, Outputs) {
+    let workload = Workload::spawn(Build::FramePointers, &["spin"]);
+    let out = outputs(name);
+    let child = Command::new(PROFILER)
+        .args([
+            "--pid",
+            &workload.pid().to_string(),
+            "--secs",
+            secs,
+            "--mode",
+            "wall",
+        ])
+        .args([
+            "-o",
+            out.svg.to_str().unwrap(),
+            "--folded",
+            out.folded.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the profiler");
+    (workload, child, out)
+}
+
+fn assert_output_written(out: &Outputs) {
+    let svg = std::fs::read_to_string(&out.svg).expect("the SVG was written");
+    assert!(svg.trim_end().ends_with("</svg>"));
+    let lines = read_folded(&out.folded);
+    assert!(
+        sum(&lines, |l| l.has("cpu_leaf")) > 0,
+        "the capture so far is in the output"
+    );
+}
+
+#[test]
+fn a_target_that_exits_mid_capture_ends_it_early_with_output() {
+    require_root();
+    let _serial = serial();
+    let (mut workload, child, out) = start_capture("target-exits", "30");
+    std::thread::sleep(Duration::from_millis(1500));
+    let started = Instant::now();
+    workload.child.kill().expect("kill the workload");
+    let _ = workload.child.wait();
+    let result = child.wait_with_output().expect("wait for the profiler");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the capture did not end with the target"
+    );
+    assert_success(&result);
+    assert!(
+        stderr_of(&result).contains("the target exited"),
+        "{}",
+        stderr_of(&result)
+    );
+    assert_output_written(&out);
+}
+
+#[test]
+fn sigint_and_sigterm_end_the_capture_with_output() {
+    require_root();
+    let _serial = serial();
+    for (sig, word) in [(libc::SIGINT, "Ctrl-C"), (libc::SIGTERM, "SIGTERM")] {
+        let (_workload, child, out) = start_capture(&format!("signal-{sig}"), "30");
+        std::thread::sleep(Duration::from_millis(1500));
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let started = Instant::now();
+        let result = child.wait_with_output().expect("wait for the profiler");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_success(&result);
+        assert!(stderr_of(&result).contains(word), "{}", stderr_of(&result));
+        assert_output_written(&out);
+    }
+}

@@ -1,0 +1,229 @@
+//! Shared pieces of the end-to-end tests: building the workload, running it and the profiler
+//! as a user would, and reading the folded output.
+#![allow(dead_code)]
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::{Mutex, MutexGuard, OnceLock},
+    time::Duration,
+};
+
+/// The profiler binary cargo built for this test run.
+pub const PROFILER: &str = env!("CARGO_BIN_EXE_profiler");
+
+/// Captures measure CPU time on a 2-core machine: tests of one binary take turns.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The privileged tests are the point of this suite: without root they fail, loudly.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "the end-to-end tests load eBPF programs and must run as root: use `cargo xtask test`"
+    );
+}
+
+pub fn scratch_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e");
+    std::fs::create_dir_all(&dir).expect("create the test scratch directory");
+    dir
+}
+
+/// Compiler flags of a build variant of the workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Build {
+    /// Frame pointers everywhere, leaf functions included; no sibling calls.
+    FramePointers,
+}
+
+impl Build {
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Build::FramePointers => &[
+                "-O2",
+                "-g",
+                "-fno-omit-frame-pointer",
+                "-mno-omit-leaf-frame-pointer",
+                "-fno-optimize-sibling-calls",
+            ],
+        }
+    }
+}
+
+/// Builds `tests/fixtures/workload.c` once per variant and test binary.
+pub fn workload_binary(build: Build) -> PathBuf {
+    static BUILT: OnceLock<Mutex<Vec<(Build, PathBuf)>>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
+    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(b, _)| *b == build) {
+        return path.clone();
+    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/workload.c");
+    // The binary's name is the process name the profiler reports: keep it `workload`.
+    let dir = scratch_dir().join(format!("{build:?}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the workload build directory");
+    let out = dir.join("workload");
+    let status = Command::new("gcc")
+        .args(build.flags())
+        .args(["-pthread", "-Wall", "-o"])
+        .arg(&out)
+        .arg(&source)
+        .status()
+        .expect("run gcc (the tests build their C workload with it)");
+    assert!(status.success(), "gcc failed to build {}", source.display());
+    built.push((build, out.clone()));
+    out
+}
+
+/// A running workload, killed when dropped.
+pub struct Workload {
+    pub child: Child,
+}
+
+impl Workload {
+    pub fn spawn(build: Build, args: &[&str]) -> Self {
+        let mut child = Command::new(workload_binary(build))
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the workload");
+        if args.first() == Some(&"mixed") {
+            // Wait until every thread exists.
+            let stdout = child.stdout.take().expect("piped stdout");
+            let mut line = String::new();
+            BufReader::new(stdout)
+                .read_line(&mut line)
+                .expect("read the workload's ready line");
+            assert_eq!(line.trim(), "ready");
+        }
+        // Let threads settle into their loops (the blocked thread blocks now, before capture).
+        std::thread::sleep(Duration::from_millis(300));
+        Self { child }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(self.pid() as i32, sig) };
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the profiler to completion.
+pub fn profile(args: &[&str]) -> Output {
+    Command::new(PROFILER)
+        .args(args)
+        .output()
+        .expect("run the profiler")
+}
+
+pub fn assert_success(out: &Output) {
+    assert!(
+        out.status.success(),
+        "profiler failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One folded line: frames root→leaf and the count.
+#[derive(Clone, Debug)]
+pub struct Line {
+    pub frames: Vec<String>,
+    pub count: u64,
+}
+
+impl Line {
+    /// Whether `wanted` appear in this order (not necessarily adjacent).
+    pub fn has_in_order(&self, wanted: &[&str]) -> bool {
+        let mut it = self.frames.iter();
+        wanted.iter().all(|w| it.any(|f| f == w))
+    }
+    pub fn has(&self, frame: &str) -> bool {
+        self.frames.iter().any(|f| f == frame)
+    }
+    /// `--per-thread` puts `<name>-<tid>` second.
+    pub fn thread(&self) -> &str {
+        let t = self.frames.get(1).map(String::as_str).unwrap_or("");
+        t.rsplit_once('-').map_or(t, |(name, _)| name)
+    }
+    pub fn state(&self) -> Option<&str> {
+        self.frames
+            .last()
+            .and_then(|f| f.strip_prefix("[off-cpu:"))
+            .and_then(|f| f.strip_suffix(']'))
+    }
+}
+
+pub fn read_folded(path: &Path) -> Vec<Line> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read folded output {}: {e}", path.display()));
+    text.lines()
+        .map(|l| {
+            let (stack, count) = l
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("bad folded line {l:?}"));
+            Line {
+                frames: stack.split(';').map(str::to_string).collect(),
+                count: count
+                    .parse()
+                    .unwrap_or_else(|_| panic!("bad count in {l:?}")),
+            }
+        })
+        .collect()
+}
+
+/// Sum of counts per thread name (with `--per-thread`).
+pub fn per_thread(lines: &[Line]) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for l in lines {
+        *out.entry(l.thread().to_string()).or_default() += l.count;
+    }
+    out
+}
+
+pub fn sum(lines: &[Line], keep: impl Fn(&Line) -> bool) -> u64 {
+    lines.iter().filter(|l| keep(l)).map(|l| l.count).sum()
+}
+
+/// `value` is within `tolerance` (a fraction) of `expected`.
+pub fn assert_close(what: &str, value: f64, expected: f64, tolerance: f64) {
+    let err = (value - expected).abs() / expected;
+    assert!(
+        err <= tolerance,
+        "{what}: {value} is {:.1} % off {expected} (allowed {:.1} %)",
+        err * 100.0,
+        tolerance * 100.0
+    );
+}
+
+/// Paths for one capture's outputs.
+pub struct Outputs {
+    pub svg: PathBuf,
+    pub folded: PathBuf,
+}
+
+pub fn outputs(name: &str) -> Outputs {
+    let dir = scratch_dir();
+    Outputs {
+        svg: dir.join(format!("{name}.svg")),
+        folded: dir.join(format!("{name}.folded")),
+    }
+}

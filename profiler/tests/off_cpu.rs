@@ -1,0 +1,160 @@
+//! End-to-end, privileged: off-CPU waits and the wall-clock view against a workload whose
+//! threads each spend their time in one known way (tests/fixtures/workload.c, `mixed`).
+
+mod common;
+
+use common::*;
+
+const SECS: u64 = 5;
+const WINDOW_US: f64 = SECS as f64 * 1e6;
+
+/// One capture of the mixed workload.
+fn capture(name: &str, extra: &[&str]) -> Vec<Line> {
+    let dir = scratch_dir();
+    let workload = Workload::spawn(Build::FramePointers, &["mixed", dir.to_str().unwrap()]);
+    let out = outputs(name);
+    let pid = workload.pid().to_string();
+    let mut args = vec![
+        "--pid",
+        &pid,
+        "--secs",
+        "5",
+        "--per-thread",
+        "-o",
+        out.svg.to_str().unwrap(),
+        "--folded",
+        out.folded.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let result = profile(&args);
+    assert_success(&result);
+    let svg = std::fs::read_to_string(&out.svg).expect("read the SVG");
+    assert!(svg.trim_end().ends_with("</svg>"));
+    read_folded(&out.folded)
+}
+
+fn thread_lines<'a>(lines: &'a [Line], thread: &str) -> Vec<&'a Line> {
+    lines.iter().filter(|l| l.thread() == thread).collect()
+}
+
+fn total(lines: &[&Line], keep: impl Fn(&Line) -> bool) -> u64 {
+    lines.iter().filter(|l| keep(l)).map(|l| l.count).sum()
+}
+
+#[test]
+fn wall_mode_accounts_every_thread_for_the_whole_capture() {
+    require_root();
+    let _serial = serial();
+    let lines = capture("wall-mixed", &["--mode", "wall"]);
+
+    // (b) Every thread alive for the whole capture: on-CPU + off-CPU = capture length ±3 %.
+    let threads = per_thread(&lines);
+    for name in [
+        "workload",
+        "sleeper",
+        "syncer",
+        "blocked",
+        "spinner-0",
+        "spinner-1",
+        "spinner-2",
+    ] {
+        let us = *threads
+            .get(name)
+            .unwrap_or_else(|| panic!("no lines for thread {name}: {threads:?}"));
+        assert_close(&format!("on+off of {name}"), us as f64, WINDOW_US, 0.03);
+    }
+
+    // (a) The sleeper: ≥ 99 % of its off-CPU time under the function that loops on sleeps.
+    let sleeper = thread_lines(&lines, "sleeper");
+    let off = total(&sleeper, |l| l.state().is_some());
+    let under = total(&sleeper, |l| {
+        l.state().is_some() && l.has_in_order(&["sleeper", "sleeper_loop"])
+    });
+    assert!(
+        under as f64 >= 0.99 * off as f64,
+        "sleeper: {under} of {off} µs under sleeper_loop"
+    );
+    assert_close("sleeper off-CPU", off as f64, WINDOW_US, 0.03);
+
+    // (c) write + fsync shows uninterruptible I/O under fsync.
+    let syncer = thread_lines(&lines, "syncer");
+    let io = total(&syncer, |l| {
+        l.state() == Some("io") && l.has_in_order(&["sync_loop", "fsync"])
+    });
+    assert!(
+        io as f64 > 0.05 * WINDOW_US,
+        "syncer: only {io} µs of io under fsync"
+    );
+
+    // (d) More spinners than cores: each waits on the run queue.
+    for name in ["spinner-0", "spinner-1", "spinner-2"] {
+        let spinner = thread_lines(&lines, name);
+        let runq = total(&spinner, |l| l.state() == Some("runqueue"));
+        let on = total(&spinner, |l| l.state().is_none() && l.has("spin_work"));
+        assert!(
+            runq as f64 > 0.05 * WINDOW_US,
+            "{name}: only {runq} µs on the run queue"
+        );
+        assert!(
+            on as f64 > 0.2 * WINDOW_US,
+            "{name}: only {on} µs on the CPU in spin_work"
+        );
+    }
+
+    // (e) Blocked since before the capture: about the whole duration, with its real stack.
+    let blocked = thread_lines(&lines, "blocked");
+    let waiting = total(&blocked, |l| {
+        l.state() == Some("sleep") && l.has_in_order(&["blocked", "blocked_reader"])
+    });
+    assert_close("blocked thread's wait", waiting as f64, WINDOW_US, 0.03);
+
+    // Off-CPU stacks end in exactly one state frame; the profiler's own frames never appear.
+    for l in &lines {
+        let states = l
+            .frames
+            .iter()
+            .filter(|f| f.starts_with("[off-cpu:"))
+            .count();
+        assert!(states <= 1, "{:?}", l.frames);
+        if states == 1 {
+            assert!(l.state().is_some(), "state frame not last: {:?}", l.frames);
+        }
+        for f in &l.frames {
+            assert!(
+                !(f.starts_with("bpf_prog_")
+                    || f.starts_with("bpf_trace_run")
+                    || f.starts_with("__bpf_trace")),
+                "profiler frame {f} in {:?}",
+                l.frames
+            );
+        }
+    }
+}
+
+#[test]
+fn off_mode_shows_only_waits_and_honours_the_block_limits() {
+    require_root();
+    let _serial = serial();
+    let lines = capture("off-mixed", &["--mode", "off", "--max-block-us", "10000"]);
+    assert!(
+        lines.iter().all(|l| l.state().is_some()),
+        "off mode has only off-CPU stacks"
+    );
+    // The sleeper's 20 ms sleeps and the forever-blocked reader exceed 10 ms: not shown.
+    let sleeper = thread_lines(&lines, "sleeper");
+    let long_sleeps = total(&sleeper, |l| {
+        l.state() == Some("sleep") && l.has("sleeper_loop")
+    });
+    assert!(
+        (long_sleeps as f64) < 0.05 * WINDOW_US,
+        "sleeper still shows {long_sleeps} µs of sleep"
+    );
+    assert_eq!(total(&thread_lines(&lines, "blocked"), |_| true), 0);
+    // Short run-queue waits stay.
+    let runq: u64 = lines
+        .iter()
+        .filter(|l| l.state() == Some("runqueue"))
+        .map(|l| l.count)
+        .sum();
+    assert!(runq > 0);
+}

@@ -1,0 +1,131 @@
+//! End-to-end, privileged: on-CPU sampling of a workload whose call chain and CPU use are
+//! known.
+
+mod common;
+
+use common::*;
+
+const FREQ: u64 = 99;
+const SECS: u64 = 5;
+
+#[test]
+fn on_cpu_samples_match_the_frequency_and_carry_the_call_chain() {
+    require_root();
+    let _serial = serial();
+    let workload = Workload::spawn(Build::FramePointers, &["spin"]);
+    let out = outputs("on-cpu-spin");
+    let pid = workload.pid().to_string();
+    let result = profile(&[
+        "--pid",
+        &pid,
+        "--secs",
+        &SECS.to_string(),
+        "--freq",
+        &FREQ.to_string(),
+        "--mode",
+        "cpu",
+        "-o",
+        out.svg.to_str().unwrap(),
+        "--folded",
+        out.folded.to_str().unwrap(),
+    ]);
+    assert_success(&result);
+    let lines = read_folded(&out.folded);
+    let total = sum(&lines, |_| true);
+
+    // (a) One thread busy for the whole capture: freq × seconds samples, ±10 %.
+    assert_close("on-CPU samples", total as f64, (FREQ * SECS) as f64, 0.10);
+
+    // (b) ≥ 95 % of them carry the known frames, in order, under the process name.
+    let chain = ["workload", "main", "cpu_outer", "cpu_middle", "cpu_leaf"];
+    let with_chain = sum(&lines, |l| l.has_in_order(&chain));
+    assert!(
+        with_chain as f64 >= 0.95 * total as f64,
+        "only {with_chain} of {total} samples carry {chain:?}; folded:\n{}",
+        std::fs::read_to_string(&out.folded).unwrap()
+    );
+    // Process name first, then user frames from the root: __libc_start_call_main from the
+    // detached debug file, not a mislabelled neighbour.
+    assert!(lines.iter().all(|l| l.frames[0] == "workload"));
+
+    // (c) The SVG is well-formed XML and names those functions.
+    let svg = std::fs::read_to_string(&out.svg).expect("read the SVG");
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..roxmltree::ParsingOptions::default()
+    };
+    let doc =
+        roxmltree::Document::parse_with_options(&svg, opts).expect("the SVG is well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    for f in ["cpu_outer", "cpu_middle", "cpu_leaf"] {
+        assert!(svg.contains(f), "SVG does not name {f}");
+    }
+    assert!(svg.contains(&format!("PID {pid}")), "title names the pid");
+    assert!(
+        svg.contains(&format!("{FREQ} Hz")) && svg.contains("0 lost"),
+        "subtitle"
+    );
+
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(
+        stdout.contains("lost     0"),
+        "the summary prints the loss count:\n{stdout}"
+    );
+}
+
+#[test]
+fn per_thread_puts_the_thread_second_and_sees_threads_started_mid_capture() {
+    require_root();
+    let _serial = serial();
+    let dir = scratch_dir();
+    let workload = Workload::spawn(Build::FramePointers, &["mixed", dir.to_str().unwrap()]);
+    let out = outputs("on-cpu-late-thread");
+    let pid = workload.pid().to_string();
+    let profiler = std::process::Command::new(PROFILER)
+        .args([
+            "--pid",
+            &pid,
+            "--secs",
+            "3",
+            "--mode",
+            "cpu",
+            "--per-thread",
+        ])
+        .args([
+            "-o",
+            out.svg.to_str().unwrap(),
+            "--folded",
+            out.folded.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the profiler");
+    // The thread is created while the capture runs.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    workload.signal(libc::SIGUSR1);
+    let result = profiler.wait_with_output().expect("wait for the profiler");
+    assert_success(&result);
+    let lines = read_folded(&out.folded);
+    let threads = per_thread(&lines);
+    assert!(
+        threads.keys().any(|t| t == "late"),
+        "no samples of the late thread: {threads:?}"
+    );
+    assert!(
+        sum(&lines, |l| l.thread() == "late"
+            && l.has_in_order(&["late_work"]))
+            > 20,
+        "late thread samples lack late_work"
+    );
+    for l in &lines {
+        let (name, tid) = l.frames[1]
+            .rsplit_once('-')
+            .expect("thread frame is name-tid");
+        assert!(
+            !name.is_empty() && tid.parse::<u32>().is_ok(),
+            "bad thread frame {:?}",
+            l.frames[1]
+        );
+    }
+}
