@@ -433,6 +433,109 @@ pub struct TaskSnapshot {
     pub kernel_frames: [u64; MAX_STACK_DEPTH],
 }
 
+/// Wire types of the in-kernel `.eh_frame` unwinder (x86_64).
+///
+/// User space turns each executable file's `.eh_frame` into sorted [`UnwindRow`]s: from a row's
+/// `pc` until the next row's `pc`, how to find the canonical frame address (CFA) and the
+/// caller's `rbp`; the return address is always at CFA − 8 on x86_64. A file's rows are
+/// contiguous in a global row array stored in chunks of [`ROWS_PER_CHUNK`] rows (one array map
+/// value each), so a binary search step costs one inlined array lookup. The target's mappings
+/// ([`ProcMappings`]) say which rows cover which addresses.
+pub mod unwind {
+    /// Rows per chunk (one `BPF_MAP_TYPE_ARRAY` value of 768 KiB).
+    pub const ROWS_PER_CHUNK: usize = 1 << 16;
+    /// Executable mappings of the target the unwinder can tell apart.
+    pub const MAX_MAPPINGS: usize = 512;
+
+    /// How to compute the CFA of a frame.
+    pub mod cfa_kind {
+        /// The return address is undefined: the outermost frame (`_start`, `clone3`).
+        pub const END_OF_STACK: u8 = 0;
+        /// CFA = rsp + offset.
+        pub const RSP: u8 = 1;
+        /// CFA = rbp + offset.
+        pub const RBP: u8 = 2;
+        /// PLT stub: CFA = rsp + 8, plus 8 more when `(rip & 15) >= offset` (the stub has
+        /// pushed its relocation index). The standard `.plt` CFA expression.
+        pub const PLT: u8 = 3;
+        /// Signal trampoline (`__restore_rt`): the interrupted registers are in the
+        /// `ucontext_t` at rsp; rip, rsp and rbp are read from there.
+        pub const SIGNAL_FRAME: u8 = 4;
+        /// A rule the unwinder cannot express: this frame falls back to frame pointers.
+        pub const UNSUPPORTED: u8 = 5;
+        /// No FDE covers this address (a gap between functions): frame pointers.
+        pub const NO_INFO: u8 = 6;
+    }
+
+    /// Where the caller's rbp is.
+    pub mod rbp_kind {
+        /// Not saved by this frame: the caller's rbp is the current rbp.
+        pub const UNCHANGED: u8 = 0;
+        /// Saved at CFA + `rbp_offset`.
+        pub const AT_CFA_OFFSET: u8 = 1;
+        /// Any other rule: the caller's rbp is unknown (frames above may fall back badly).
+        pub const UNSUPPORTED: u8 = 2;
+    }
+
+    /// One unwind row; 12 bytes.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct UnwindRow {
+        /// Address relative to the table's base (the lowest address any row of the file covers).
+        pub pc: u32,
+        pub cfa_offset: i32,
+        pub rbp_offset: i16,
+        /// One of [`cfa_kind`].
+        pub cfa_kind: u8,
+        /// One of [`rbp_kind`].
+        pub rbp_kind: u8,
+    }
+
+    /// One chunk of the global row array.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct RowChunk {
+        pub rows: [UnwindRow; ROWS_PER_CHUNK],
+    }
+
+    /// One executable mapping of the target.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct ExecMapping {
+        pub start: u64,
+        pub end: u64,
+        /// Subtract from a runtime address to get a row `pc`: the file's load bias plus its
+        /// table base.
+        pub bias: u64,
+        /// Index of the file's first row in the global row array.
+        pub first_row: u32,
+        /// Rows of the file; 0 means no `.eh_frame`: unwind with frame pointers.
+        pub row_count: u32,
+    }
+
+    /// The target's executable mappings sorted by `start`, `count` of them valid.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct ProcMappings {
+        pub count: u32,
+        pub _pad: u32,
+        pub entries: [ExecMapping; MAX_MAPPINGS],
+    }
+
+    #[cfg(feature = "user")]
+    // SAFETY: repr(C), integer fields, no padding (4 + 4 + 2 + 1 + 1).
+    unsafe impl aya::Pod for UnwindRow {}
+    #[cfg(feature = "user")]
+    // SAFETY: an array of Pod rows.
+    unsafe impl aya::Pod for RowChunk {}
+    #[cfg(feature = "user")]
+    // SAFETY: repr(C), u64/u32 fields, no padding.
+    unsafe impl aya::Pod for ExecMapping {}
+    #[cfg(feature = "user")]
+    // SAFETY: repr(C), u32 fields then an array of Pod mappings (8-byte aligned at offset 8).
+    unsafe impl aya::Pod for ProcMappings {}
+}
+
 /// Per-CPU loss and event counters, indexes of [`names::MAP_COUNTERS`].
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -553,6 +656,13 @@ mod tests {
         assert_eq!(size_of::<ThreadStats>(), 56);
         assert_eq!(size_of::<Stack>(), 8 * (MAX_STACK_DEPTH + 1));
         assert_eq!(size_of::<TaskSnapshot>(), 56 + 8 * MAX_STACK_DEPTH);
+        assert_eq!(size_of::<unwind::UnwindRow>(), 12);
+        assert_eq!(size_of::<unwind::RowChunk>(), 12 * unwind::ROWS_PER_CHUNK);
+        assert_eq!(size_of::<unwind::ExecMapping>(), 32);
+        assert_eq!(
+            size_of::<unwind::ProcMappings>(),
+            8 + 32 * unwind::MAX_MAPPINGS
+        );
         assert_eq!(Counter::ALL.len(), Counter::COUNT as usize);
         for (i, c) in Counter::ALL.iter().enumerate() {
             assert_eq!(*c as usize, i);

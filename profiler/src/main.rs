@@ -3,20 +3,8 @@
 //! `main` only parses arguments, sets up logging and the runtime, and turns an error into one
 //! line and a non-zero exit; `app` runs the stages.
 
-mod app;
-mod capture;
-mod cli;
-mod drain;
-mod fold;
-mod kernel;
-mod preflight;
-mod probes;
-mod profile;
-mod render;
-mod snapshot;
-mod symbolize;
-
 use clap::Parser as _;
+use profiler::{app, cli};
 
 fn main() -> std::process::ExitCode {
     let args = cli::Args::parse();

@@ -1,0 +1,16 @@
+//! The profiler as a library: one module per stage of the data path (see ARCHITECTURE.md).
+//! The binary (`main.rs`) is a thin shell around [`app::run`]; the fuzz targets and tests use
+//! the pure stages directly.
+
+pub mod app;
+pub mod capture;
+pub mod cli;
+pub mod drain;
+pub mod fold;
+pub mod kernel;
+pub mod preflight;
+pub mod probes;
+pub mod profile;
+pub mod render;
+pub mod snapshot;
+pub mod symbolize;
