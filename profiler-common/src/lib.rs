@@ -12,9 +12,14 @@ pub const MAX_STACK_DEPTH: usize = 127;
 /// `TASK_COMM_LEN` in the kernel.
 pub const COMM_LEN: usize = 16;
 
-/// Buckets of the per-site wait-time histogram: bucket `i` counts waits of `[2^i, 2^(i+1))`
-/// nanoseconds; the last bucket also takes everything longer (2^39 ns ≈ 9 minutes).
-pub const WAIT_HIST_BUCKETS: usize = 40;
+/// Buckets of the per-site wait-time histogram, see [`hist_bucket`].
+pub const WAIT_HIST_BUCKETS: usize = 2 + HIST_OCTAVES * HIST_SUB_BUCKETS;
+/// Powers of two covered: 2^10 ns (1 µs) up to 2^40 ns (18 minutes).
+pub const HIST_OCTAVES: usize = 30;
+/// Linear sub-buckets per power of two (±12 % resolution).
+pub const HIST_SUB_BUCKETS: usize = 4;
+/// log2 of the histogram's first bucket bound (1024 ns).
+pub const HIST_MIN_LOG2: u32 = 10;
 
 /// Names of maps, programs and globals as the loader looks them up in the object file.
 pub mod names {
@@ -24,6 +29,10 @@ pub mod names {
     pub const PROG_SWITCH: &str = "sched_switch";
     /// Task iterator: the state and stacks of every target thread when the capture starts.
     pub const PROG_SNAPSHOT: &str = "snapshot_tasks";
+    /// tp_btf programs on `sched_wakeup` / `sched_wakeup_new`: end of a sleep, start of the
+    /// wait for a CPU, and who woke the thread.
+    pub const PROG_WAKEUP: &str = "sched_wakeup";
+    pub const PROG_WAKEUP_NEW: &str = "sched_wakeup_new";
 
     /// `HashMap<SampleKey, SampleValue>`: on-CPU samples aggregated in the kernel.
     pub const MAP_SAMPLES: &str = "SAMPLES";
@@ -41,6 +50,12 @@ pub mod names {
     pub const MAP_CONTROL: &str = "CONTROL";
     /// `PerCpuArray<Stack>`: scratch space for one stack per program (the BPF stack is 512 B).
     pub const MAP_SCRATCH: &str = "SCRATCH";
+    /// `HashMap<WakerKey, WakerValue>`: who woke each blocking site.
+    pub const MAP_WAKERS: &str = "WAKERS";
+    /// `Array<unwind::RowChunk>`: every unwind row, in chunks.
+    pub const MAP_UNWIND_ROWS: &str = "UNWIND_ROWS";
+    /// `Array<unwind::ProcMappings>` with one entry: the target's executable mappings.
+    pub const MAP_PROC_MAPPINGS: &str = "PROC_MAPPINGS";
 
     /// Load-time globals (set with `EbpfLoader::override_global`).
     pub const GLOBAL_CONFIG: &str = "CONFIG";
@@ -78,6 +93,10 @@ pub mod config_flags {
     pub const USER_STACKS: u32 = 1 << 0;
     /// Take kernel stacks.
     pub const KERNEL_STACKS: u32 = 1 << 1;
+    /// Take the stacks of wakers (`--wakers`).
+    pub const WAKER_STACKS: u32 = 1 << 2;
+    /// Unwind user stacks with the `.eh_frame` rows (frame pointers where there are none).
+    pub const DWARF_UNWIND: u32 = 1 << 3;
 }
 
 #[cfg(feature = "user")]
@@ -100,6 +119,9 @@ pub mod stack_id {
     /// Used by user space only: on-CPU time measured at context switches that no sample fell
     /// into (short bursts between samples).
     pub const UNSAMPLED: u64 = RESERVED | 3;
+    /// Used by user space only: the user stack of a thread of another process (a waker),
+    /// which the target's symbols cannot name.
+    pub const FOREIGN: u64 = RESERVED | 4;
     /// `SNAPSHOT | i`: the stack user space recorded for thread snapshot `i` at capture start
     /// (a thread already blocked when the capture began has no switch-out event).
     pub const SNAPSHOT: u64 = RESERVED | (1 << 32);
@@ -309,12 +331,46 @@ impl Default for WaitValue {
     }
 }
 
-/// Histogram bucket of a duration: `floor(log2(ns))`, capped at the last bucket. Written as a
-/// fixed binary search because BPF has no count-leading-zeros instruction.
+/// Histogram bucket of a duration: a log2 histogram with [`HIST_SUB_BUCKETS`] linear
+/// sub-buckets per power of two. Bucket 0 takes everything below 1 µs; bucket
+/// `1 + 4·(e − 10) + s` takes `[2^e + s·2^(e−2), 2^e + (s+1)·2^(e−2))` ns; the last bucket
+/// takes everything from 2^40 ns on.
 #[inline(always)]
 pub const fn hist_bucket(ns: u64) -> usize {
-    let mut v = ns;
-    let mut b = 0usize;
+    if ns < (1 << HIST_MIN_LOG2) {
+        return 0;
+    }
+    let e = log2_floor(ns);
+    if e >= HIST_MIN_LOG2 + HIST_OCTAVES as u32 {
+        return WAIT_HIST_BUCKETS - 1;
+    }
+    let sub = ((ns >> (e - 2)) & 3) as usize;
+    1 + (e - HIST_MIN_LOG2) as usize * HIST_SUB_BUCKETS + sub
+}
+
+/// Lower and upper bound (ns) of histogram bucket `i`; the last bucket's upper bound is its
+/// lower bound (open-ended).
+pub const fn hist_bucket_bounds(i: usize) -> (u64, u64) {
+    if i == 0 {
+        return (0, 1 << HIST_MIN_LOG2);
+    }
+    if i >= WAIT_HIST_BUCKETS - 1 {
+        let lo = 1u64 << (HIST_MIN_LOG2 as usize + HIST_OCTAVES);
+        return (lo, lo);
+    }
+    let e = HIST_MIN_LOG2 as usize + (i - 1) / HIST_SUB_BUCKETS;
+    let sub = ((i - 1) % HIST_SUB_BUCKETS) as u64;
+    let step = 1u64 << (e - 2);
+    let lo = (1u64 << e) + sub * step;
+    (lo, lo + step)
+}
+
+/// `floor(log2(v))` for v > 0, as a fixed binary search because BPF has no
+/// count-leading-zeros instruction.
+#[inline(always)]
+pub const fn log2_floor(v: u64) -> u32 {
+    let mut v = v;
+    let mut b = 0u32;
     if v >= 1 << 32 {
         v >>= 32;
         b += 32;
@@ -338,11 +394,7 @@ pub const fn hist_bucket(ns: u64) -> usize {
     if v >= 1 << 1 {
         b += 1;
     }
-    if b >= WAIT_HIST_BUCKETS {
-        WAIT_HIST_BUCKETS - 1
-    } else {
-        b
-    }
+    b
 }
 
 /// Value of [`names::MAP_WAIT_START`]: the wait a thread is in right now.
@@ -357,17 +409,55 @@ pub struct WaitStart {
     pub state: u32,
     /// Bit set of [`wait_flags`].
     pub flags: u32,
-    /// Slot for the wakeup path: when the thread was made runnable again (0 = not seen).
+    /// When `sched_wakeup` made the thread runnable again (0 = not seen: preempted, or the
+    /// wakeup was missed); from here until switch-in it waits for a CPU.
     pub wake_ts_ns: u64,
-    /// Slot for the wakeup path: which thread woke it.
+    /// Which thread woke it (0: an interrupt on an idle CPU).
     pub waker_tid: u32,
-    pub _pad: u32,
+    pub waker_tgid: u32,
+    pub waker_comm: [u8; COMM_LEN],
+    /// The waker's stacks (with `--wakers`; otherwise `stack_id::EMPTY`).
+    pub waker_user_stack: u64,
+    pub waker_kernel_stack: u64,
 }
 
 pub mod wait_flags {
     /// Inserted by user space from the start-of-capture snapshot.
     pub const SNAPSHOT: u32 = 1 << 0;
 }
+
+/// Key of [`names::MAP_WAKERS`]: one blocking site and one waker of it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WakerKey {
+    pub tid: u32,
+    /// A [`WaitState`] (the blocking site's).
+    pub state: u32,
+    pub user_stack: u64,
+    pub kernel_stack: u64,
+    pub waker_tid: u32,
+    pub waker_tgid: u32,
+    pub waker_user_stack: u64,
+    pub waker_kernel_stack: u64,
+}
+
+/// Value of [`names::MAP_WAKERS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WakerValue {
+    /// Wakeups of the site by this waker.
+    pub count: u64,
+    /// Blocked time those wakeups ended (switch-out to wakeup).
+    pub total_ns: u64,
+    pub waker_comm: [u8; COMM_LEN],
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), integer fields, no padding holes.
+unsafe impl aya::Pod for WakerKey {}
+#[cfg(feature = "user")]
+// SAFETY: repr(C), integer fields and a byte array, no padding.
+unsafe impl aya::Pod for WakerValue {}
 
 #[cfg(feature = "user")]
 // SAFETY: repr(C), only integer fields, no padding holes.
@@ -565,10 +655,14 @@ pub enum Counter {
     /// Switch-ins the kernel did not report (seen on this machine for switches away from some
     /// tasks); recovered from the thread's CPU time, so nothing is lost.
     MissedSwitchIns,
+    /// Wakeups of target threads.
+    Wakeups,
+    /// Waker records dropped because the waker map was full.
+    WakersMapFull,
 }
 
 impl Counter {
-    pub const COUNT: u32 = 12;
+    pub const COUNT: u32 = 14;
 
     pub const ALL: [Counter; Self::COUNT as usize] = [
         Counter::Samples,
@@ -583,6 +677,8 @@ impl Counter {
         Counter::WaitsFiltered,
         Counter::ThreadsFull,
         Counter::MissedSwitchIns,
+        Counter::Wakeups,
+        Counter::WakersMapFull,
     ];
 }
 
@@ -591,18 +687,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hist_bucket_is_floor_log2() {
+    fn log2_floor_is_exact() {
+        for b in 0..64 {
+            assert_eq!(log2_floor(1u64 << b), b);
+            if b > 0 {
+                assert_eq!(log2_floor((1u64 << b) - 1), b - 1);
+            }
+        }
+    }
+
+    #[test]
+    fn every_duration_falls_inside_its_bucket_bounds() {
         assert_eq!(hist_bucket(0), 0);
-        assert_eq!(hist_bucket(1), 0);
-        assert_eq!(hist_bucket(2), 1);
-        assert_eq!(hist_bucket(3), 1);
-        assert_eq!(hist_bucket(1023), 9);
-        assert_eq!(hist_bucket(1024), 10);
-        for b in 0..WAIT_HIST_BUCKETS - 1 {
-            assert_eq!(hist_bucket(1u64 << b), b);
-            assert_eq!(hist_bucket((1u64 << (b + 1)) - 1), b);
+        assert_eq!(hist_bucket(1023), 0);
+        assert_eq!(hist_bucket(1024), 1);
+        // 20 ms = 2^24 + 0.19·2^24: octave 24, first quarter.
+        assert_eq!(hist_bucket(20_000_000), 1 + 14 * 4);
+        let mut ns = 1u64;
+        while ns < (1 << 41) {
+            for v in [ns, ns + ns / 3, ns * 2 - 1] {
+                let b = hist_bucket(v);
+                let (lo, hi) = hist_bucket_bounds(b);
+                assert!(
+                    v >= lo && (v < hi || b == WAIT_HIST_BUCKETS - 1),
+                    "{v} in {b}: {lo}..{hi}"
+                );
+            }
+            ns *= 2;
         }
         assert_eq!(hist_bucket(u64::MAX), WAIT_HIST_BUCKETS - 1);
+        // Buckets tile the range without gaps.
+        for b in 1..WAIT_HIST_BUCKETS - 1 {
+            assert_eq!(hist_bucket_bounds(b - 1).1, hist_bucket_bounds(b).0);
+        }
     }
 
     #[test]
@@ -652,7 +769,9 @@ mod tests {
         assert_eq!(size_of::<SampleKey>(), 24);
         assert_eq!(size_of::<WaitKey>(), 24);
         assert_eq!(size_of::<WaitValue>(), 24 + 4 * WAIT_HIST_BUCKETS);
-        assert_eq!(size_of::<WaitStart>(), 48);
+        assert_eq!(size_of::<WaitStart>(), 80);
+        assert_eq!(size_of::<WakerKey>(), 48);
+        assert_eq!(size_of::<WakerValue>(), 32);
         assert_eq!(size_of::<ThreadStats>(), 56);
         assert_eq!(size_of::<Stack>(), 8 * (MAX_STACK_DEPTH + 1));
         assert_eq!(size_of::<TaskSnapshot>(), 56 + 8 * MAX_STACK_DEPTH);

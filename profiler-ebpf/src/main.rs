@@ -17,6 +17,8 @@ mod sample;
 mod snapshot;
 mod stack;
 mod switch;
+mod unwind;
+mod wakeup;
 
 use aya_ebpf::Global;
 use profiler_common::Config;

@@ -7,6 +7,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     Control, Counter, SampleKey, SampleValue, Stack, ThreadStats, WaitKey, WaitStart, WaitValue,
+    WakerKey, WakerValue,
 };
 
 // Every hash map is preallocated: an insert from sched_switch (IRQs off, run-queue lock held)
@@ -29,6 +30,9 @@ pub static WAIT_START: HashMap<u32, WaitStart> = HashMap::with_max_entries(65_53
 pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(65_536, 0);
 
 #[map]
+pub static WAKERS: HashMap<WakerKey, WakerValue> = HashMap::with_max_entries(32_768, 0);
+
+#[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
 
 #[map]
@@ -39,15 +43,20 @@ pub static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
 #[map]
 pub static SCRATCH: PerCpuArray<Stack> = PerCpuArray::with_max_entries(Scratch::COUNT, 0);
 
+/// Where a new wait site's value is built: at 512 bytes it does not fit the BPF stack.
+#[map]
+pub static SCRATCH_WAIT: PerCpuArray<WaitValue> = PerCpuArray::with_max_entries(1, 0);
+
 #[derive(Clone, Copy)]
 #[repr(u32)]
 pub enum Scratch {
     Sample = 0,
     Switch = 1,
+    Wakeup = 2,
 }
 
 impl Scratch {
-    const COUNT: u32 = 2;
+    const COUNT: u32 = 3;
 }
 
 /// Adds one to a loss or event counter and returns its previous value on this CPU (0 means

@@ -21,13 +21,13 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use profiler_common::{
-    COMM_LEN, Config, Counter, ThreadStats, WaitKey, WaitStart, WaitValue, classify_switch,
-    config_flags, hist_bucket, stack_id,
+    COMM_LEN, Config, Counter, ThreadStats, WAIT_HIST_BUCKETS, WaitKey, WaitStart, WaitState,
+    WakerKey, WakerValue, classify_switch, config_flags, hist_bucket, stack_id,
 };
 
 use crate::{
     config,
-    maps::{Scratch, THREADS, WAIT_START, WAITS, capture_start, count},
+    maps::{SCRATCH_WAIT, Scratch, THREADS, WAIT_START, WAITS, WAKERS, capture_start, count},
     stack,
 };
 
@@ -89,7 +89,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
 /// # Safety
 /// `task` must point at a live task_struct.
 #[inline(always)]
-unsafe fn read<T>(task: *const u8, offset: u32) -> Result<T, i32> {
+pub(crate) unsafe fn read<T>(task: *const u8, offset: u32) -> Result<T, i32> {
     // SAFETY: the caller guarantees `task`; the helper faults safely on a bad address.
     unsafe { bpf_probe_read_kernel(task.add(offset as usize).cast()) }
 }
@@ -137,7 +137,7 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
         stack_id::EMPTY
     };
     let user_stack = if cfg.flags & config_flags::USER_STACKS != 0 {
-        stack::user_stack(ctx, Scratch::Switch)
+        stack::user_stack(ctx, Scratch::Switch, None)
     } else {
         stack_id::EMPTY
     };
@@ -234,25 +234,71 @@ fn switch_in(cfg: &Config, next: *const u8, tid: u32, now: u64) {
     }
 }
 
-/// Ends the wait in `slot` at `end`, if one is open, and aggregates it.
+/// Ends the wait in `slot` at `end`, if one is open, and aggregates it. A wait that a wakeup
+/// ended splits in two: blocked until the wakeup (its own state), then runnable until `end`
+/// (`RunqueueWoken`), both under the blocking stacks; the waker is credited with the first.
 #[inline(always)]
 fn close_wait(cfg: &Config, tid: u32, slot: &mut WaitStart, end: u64) {
     if slot.ts_ns == 0 {
         return;
     }
-    let delta = end.saturating_sub(slot.ts_ns);
-    let key = WaitKey {
+    let began = slot.ts_ns;
+    let total = end.saturating_sub(began);
+    let wake = slot.wake_ts_ns;
+    slot.ts_ns = 0;
+    slot.wake_ts_ns = 0;
+    if total < cfg.min_block_ns || total > cfg.max_block_ns {
+        count(Counter::WaitsFiltered);
+        return;
+    }
+    let mut key = WaitKey {
         tid,
         state: slot.state,
         user_stack: slot.user_stack,
         kernel_stack: slot.kernel_stack,
     };
-    slot.ts_ns = 0;
-    if delta < cfg.min_block_ns || delta > cfg.max_block_ns {
-        count(Counter::WaitsFiltered);
+    if wake == 0 || wake < began || wake > end {
+        add_wait(&key, total);
         return;
     }
-    add_wait(&key, delta);
+    let blocked = total - (end - wake);
+    if blocked > 0 {
+        add_wait(&key, blocked);
+        add_waker(&key, slot, blocked);
+    }
+    key.state = WaitState::RunqueueWoken as u32;
+    add_wait(&key, end - wake);
+}
+
+#[inline(always)]
+fn add_waker(site: &WaitKey, slot: &WaitStart, blocked: u64) {
+    let key = WakerKey {
+        tid: site.tid,
+        state: site.state,
+        user_stack: site.user_stack,
+        kernel_stack: site.kernel_stack,
+        waker_tid: slot.waker_tid,
+        waker_tgid: slot.waker_tgid,
+        waker_user_stack: slot.waker_user_stack,
+        waker_kernel_stack: slot.waker_kernel_stack,
+    };
+    match WAKERS.get_ptr_mut(&key) {
+        // SAFETY: keyed by the wakee's tid, which switches in on one CPU at a time.
+        Some(value) => unsafe {
+            (*value).count += 1;
+            (*value).total_ns += blocked;
+        },
+        None => {
+            let value = WakerValue {
+                count: 1,
+                total_ns: blocked,
+                waker_comm: slot.waker_comm,
+            };
+            if WAKERS.insert(&key, &value, NOEXIST).is_err() {
+                count(Counter::WakersMapFull);
+            }
+        }
+    }
 }
 
 #[inline(always)]
@@ -272,16 +318,19 @@ fn add_wait(key: &WaitKey, delta: u64) {
             }
         },
         None => {
-            let mut value = WaitValue {
-                total_ns: delta,
-                count: 1,
-                max_ns: delta,
-                ..WaitValue::default()
+            let Some(value) = SCRATCH_WAIT.get_ptr_mut(0) else {
+                return;
             };
+            // SAFETY: per-CPU scratch, owned by this program while it runs.
+            let value = unsafe { &mut *value };
+            value.total_ns = delta;
+            value.count = 1;
+            value.max_ns = delta;
+            value.hist = [0; WAIT_HIST_BUCKETS];
             if let Some(b) = value.hist.get_mut(bucket) {
                 *b = 1;
             }
-            if WAITS.insert(key, &value, NOEXIST).is_err() {
+            if WAITS.insert(key, &*value, NOEXIST).is_err() {
                 count(Counter::WaitsMapFull);
             }
         }

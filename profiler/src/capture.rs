@@ -7,13 +7,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profiler_common::Counter;
 use tokio::{
     io::unix::AsyncFd,
     signal::unix::{SignalKind, signal},
 };
-
-use crate::{probes::Probes, symbolize::procmap::ProcessMaps};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EndReason {
@@ -54,17 +51,13 @@ impl Waiter {
         })
     }
 
-    pub async fn wait(
-        &mut self,
-        secs: u64,
-        probes: &Probes,
-        maps: &mut ProcessMaps,
-        pid: u32,
-    ) -> EndReason {
+    /// Waits out the capture, calling `tick` twice a second (to pick up new mappings and to
+    /// read progress counters).
+    pub async fn wait(&mut self, secs: u64, mut tick: impl FnMut() -> Tick) -> EndReason {
         let started = Instant::now();
         let total = Duration::from_secs(secs);
         let mut progress = Progress::new(secs);
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let mut interval = tokio::time::interval(Duration::from_millis(500));
         let exited = async {
             match &self.exited {
                 Some(fd) => {
@@ -81,20 +74,26 @@ impl Waiter {
                 _ = self.sigint.recv() => break EndReason::Interrupted,
                 _ = self.sigterm.recv() => break EndReason::Terminated,
                 _ = &mut exited => break EndReason::TargetExited,
-                _ = tick.tick() => {
-                    // New libraries (dlopen) and JIT regions become resolvable as they appear.
-                    if maps.refresh().is_err() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                _ = interval.tick() => {
+                    let t = tick();
+                    if t.target_gone {
                         break EndReason::TargetExited;
                     }
-                    if let Ok(counters) = probes.counters() {
-                        progress.show(started.elapsed(), counters.get(Counter::Samples), counters.get(Counter::SwitchesOut));
-                    }
+                    progress.show(started.elapsed(), t.samples, t.switches);
                 }
             }
         };
         progress.finish();
         reason
     }
+}
+
+/// What the periodic tick learned.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tick {
+    pub samples: u64,
+    pub switches: u64,
+    pub target_gone: bool,
 }
 
 /// A pidfd becomes readable when the process exits: no polling of /proc needed.

@@ -18,6 +18,16 @@ pub const DEFAULT_MAX_KEYS: u32 = 32_768;
 /// Default number of threads tracked (also the size of the wait-start table).
 pub const DEFAULT_MAX_THREADS: u32 = 65_536;
 
+/// How user stacks are walked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Unwind {
+    /// Frame pointers only (what BCC and perf's fp mode do).
+    Fp,
+    /// `.eh_frame` wherever a file has it, frame pointers elsewhere (JIT code, files
+    /// without unwind tables).
+    Dwarf,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
     /// On-CPU samples only; counts are samples.
@@ -79,6 +89,16 @@ pub struct Args {
     #[arg(long)]
     pub per_thread: bool,
 
+    /// Also write the wakeup chains (`waiter stack;--;waker stack`) as `<output>.wakers.svg`
+    /// (and `<folded>.wakers.folded`), taking the wakers' stacks.
+    #[arg(long)]
+    pub wakers: bool,
+
+    /// Write the report here too: Markdown (`.md`) or JSON (`.json`, schema in
+    /// docs/report.schema.json).
+    #[arg(long, value_name = "PATH")]
+    pub report: Option<PathBuf>,
+
     /// Ignore waits shorter than this many microseconds.
     #[arg(long, value_name = "US", default_value_t = DEFAULT_MIN_BLOCK_US)]
     pub min_block_us: u64,
@@ -90,6 +110,11 @@ pub struct Args {
     /// Leave kernel frames out of every stack.
     #[arg(long)]
     pub no_kernel_stacks: bool,
+
+    /// How to walk user stacks: `dwarf` unwinds from .eh_frame in the kernel, with frame
+    /// pointers where a file has no unwind table.
+    #[arg(long, value_enum, default_value_t = Unwind::Dwarf)]
+    pub unwind: Unwind,
 
     /// Size of the in-kernel stack table (distinct stacks).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STACKS)]
@@ -141,6 +166,7 @@ mod tests {
         assert_eq!(args.min_block_ns(), DEFAULT_MIN_BLOCK_US * 1000);
         assert_eq!(args.max_block_ns(), u64::MAX);
         assert_eq!(args.max_stacks, DEFAULT_MAX_STACKS);
+        assert_eq!(args.unwind, Unwind::Dwarf);
         assert!(!args.per_thread);
     }
 

@@ -8,7 +8,8 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData},
 };
 use profiler_common::{
-    SampleKey, SampleValue, Stack, ThreadStats, WaitKey, WaitStart, WaitValue, names,
+    SampleKey, SampleValue, Stack, ThreadStats, WaitKey, WaitStart, WaitValue, WakerKey,
+    WakerValue, names,
 };
 
 use crate::probes::{Counters, ProbeError, Probes};
@@ -31,6 +32,8 @@ impl Window {
 pub struct Drained {
     pub samples: Vec<(SampleKey, SampleValue)>,
     pub waits: Vec<(WaitKey, WaitValue)>,
+    /// Who woke each blocking site.
+    pub wakers: Vec<(WakerKey, WakerValue)>,
     /// Wait slots of threads still off the CPU when the window closed.
     pub open_waits: Vec<(u32, WaitStart)>,
     pub threads: HashMap<u32, ThreadStats>,
@@ -47,6 +50,7 @@ pub fn drain(probes: &Probes, pid: u32) -> Result<Drained, ProbeError> {
     let read = |name: &'static str| ebpf.map(name).ok_or(ProbeError::MissingMap(name));
     let samples = entries::<SampleKey, SampleValue>(read(names::MAP_SAMPLES)?, names::MAP_SAMPLES)?;
     let waits = entries::<WaitKey, WaitValue>(read(names::MAP_WAITS)?, names::MAP_WAITS)?;
+    let wakers = entries::<WakerKey, WakerValue>(read(names::MAP_WAKERS)?, names::MAP_WAKERS)?;
     let open_waits: Vec<(u32, WaitStart)> =
         entries::<u32, WaitStart>(read(names::MAP_WAIT_START)?, names::MAP_WAIT_START)?
             .into_iter()
@@ -62,6 +66,7 @@ pub fn drain(probes: &Probes, pid: u32) -> Result<Drained, ProbeError> {
     Ok(Drained {
         samples,
         waits,
+        wakers,
         open_waits,
         threads,
         stacks,

@@ -8,7 +8,7 @@ use profiler_common::stack_id;
 
 use crate::{
     cli::Mode,
-    profile::{Entry, Kind, Profile},
+    profile::{Entry, Kind, Profile, Waker},
     symbolize::Name,
 };
 
@@ -118,12 +118,117 @@ fn push_stack(frames: &mut Vec<String>, entry: &Entry, names: &StackNames) {
     push_side(frames, entry.kernel_stack, &names.kernel, "kernel");
 }
 
+/// Who a waker really is. A wakeup from interrupt context (a timer expiring, a packet
+/// arriving) runs on whatever task the CPU was running: that task did not wake anyone, so
+/// such wakers are named after the interrupt and lose the interrupted task's user stack.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WakerIdentity {
+    pub name: String,
+    pub tid: u32,
+    pub pid: u32,
+    pub interrupt: bool,
+}
+
+/// Interrupt entry frames: a wakeup below one of these ran in interrupt context.
+fn is_interrupt_entry(frame: &str) -> bool {
+    frame.starts_with("asm_sysvec_")
+        || frame.starts_with("asm_common_interrupt")
+        || frame.starts_with("handle_softirqs")
+        || frame.starts_with("__do_softirq")
+}
+
+/// A waker's frames root→leaf. An interrupt's stack starts at its entry: what the CPU was
+/// running before is not part of the wakeup.
+pub fn waker_frames(w: &Waker, who: &WakerIdentity, names: &StackNames) -> Vec<String> {
+    if !who.interrupt {
+        return stack_frames(w.waker_user_stack, w.waker_kernel_stack, names);
+    }
+    let mut frames = stack_frames(stack_id::EMPTY, w.waker_kernel_stack, names);
+    if let Some(entry) = frames.iter().position(|f| is_interrupt_entry(f)) {
+        frames.drain(..entry);
+    }
+    frames
+}
+
+pub fn waker_identity(w: &Waker, names: &StackNames) -> WakerIdentity {
+    let kernel = names.kernel.get(&w.waker_kernel_stack);
+    let has = |pred: &dyn Fn(&str) -> bool| kernel.is_some_and(|k| k.iter().any(|f| pred(f)));
+    if has(&is_interrupt_entry) {
+        let name = if has(&|f| f.starts_with("hrtimer_wakeup")) {
+            "[timer interrupt]"
+        } else {
+            "[interrupt]"
+        };
+        return WakerIdentity {
+            name: name.into(),
+            tid: 0,
+            pid: 0,
+            interrupt: true,
+        };
+    }
+    WakerIdentity {
+        name: if w.waker_name.is_empty() {
+            "?".into()
+        } else {
+            w.waker_name.clone()
+        },
+        tid: w.waker_tid,
+        pid: w.waker_pid,
+        interrupt: false,
+    }
+}
+
+/// The wakeup chains: `<process>;[<thread>-<tid>;]<blocked stack root→leaf>;--;<waker
+/// stack leaf→root>;<waker>-<tid>` weighted by the blocked time each waker ended, in µs
+/// (offwaketime's layout: the two stacks meet at `--`, where the wakeup happened).
+pub fn fold_wakers(profile: &Profile, names: &StackNames, opts: &FoldOptions) -> Folded {
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    for w in &profile.wakers {
+        let count = (w.time_ns + 500) / 1_000;
+        if count == 0 {
+            continue;
+        }
+        let mut frames = vec![sanitize(&opts.process)];
+        if opts.per_thread {
+            let thread = profile.threads.get(&w.tid).map_or("?", |t| t.name.as_str());
+            frames.push(sanitize(&format!("{thread}-{}", w.tid)));
+        }
+        frames.extend(stack_frames(w.user_stack, w.kernel_stack, names));
+        frames.push(format!("[off-cpu:{}]", w.state.label()));
+        frames.push("--".into());
+        let who = waker_identity(w, names);
+        let mut waker = waker_frames(w, &who, names);
+        waker.reverse();
+        frames.extend(waker);
+        frames.push(if who.interrupt {
+            who.name
+        } else {
+            sanitize(&format!("{}-{}", who.name, who.tid))
+        });
+        *lines.entry(frames.join(";")).or_default() += count;
+    }
+    Folded {
+        unit: Unit::Micros,
+        lines,
+        frame_split: HashMap::new(),
+    }
+}
+
+/// User then kernel frames, root→leaf, of a pair of stack ids, as folded lines show them.
+pub fn stack_frames(user_stack: u64, kernel_stack: u64, names: &StackNames) -> Vec<String> {
+    let mut frames = Vec::new();
+    push_side(&mut frames, user_stack, &names.user, "user");
+    push_side(&mut frames, kernel_stack, &names.kernel, "kernel");
+    frames
+}
+
 fn push_side(frames: &mut Vec<String>, id: u64, names: &HashMap<u64, Vec<Name>>, side: &str) {
     match id {
         stack_id::EMPTY => {}
         stack_id::LOST_FETCH => frames.push(format!("[{side} stack unavailable]")),
         stack_id::LOST_TABLE_FULL => frames.push(format!("[{side} stack lost: stack table full]")),
         stack_id::UNSAMPLED => frames.push("[on-cpu: between samples]".into()),
+        stack_id::FOREIGN => frames.push("[user stack of another process]".into()),
         _ => match names.get(&id) {
             Some(named) => frames.extend(named.iter().map(|n| sanitize(n))),
             None => frames.push(format!("[{side} stack missing]")),
@@ -190,6 +295,7 @@ mod tests {
             counters: Counters::default(),
             open_waits: 0,
             blocked_at_start: 0,
+            wakers: Vec::new(),
         }
     }
 

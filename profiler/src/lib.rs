@@ -14,3 +14,4 @@ pub mod profile;
 pub mod render;
 pub mod snapshot;
 pub mod symbolize;
+pub mod unwind;

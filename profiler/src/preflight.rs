@@ -23,16 +23,21 @@ pub enum PreflightError {
     NoSuchProcess(u32),
     #[error("PID {0} is a kernel thread, which has no user stacks to profile")]
     KernelThread(u32),
+    #[error("cannot read the memory map of PID {pid} ({error}); is it protected from tracing?")]
+    Unreadable { pid: u32, error: io::Error },
     #[error(
         "this kernel exposes no BTF ({VMLINUX_BTF} is missing): the profiler needs a kernel \
          built with CONFIG_DEBUG_INFO_BTF=y"
     )]
     NoBtf,
-    #[error("cannot write {what} to {path}: {source}")]
+    #[error("the report path {0} must end in .md (Markdown) or .json")]
+    ReportExtension(PathBuf),
+    // The io error is part of the sentence, not a `source`: the message stays one sentence.
+    #[error("cannot write {what} to {path}: {error}")]
     Output {
         what: &'static str,
         path: PathBuf,
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -123,10 +128,10 @@ pub fn open_output(what: &'static str, path: &Path) -> Result<Output, PreflightE
         .create(true)
         .truncate(true)
         .open(path)
-        .map_err(|source| PreflightError::Output {
+        .map_err(|error| PreflightError::Output {
             what,
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
     Ok(Output {
         path: path.to_path_buf(),

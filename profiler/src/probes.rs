@@ -15,10 +15,13 @@ use aya::{
 use profiler_common::{
     Config, Control, Counter, TaskSnapshot, WaitStart, config_flags,
     names::{self, GLOBAL_CONFIG},
+    unwind::{ProcMappings, RowChunk},
 };
 use thiserror::Error;
 
-use crate::{cli::Mode, kernel::TaskOffsets};
+use crate::{
+    cli::Mode, kernel::TaskOffsets, symbolize::procmap::ProcessMaps, unwind::tables::UnwindTables,
+};
 
 /// The eBPF object built by build.rs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("PROFILER_EBPF_OBJECT"));
@@ -49,6 +52,8 @@ pub enum ProbeError {
     Btf(#[from] aya::BtfError),
     #[error("running the task iterator failed: {0}")]
     Iterator(String),
+    #[error("the unwind row array ({0} chunks) is full")]
+    UnwindRowsFull(u32),
 }
 
 /// Everything the programs need to know before they load.
@@ -61,10 +66,28 @@ pub struct ProbeConfig {
     pub min_block_ns: u64,
     pub max_block_ns: u64,
     pub kernel_stacks: bool,
+    /// Take wakers' stacks too (`--wakers`).
+    pub waker_stacks: bool,
+    /// Unwind user stacks from `.eh_frame` rows; the row array gets this many chunks.
+    pub dwarf_chunks: Option<u32>,
     pub max_stacks: u32,
     pub max_keys: u32,
     pub max_threads: u32,
     pub verbose: u8,
+}
+
+fn flags(cfg: &ProbeConfig) -> u32 {
+    let mut flags = config_flags::USER_STACKS;
+    if cfg.kernel_stacks {
+        flags |= config_flags::KERNEL_STACKS;
+    }
+    if cfg.waker_stacks {
+        flags |= config_flags::WAKER_STACKS;
+    }
+    if cfg.dwarf_chunks.is_some() {
+        flags |= config_flags::DWARF_UNWIND;
+    }
+    flags
 }
 
 /// Loaded (and, after [`Probes::attach`], attached) programs with their maps. Dropping it
@@ -85,12 +108,7 @@ impl Probes {
             task_comm_offset: cfg.offsets.comm,
             task_state_offset: cfg.offsets.state,
             task_exec_offset: cfg.offsets.exec,
-            flags: config_flags::USER_STACKS
-                | if cfg.kernel_stacks {
-                    config_flags::KERNEL_STACKS
-                } else {
-                    0
-                },
+            flags: flags(cfg),
             min_block_ns: cfg.min_block_ns,
             max_block_ns: cfg.max_block_ns,
             _pad: 0,
@@ -107,6 +125,8 @@ impl Probes {
             .map_max_entries(names::MAP_STACKS, cfg.max_stacks)
             .map_max_entries(names::MAP_SAMPLES, cfg.max_keys)
             .map_max_entries(names::MAP_WAITS, cfg.max_keys)
+            .map_max_entries(names::MAP_WAKERS, cfg.max_keys)
+            .map_max_entries(names::MAP_UNWIND_ROWS, cfg.dwarf_chunks.unwrap_or(1).max(1))
             .map_max_entries(names::MAP_THREADS, cfg.max_threads)
             .map_max_entries(names::MAP_WAIT_START, cfg.max_threads)
             .load(EBPF_OBJECT)
@@ -131,6 +151,15 @@ impl Probes {
                     what: format!("loading {}", names::PROG_SWITCH),
                     source,
                 })?;
+            for name in [names::PROG_WAKEUP, names::PROG_WAKEUP_NEW] {
+                // Program and tracepoint share the name.
+                let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
+                prog.load(name, &btf)
+                    .map_err(|source| ProbeError::Program {
+                        what: format!("loading {name}"),
+                        source,
+                    })?;
+            }
             let prog: &mut Iter = program(&mut ebpf, names::PROG_SNAPSHOT)?;
             prog.load("task", &btf)
                 .map_err(|source| ProbeError::Program {
@@ -170,11 +199,17 @@ impl Probes {
             self.attached_cpus = cpus.len();
         }
         if self.mode.traces_switches() {
-            let prog: &mut BtfTracePoint = program(&mut self.ebpf, names::PROG_SWITCH)?;
-            prog.attach().map_err(|source| ProbeError::Program {
-                what: "attaching to sched_switch".into(),
-                source,
-            })?;
+            for name in [
+                names::PROG_SWITCH,
+                names::PROG_WAKEUP,
+                names::PROG_WAKEUP_NEW,
+            ] {
+                let prog: &mut BtfTracePoint = program(&mut self.ebpf, name)?;
+                prog.attach().map_err(|source| ProbeError::Program {
+                    what: format!("attaching to {name}"),
+                    source,
+                })?;
+            }
         }
         Ok(())
     }
@@ -214,6 +249,52 @@ impl Probes {
             name: names::MAP_CONTROL,
             source,
         })
+    }
+
+    /// Uploads the unwind rows not in the kernel yet and the current mapping table.
+    pub fn upload_unwind_tables(
+        &mut self,
+        tables: &mut UnwindTables,
+        maps: &ProcessMaps,
+    ) -> Result<(), ProbeError> {
+        let map = self
+            .ebpf
+            .map_mut(names::MAP_UNWIND_ROWS)
+            .ok_or(ProbeError::MissingMap(names::MAP_UNWIND_ROWS))?;
+        let mut rows: Array<&mut MapData, RowChunk> =
+            Array::try_from(map).map_err(|source| ProbeError::Map {
+                name: names::MAP_UNWIND_ROWS,
+                source,
+            })?;
+        let capacity = rows.len();
+        for (index, chunk) in tables.pending_chunks() {
+            if index >= capacity {
+                // More rows than the array was sized for (many libraries loaded during the
+                // capture): those files unwind with frame pointers.
+                return Err(ProbeError::UnwindRowsFull(capacity));
+            }
+            rows.set(index, *chunk, 0)
+                .map_err(|source| ProbeError::Map {
+                    name: names::MAP_UNWIND_ROWS,
+                    source,
+                })?;
+        }
+        tables.mark_uploaded();
+        let map = self
+            .ebpf
+            .map_mut(names::MAP_PROC_MAPPINGS)
+            .ok_or(ProbeError::MissingMap(names::MAP_PROC_MAPPINGS))?;
+        let mut mappings: Array<&mut MapData, ProcMappings> =
+            Array::try_from(map).map_err(|source| ProbeError::Map {
+                name: names::MAP_PROC_MAPPINGS,
+                source,
+            })?;
+        mappings
+            .set(0, *tables.proc_mappings(maps), 0)
+            .map_err(|source| ProbeError::Map {
+                name: names::MAP_PROC_MAPPINGS,
+                source,
+            })
     }
 
     /// Sums the per-CPU counters.

@@ -103,9 +103,32 @@ pub struct Profile {
     pub open_waits: u64,
     /// Threads found blocked at capture start (their waits start at the window start).
     pub blocked_at_start: u64,
+    /// Who woke each blocking site, largest first.
+    pub wakers: Vec<Waker>,
+}
+
+/// A thread that woke a blocking site, and how often.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waker {
+    /// The blocking site: wakee, state, stacks.
+    pub tid: u32,
+    pub state: WaitState,
+    pub user_stack: u64,
+    pub kernel_stack: u64,
+    /// The waker (tid 0: an interrupt on an idle CPU).
+    pub waker_tid: u32,
+    pub waker_pid: u32,
+    pub waker_name: String,
+    pub waker_user_stack: u64,
+    pub waker_kernel_stack: u64,
+    pub count: u64,
+    /// Blocked time those wakeups ended.
+    pub time_ns: u64,
 }
 
 pub struct AccountOptions {
+    /// The profiled process: wakers from other processes keep only their kernel stacks.
+    pub target_pid: u32,
     pub mode: Mode,
     pub window: Window,
     pub period_ns: u64,
@@ -116,6 +139,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
     let Drained {
         samples,
         waits,
+        wakers: waker_records,
         open_waits,
         threads: thread_stats,
         mut stacks,
@@ -223,22 +247,67 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
             let ran = thread_stats.get(tid).map_or(0, |s| {
                 ran_since_last_out(s, exec_at_stop.get(tid).copied(), window)
             });
-            let time = window.stop_ns.saturating_sub(ran).saturating_sub(began);
+            let end = window.stop_ns.saturating_sub(ran);
+            let time = end.saturating_sub(began);
             if time == 0 || time > opts.max_block_ns {
                 continue;
             }
             open += 1;
-            let kind = Kind::Off(state);
-            let e = entries
-                .entry((*tid, start.user_stack, start.kernel_stack, kind))
-                .or_insert_with(|| Entry::new(*tid, start.user_stack, start.kernel_stack, kind));
-            e.time_ns += time;
-            if start.flags & wait_flags::SNAPSHOT != 0 {
-                // Blocked for the whole window: count it as one (unfinished) wait.
-                e.max_ns = e.max_ns.max(time);
+            // Woken but not yet on a CPU when the window closed: blocked, then runnable.
+            let woken = start.wake_ts_ns > began && start.wake_ts_ns < end;
+            let blocked = if woken {
+                start.wake_ts_ns - began
+            } else {
+                time
+            };
+            let mut add = |kind: Kind, ns: u64| {
+                let e = entries
+                    .entry((*tid, start.user_stack, start.kernel_stack, kind))
+                    .or_insert_with(|| {
+                        Entry::new(*tid, start.user_stack, start.kernel_stack, kind)
+                    });
+                e.time_ns += ns;
+                if start.flags & wait_flags::SNAPSHOT != 0 {
+                    // Blocked for the whole window: its one unfinished wait is the longest.
+                    e.max_ns = e.max_ns.max(ns);
+                }
+            };
+            add(Kind::Off(state), blocked);
+            if woken {
+                add(Kind::Off(WaitState::RunqueueWoken), end - start.wake_ts_ns);
             }
         }
     }
+
+    let mut wakers: Vec<Waker> = if opts.mode.traces_switches() {
+        waker_records
+            .iter()
+            .filter_map(|(k, v)| {
+                Some(Waker {
+                    tid: k.tid,
+                    state: WaitState::from_u32(k.state)?,
+                    user_stack: k.user_stack,
+                    kernel_stack: k.kernel_stack,
+                    waker_tid: k.waker_tid,
+                    waker_pid: k.waker_tgid,
+                    waker_name: comm_to_string(&v.waker_comm),
+                    waker_user_stack: if k.waker_tgid == opts.target_pid
+                        || k.waker_user_stack == stack_id::EMPTY
+                    {
+                        k.waker_user_stack
+                    } else {
+                        stack_id::FOREIGN
+                    },
+                    waker_kernel_stack: k.waker_kernel_stack,
+                    count: v.count,
+                    time_ns: v.total_ns,
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    wakers.sort_by(|a, b| b.time_ns.cmp(&a.time_ns).then(a.tid.cmp(&b.tid)));
 
     for e in entries.values() {
         if let Kind::Off(state) = e.kind {
@@ -276,6 +345,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         counters,
         open_waits: open,
         blocked_at_start: seeds.blocked,
+        wakers,
     }
 }
 
@@ -393,6 +463,7 @@ mod tests {
 
     fn opts(mode: Mode) -> AccountOptions {
         AccountOptions {
+            target_pid: 1,
             mode,
             window: window(),
             period_ns: 10_000_000,

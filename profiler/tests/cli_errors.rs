@@ -4,7 +4,7 @@
 mod common;
 
 use std::{
-    process::{Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -112,30 +112,24 @@ fn bad_arguments_are_refused_by_the_parser() {
     assert!(stderr_of(&out).contains("--freq"));
 }
 
-/// Starts a capture of a spinning workload and returns the running profiler.
-fn start_capture(name: &str, secs: &str) -> (Workload, std::process::Child, Outputs) {
+/// Starts a capture of a spinning workload and returns once its window is open.
+fn start_capture(name: &str, secs: &str) -> (Workload, Capturing, Outputs) {
     let workload = Workload::spawn(Build::FramePointers, &["spin"]);
     let out = outputs(name);
-    let child = Command::new(PROFILER)
-        .args([
-            "--pid",
-            &workload.pid().to_string(),
-            "--secs",
-            secs,
-            "--mode",
-            "wall",
-        ])
-        .args([
-            "-o",
-            out.svg.to_str().unwrap(),
-            "--folded",
-            out.folded.to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the profiler");
-    (workload, child, out)
+    let pid = workload.pid().to_string();
+    let capturing = Capturing::start(&[
+        "--pid",
+        &pid,
+        "--secs",
+        secs,
+        "--mode",
+        "wall",
+        "-o",
+        out.svg.to_str().unwrap(),
+        "--folded",
+        out.folded.to_str().unwrap(),
+    ]);
+    (workload, capturing, out)
 }
 
 fn assert_output_written(out: &Outputs) {
@@ -152,12 +146,12 @@ fn assert_output_written(out: &Outputs) {
 fn a_target_that_exits_mid_capture_ends_it_early_with_output() {
     require_root();
     let _serial = serial();
-    let (mut workload, child, out) = start_capture("target-exits", "30");
-    std::thread::sleep(Duration::from_millis(1500));
+    let (mut workload, capturing, out) = start_capture("target-exits", "30");
+    std::thread::sleep(Duration::from_millis(1000));
     let started = Instant::now();
     workload.child.kill().expect("kill the workload");
     let _ = workload.child.wait();
-    let result = child.wait_with_output().expect("wait for the profiler");
+    let result = capturing.finish();
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "the capture did not end with the target"
@@ -176,12 +170,12 @@ fn sigint_and_sigterm_end_the_capture_with_output() {
     require_root();
     let _serial = serial();
     for (sig, word) in [(libc::SIGINT, "Ctrl-C"), (libc::SIGTERM, "SIGTERM")] {
-        let (_workload, child, out) = start_capture(&format!("signal-{sig}"), "30");
-        std::thread::sleep(Duration::from_millis(1500));
+        let (_workload, capturing, out) = start_capture(&format!("signal-{sig}"), "30");
+        std::thread::sleep(Duration::from_millis(1000));
         // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, sig) };
+        unsafe { libc::kill(capturing.pid() as i32, sig) };
         let started = Instant::now();
-        let result = child.wait_with_output().expect("wait for the profiler");
+        let result = capturing.finish();
         assert!(started.elapsed() < Duration::from_secs(5));
         assert_success(&result);
         assert!(stderr_of(&result).contains(word), "{}", stderr_of(&result));

@@ -81,30 +81,23 @@ fn per_thread_puts_the_thread_second_and_sees_threads_started_mid_capture() {
     let workload = Workload::spawn(Build::FramePointers, &["mixed", dir.to_str().unwrap()]);
     let out = outputs("on-cpu-late-thread");
     let pid = workload.pid().to_string();
-    let profiler = std::process::Command::new(PROFILER)
-        .args([
-            "--pid",
-            &pid,
-            "--secs",
-            "3",
-            "--mode",
-            "cpu",
-            "--per-thread",
-        ])
-        .args([
-            "-o",
-            out.svg.to_str().unwrap(),
-            "--folded",
-            out.folded.to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start the profiler");
+    let capturing = Capturing::start(&[
+        "--pid",
+        &pid,
+        "--secs",
+        "3",
+        "--mode",
+        "cpu",
+        "--per-thread",
+        "-o",
+        out.svg.to_str().unwrap(),
+        "--folded",
+        out.folded.to_str().unwrap(),
+    ]);
     // The thread is created while the capture runs.
-    std::thread::sleep(std::time::Duration::from_millis(1000));
+    std::thread::sleep(std::time::Duration::from_millis(500));
     workload.signal(libc::SIGUSR1);
-    let result = profiler.wait_with_output().expect("wait for the profiler");
+    let result = capturing.finish();
     assert_success(&result);
     let lines = read_folded(&out.folded);
     let threads = per_thread(&lines);

@@ -5,6 +5,7 @@
 //! what is missing and saying why. When everything is present the check costs a few
 //! milliseconds.
 
+mod bench;
 mod toolchain;
 
 use std::{
@@ -27,6 +28,10 @@ commands:
                            format and lint checks, then every test, including the
                            privileged end-to-end tests (run as root)
   toolchain                only check and install the eBPF toolchain
+  bench [--rounds N] [--secs S] [--quick]
+                           overhead and cost next to offcputime and perf on nginx under
+                           wrk (as root; installs what it needs); writes
+                           target/bench/latest.md. --quick: 1 round of 3 s
 ";
 
 fn main() -> ExitCode {
@@ -66,6 +71,7 @@ fn run() -> Result<ExitCode> {
             toolchain::ensure()?;
             test(&root, test_args)
         }
+        Some("bench") => bench::run(&root, &rest),
         Some("toolchain") => {
             toolchain::ensure()?;
             Ok(ExitCode::SUCCESS)

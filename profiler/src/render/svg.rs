@@ -6,7 +6,7 @@ use std::io::Write;
 
 use inferno::flamegraph::{
     self, Options,
-    color::{BasicPalette, Color, Palette, PaletteMap},
+    color::{BasicPalette, Color, MultiPalette, Palette, PaletteMap},
 };
 
 use crate::fold::Folded;
@@ -50,6 +50,8 @@ const STATE_COLOURS: [(&str, Color); 4] = [
 pub struct SvgOptions {
     pub title: String,
     pub subtitle: String,
+    /// Colour by inferno's `wakeup` palette (the waker chain view) instead of on/off-CPU.
+    pub wakeup_palette: bool,
 }
 
 pub fn write_svg(folded: &Folded, opts: &SvgOptions, out: impl Write) -> std::io::Result<()> {
@@ -66,18 +68,26 @@ pub fn write_svg(folded: &Folded, opts: &SvgOptions, out: impl Write) -> std::io
     options.title = opts.title.clone();
     options.subtitle = Some(opts.subtitle.clone());
     options.count_name = folded.unit.name().to_string();
-    options.colors = Palette::Basic(BasicPalette::Hot);
+    options.colors = if opts.wakeup_palette {
+        Palette::Multi(MultiPalette::Wakeup)
+    } else {
+        Palette::Basic(BasicPalette::Hot)
+    };
     // Same name, same colour, every run: graphs of two captures compare by eye.
     options.hash = true;
     options.deterministic = true;
     // Thin frames are where surprises hide; keep all but sub-pixel crumbs.
     options.min_width = 0.01;
     options.palette_map = Some(&mut palette);
-    let lines = folded
+    let mut lines: Vec<String> = folded
         .lines
         .iter()
-        .map(|(stack, count)| format!("{stack} {count}"));
-    let lines: Vec<String> = lines.collect();
+        .map(|(stack, count)| format!("{stack} {count}"))
+        .collect();
+    if lines.is_empty() {
+        // inferno refuses an empty graph; the file must still be a valid SVG that says so.
+        lines.push("[nothing was recorded] 1".to_string());
+    }
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
         .map_err(std::io::Error::other)
 }
@@ -121,6 +131,7 @@ mod tests {
             &SvgOptions {
                 title: "app (PID 1)".into(),
                 subtitle: "1 s".into(),
+                wakeup_palette: false,
             },
             &mut svg,
         )
@@ -133,5 +144,26 @@ mod tests {
         }
         // The sleep frame gets its fixed colour.
         assert!(svg.contains("rgb(70,130,200)"));
+    }
+
+    #[test]
+    fn an_empty_capture_still_renders() {
+        let folded = Folded {
+            unit: Unit::Samples,
+            lines: BTreeMap::new(),
+            frame_split: HashMap::new(),
+        };
+        let mut svg = Vec::new();
+        let opts = SvgOptions {
+            title: "t".into(),
+            subtitle: "s".into(),
+            wakeup_palette: false,
+        };
+        write_svg(&folded, &opts, &mut svg).unwrap();
+        assert!(
+            String::from_utf8(svg)
+                .unwrap()
+                .contains("nothing was recorded")
+        );
     }
 }

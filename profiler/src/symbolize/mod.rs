@@ -57,6 +57,8 @@ pub struct Symbolizer {
     perf_map: PerfMap,
     /// The target's vDSO written to a file, for blazesym.
     vdso_file: Option<tempfile::NamedTempFile>,
+    /// The kernel's scheduler text, trimmed from the leaf of wait stacks.
+    sched_text: Option<(u64, u64)>,
 }
 
 impl Symbolizer {
@@ -80,6 +82,7 @@ impl Symbolizer {
             maps,
             perf_map,
             vdso_file,
+            sched_text: sched_text_bounds(),
         }
     }
 
@@ -109,26 +112,39 @@ impl Symbolizer {
 
     /// Names for kernel stacks given leaf first, as root→leaf frame lists with `_[k]`, the
     /// profiler's own frames removed, by stack id.
+    ///
+    /// Stacks marked as waits also lose their leaf-side scheduler frames (`.sched.text`:
+    /// `__schedule`, `schedule`, `do_nanosleep`, …): the kernel leaves those out of the
+    /// stacks of blocked tasks (the start snapshot), so both kinds of stack of one blocking
+    /// site must end at the same frame to be one site.
     pub fn kernel_stacks<'a>(
         &self,
-        stacks: impl IntoIterator<Item = (u64, &'a [u64])>,
+        stacks: impl IntoIterator<Item = (u64, &'a [u64], bool)>,
     ) -> HashMap<u64, Vec<Name>> {
-        let stacks: Vec<(u64, &[u64])> = stacks.into_iter().collect();
-        let names = self.kernel_names(stacks.iter().flat_map(|(_, s)| lookup_addresses(s)));
+        let stacks: Vec<(u64, &[u64], bool)> = stacks.into_iter().collect();
+        let names = self.kernel_names(stacks.iter().flat_map(|(_, s, _)| lookup_addresses(s)));
         stacks
             .iter()
-            .map(|&(id, stack)| {
-                let mut leaf_first: Vec<Name> = lookup_addresses(stack)
+            .map(|&(id, stack, wait)| {
+                let mut leaf_first: Vec<(u64, Name)> = lookup_addresses(stack)
                     .map(|a| {
-                        names
+                        let name = names
                             .get(&a)
                             .cloned()
-                            .unwrap_or_else(|| Arc::from("[unknown]_[k]"))
+                            .unwrap_or_else(|| Arc::from("[unknown]_[k]"));
+                        (a, name)
                     })
                     .collect();
                 strip_probe_plumbing(&mut leaf_first);
-                leaf_first.reverse();
-                (id, leaf_first)
+                if wait && let Some((start, end)) = self.sched_text {
+                    let sched = leaf_first
+                        .iter()
+                        .take_while(|(a, _)| (start..end).contains(a))
+                        .count();
+                    leaf_first.drain(..sched);
+                }
+                let root_first = leaf_first.into_iter().rev().map(|(_, n)| n).collect();
+                (id, root_first)
             })
             .collect()
     }
@@ -259,14 +275,50 @@ fn tidy(name: &str) -> &str {
     name.strip_prefix("__GI_").unwrap_or(name)
 }
 
-/// Removes the profiler's own frames from the leaf end of a kernel stack (leaf first).
-fn strip_probe_plumbing(leaf_first: &mut Vec<Name>) {
-    let plumbing = leaf_first
+/// Removes the profiler's own frames from the leaf end of a kernel stack (leaf first): the
+/// BPF program (whose symbol is gone once it is unloaded, so it may resolve to any neighbour)
+/// and the trampoline that called it, always within the first few frames; nothing deeper (an
+/// interrupted BPF syscall further down is the target's business).
+fn strip_probe_plumbing(leaf_first: &mut Vec<(u64, Name)>) {
+    let is_trampoline = |n: &str| {
+        let n = n.trim_end_matches(KERNEL_SUFFIX);
+        is_probe_plumbing(n) && !n.starts_with("bpf_prog_")
+    };
+    // The chain is short (program, bpf_trace_runN, __bpf_trace_X, __traceiter_X): look no
+    // deeper than that for its last frame.
+    let cut = match leaf_first
         .iter()
-        .take(16)
-        .rposition(|n| is_probe_plumbing(n.trim_end_matches(KERNEL_SUFFIX)))
-        .map_or(0, |i| i + 1);
-    leaf_first.drain(..plumbing);
+        .take(6)
+        .rposition(|(_, n)| is_trampoline(n))
+    {
+        Some(i) => i + 1,
+        None => leaf_first
+            .iter()
+            .take_while(|(_, n)| is_probe_plumbing(n.trim_end_matches(KERNEL_SUFFIX)))
+            .count(),
+    };
+    leaf_first.drain(..cut);
+}
+
+/// `[__sched_text_start, __sched_text_end)` from /proc/kallsyms.
+fn sched_text_bounds() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
+    let (mut start, mut end) = (None, None);
+    for line in text.lines() {
+        let mut parts = line.split_whitespace();
+        let (Some(addr), Some(_), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        match name {
+            "__sched_text_start" => start = u64::from_str_radix(addr, 16).ok(),
+            "__sched_text_end" => end = u64::from_str_radix(addr, 16).ok(),
+            _ => continue,
+        }
+        if let (Some(s), Some(e)) = (start, end) {
+            return (s != 0 && s < e).then_some((s, e));
+        }
+    }
+    None
 }
 
 /// The addresses to look up for a leaf-first stack: every frame but the leaf is a return
@@ -291,10 +343,15 @@ mod tests {
 
     #[test]
     fn plumbing_is_cut_from_the_leaf_end_only() {
-        let names = |v: &[&str]| v.iter().map(|s| Arc::from(*s)).collect::<Vec<Name>>();
+        let names = |v: &[&str]| {
+            v.iter()
+                .map(|s| (0u64, Arc::from(*s)))
+                .collect::<Vec<(u64, Name)>>()
+        };
         let mut stack = names(&[
-            "bpf_prog_1234_sched_switch_[k]",
+            "__stop_runtime_ptr_USER_PTR_MAX_[k]",
             "bpf_trace_run4_[k]",
+            "__traceiter_sched_switch_[k]",
             "__schedule_[k]",
             "schedule_[k]",
             "do_nanosleep_[k]",

@@ -201,6 +201,11 @@ impl ProcessMaps {
         }
     }
 
+    /// Every executable mapping seen, sorted by start.
+    pub fn mappings(&self) -> &[Mapping] {
+        &self.mappings
+    }
+
     pub fn vdso_image(&self) -> Option<&[u8]> {
         self.vdso.as_deref()
     }

@@ -41,6 +41,8 @@ pub fn scratch_dir() -> PathBuf {
 pub enum Build {
     /// Frame pointers everywhere, leaf functions included; no sibling calls.
     FramePointers,
+    /// What distributions ship: `-O2 -fomit-frame-pointer`. Only `.eh_frame` can unwind it.
+    NoFramePointers,
 }
 
 impl Build {
@@ -51,6 +53,12 @@ impl Build {
                 "-g",
                 "-fno-omit-frame-pointer",
                 "-mno-omit-leaf-frame-pointer",
+                "-fno-optimize-sibling-calls",
+            ],
+            Build::NoFramePointers => &[
+                "-O2",
+                "-g",
+                "-fomit-frame-pointer",
                 "-fno-optimize-sibling-calls",
             ],
         }
@@ -94,7 +102,7 @@ impl Workload {
             .stdout(Stdio::piped())
             .spawn()
             .expect("start the workload");
-        if args.first() == Some(&"mixed") {
+        if matches!(args.first(), Some(&"mixed") | Some(&"latency")) {
             // Wait until every thread exists.
             let stdout = child.stdout.take().expect("piped stdout");
             let mut line = String::new();
@@ -122,6 +130,56 @@ impl Drop for Workload {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A profiler running in the background whose capture window is open.
+pub struct Capturing {
+    pub child: Child,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+impl Capturing {
+    /// Starts the profiler and returns once it prints that it is capturing, so whatever the
+    /// test does next happens inside the capture window.
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(PROFILER)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the profiler");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = std::thread::spawn(move || {
+            let mut all = String::new();
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("capturing")
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(());
+                }
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the profiler never started capturing");
+        Self { child, stderr }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the profiler to exit; stderr holds everything it printed.
+    pub fn finish(self) -> Output {
+        let Self { child, stderr } = self;
+        let mut out = child.wait_with_output().expect("wait for the profiler");
+        out.stderr = stderr.join().expect("stderr reader").into_bytes();
+        out
     }
 }
 

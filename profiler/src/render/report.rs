@@ -1,0 +1,859 @@
+//! Report: the time model with named stacks → what a performance write-up needs: where each
+//! thread's time went, the top on-CPU functions, the top blocking sites with their latency
+//! distribution and wakers, the run-queue delay, and one sentence naming the dominant state
+//! and site. Rendered as terminal text, Markdown (`--report x.md`) or JSON (`--report x.json`,
+//! schema: docs/report.schema.json).
+//!
+//! Percentiles come from the in-kernel histograms (log2 buckets with 4 linear sub-buckets,
+//! ±12 %), interpolated linearly inside the bucket that holds the rank; the maximum is exact.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    io::{self, Write},
+};
+
+use profiler_common::{WAIT_HIST_BUCKETS, WaitState, hist_bucket_bounds};
+use serde::Serialize;
+
+use crate::{
+    cli::Mode,
+    fold::{StackNames, stack_frames, waker_frames, waker_identity},
+    profile::{Kind, Profile},
+};
+
+/// Version of the JSON layout (docs/report.schema.json).
+pub const SCHEMA_VERSION: u32 = 1;
+const TOP_SITES: usize = 10;
+const TOP_FUNCTIONS: usize = 15;
+const TOP_WAKERS: usize = 3;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub capture: Capture,
+    /// One sentence naming the dominant state and site.
+    pub verdict: String,
+    pub threads: Vec<ThreadRow>,
+    pub top_on_cpu_functions: Vec<FunctionRow>,
+    pub top_blocking_sites: Vec<SiteRow>,
+    pub run_queue: RunQueue,
+    pub percentile_method: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Capture {
+    pub target: String,
+    pub pid: u32,
+    pub mode: &'static str,
+    pub duration_s: f64,
+    pub frequency_hz: Option<f64>,
+    pub samples: u64,
+    pub kernel: String,
+    pub threads: usize,
+    pub waits: u64,
+    pub open_waits_at_end: u64,
+    pub blocked_at_start: u64,
+    pub lost_total: u64,
+    pub lost: Vec<Loss>,
+    pub ended_early: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Loss {
+    pub what: &'static str,
+    pub count: u64,
+    pub raise_with: Option<&'static str>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ThreadRow {
+    pub tid: u32,
+    pub name: String,
+    pub running_pct: f64,
+    pub runnable_pct: f64,
+    pub sleep_pct: f64,
+    pub io_pct: f64,
+    pub other_pct: f64,
+    pub on_cpu_s: f64,
+    pub run_queue_delay: Option<Latency>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Latency {
+    pub count: u64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FunctionRow {
+    pub function: String,
+    /// % of on-CPU time with this function at the top of the stack.
+    pub self_pct: f64,
+    /// % of on-CPU time with this function anywhere on the stack.
+    pub total_pct: f64,
+    pub self_s: f64,
+    pub total_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SiteRow {
+    pub rank: usize,
+    /// `sleep`, `io` or `other`.
+    pub state: &'static str,
+    /// The blocking call and its caller, leaf first (`read ← blocked_reader`).
+    pub site: String,
+    /// Frames root→leaf, user then kernel.
+    pub stack: Vec<String>,
+    pub threads: Vec<String>,
+    pub thread_count: usize,
+    pub total_s: f64,
+    /// % of all threads' time in the capture.
+    pub share_pct: f64,
+    pub waits: u64,
+    pub latency: Option<Latency>,
+    /// Time the site's threads then waited for a CPU after being woken.
+    pub runnable_after_wakeup_s: f64,
+    pub wakers: Vec<WakerRow>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WakerRow {
+    pub name: String,
+    pub tid: u32,
+    pub pid: u32,
+    pub wakeups: u64,
+    pub wakeups_pct: f64,
+    /// The waker's stack root→leaf (with `--wakers`), or empty.
+    pub stack: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunQueue {
+    /// Preempted (or yielded) while runnable, until back on a CPU.
+    pub preempted_s: f64,
+    pub preempted: Option<Latency>,
+    /// Woken from a sleep, until on a CPU.
+    pub after_wakeup_s: f64,
+    pub after_wakeup: Option<Latency>,
+}
+
+/// A blocking site: state label and frames root→leaf.
+type SiteKey = (&'static str, Vec<String>);
+/// A waker: name, tid, pid.
+type WakerKey = (String, u32, u32);
+
+/// What the report needs besides the profile.
+pub struct ReportInput<'a> {
+    pub profile: &'a Profile,
+    pub names: &'a StackNames,
+    pub target: &'a str,
+    pub pid: u32,
+    pub ended_early: Option<&'a str>,
+}
+
+/// A merged histogram with its exact count, total and max.
+#[derive(Clone)]
+struct Hist {
+    buckets: [u64; WAIT_HIST_BUCKETS],
+    count: u64,
+    total_ns: u64,
+    max_ns: u64,
+}
+
+impl Default for Hist {
+    fn default() -> Self {
+        Self {
+            buckets: [0; WAIT_HIST_BUCKETS],
+            count: 0,
+            total_ns: 0,
+            max_ns: 0,
+        }
+    }
+}
+
+impl Hist {
+    fn add(&mut self, hist: &[u32; WAIT_HIST_BUCKETS], count: u64, total_ns: u64, max_ns: u64) {
+        for (b, v) in self.buckets.iter_mut().zip(hist) {
+            *b += u64::from(*v);
+        }
+        self.count += count;
+        self.total_ns += total_ns;
+        self.max_ns = self.max_ns.max(max_ns);
+    }
+
+    /// The q-quantile: linear interpolation inside the bucket that holds the rank, capped at
+    /// the exact maximum.
+    fn quantile_ns(&self, q: f64) -> f64 {
+        let n: u64 = self.buckets.iter().sum();
+        if n == 0 {
+            return 0.0;
+        }
+        let rank = q * n as f64;
+        let mut below = 0u64;
+        for (i, &c) in self.buckets.iter().enumerate() {
+            if c == 0 {
+                continue;
+            }
+            if (below + c) as f64 >= rank {
+                let (lo, hi) = hist_bucket_bounds(i);
+                let hi = if hi > lo { hi } else { self.max_ns.max(lo) };
+                let frac = ((rank - below as f64) / c as f64).clamp(0.0, 1.0);
+                let v = lo as f64 + frac * (hi - lo) as f64;
+                return v.min(self.max_ns as f64);
+            }
+            below += c;
+        }
+        self.max_ns as f64
+    }
+
+    fn latency(&self) -> Option<Latency> {
+        (self.count > 0).then(|| Latency {
+            count: self.count,
+            mean_ms: ms(self.total_ns as f64 / self.count as f64),
+            p50_ms: ms(self.quantile_ns(0.50)),
+            p90_ms: ms(self.quantile_ns(0.90)),
+            p99_ms: ms(self.quantile_ns(0.99)),
+            max_ms: ms(self.max_ns as f64),
+        })
+    }
+}
+
+fn ms(ns: f64) -> f64 {
+    round3(ns / 1e6)
+}
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+fn round1(v: f64) -> f64 {
+    (v * 10.0).round() / 10.0
+}
+fn secs(ns: u64) -> f64 {
+    round3(ns as f64 / 1e9)
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The blocking call and its caller, leaf first: `clock_nanosleep ← sleep_20ms`.
+fn site_label(user_frames: &[String], all: &[String]) -> String {
+    let pick: Vec<&String> = if user_frames.is_empty() {
+        all.iter().rev().take(2).collect()
+    } else {
+        user_frames.iter().rev().take(2).collect()
+    };
+    pick.iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(" ← ")
+}
+
+pub fn build(input: &ReportInput<'_>) -> Report {
+    let profile = input.profile;
+    let names = input.names;
+    let window_ns = profile.window.len_ns().max(1);
+
+    // Threads.
+    let mut run_queue_per_thread: HashMap<u32, Hist> = HashMap::new();
+    let mut preempted = Hist::default();
+    let mut after_wakeup = Hist::default();
+    let (mut preempted_ns, mut after_wakeup_ns) = (0u64, 0u64);
+    for e in &profile.entries {
+        let Kind::Off(state) = e.kind else { continue };
+        let target = match state {
+            WaitState::RunqueuePreempted => {
+                preempted_ns += e.time_ns;
+                &mut preempted
+            }
+            WaitState::RunqueueWoken => {
+                after_wakeup_ns += e.time_ns;
+                &mut after_wakeup
+            }
+            _ => continue,
+        };
+        target.add(&e.hist, e.waits, e.time_ns, e.max_ns);
+        run_queue_per_thread
+            .entry(e.tid)
+            .or_default()
+            .add(&e.hist, e.waits, e.time_ns, e.max_ns);
+    }
+    let pct = |ns: u64| round1(100.0 * ns as f64 / window_ns as f64);
+    let mut threads: Vec<ThreadRow> =
+        profile
+            .threads
+            .iter()
+            .map(|(&tid, t)| ThreadRow {
+                tid,
+                name: t.name.clone(),
+                running_pct: pct(t.on_cpu_ns),
+                runnable_pct: pct(
+                    t.off(WaitState::RunqueuePreempted) + t.off(WaitState::RunqueueWoken)
+                ),
+                sleep_pct: pct(t.off(WaitState::Sleep)),
+                io_pct: pct(t.off(WaitState::Io)),
+                other_pct: pct(t.off(WaitState::Other)),
+                on_cpu_s: secs(t.on_cpu_ns),
+                run_queue_delay: run_queue_per_thread.get(&tid).and_then(Hist::latency),
+            })
+            .collect();
+    threads.sort_by(|a, b| b.on_cpu_s.total_cmp(&a.on_cpu_s).then(a.tid.cmp(&b.tid)));
+
+    // All threads' time: the denominator of every share.
+    let all_thread_ns: u64 = profile
+        .threads
+        .values()
+        .map(|t| t.on_cpu_ns + t.off_ns.iter().sum::<u64>())
+        .sum::<u64>()
+        .max(1);
+
+    // On-CPU functions, self and total.
+    let mut self_ns: HashMap<String, u64> = HashMap::new();
+    let mut total_ns: HashMap<String, u64> = HashMap::new();
+    let mut on_cpu_ns = 0u64;
+    for e in profile.entries.iter().filter(|e| e.kind == Kind::OnCpu) {
+        let frames = stack_frames(e.user_stack, e.kernel_stack, names);
+        on_cpu_ns += e.time_ns;
+        if let Some(leaf) = frames.last() {
+            *self_ns.entry(leaf.clone()).or_default() += e.time_ns;
+        }
+        let unique: BTreeSet<&String> = frames.iter().collect();
+        for f in unique {
+            *total_ns.entry(f.clone()).or_default() += e.time_ns;
+        }
+    }
+    let on_cpu_ns = on_cpu_ns.max(1);
+    let mut functions: Vec<FunctionRow> = self_ns
+        .iter()
+        .map(|(f, &s)| {
+            let t = total_ns.get(f).copied().unwrap_or(s);
+            FunctionRow {
+                function: f.clone(),
+                self_pct: round1(100.0 * s as f64 / on_cpu_ns as f64),
+                total_pct: round1(100.0 * t as f64 / on_cpu_ns as f64),
+                self_s: secs(s),
+                total_s: secs(t),
+            }
+        })
+        .collect();
+    functions.sort_by(|a, b| {
+        b.self_s
+            .total_cmp(&a.self_s)
+            .then(a.function.cmp(&b.function))
+    });
+    functions.truncate(TOP_FUNCTIONS);
+
+    // Blocking sites: the same stack and state across threads is one site.
+    #[derive(Default)]
+    struct Site {
+        hist: Hist,
+        time_ns: u64,
+        threads: BTreeSet<u32>,
+        user_frames: Vec<String>,
+    }
+    let mut sites: BTreeMap<(&'static str, Vec<String>), Site> = BTreeMap::new();
+    let mut runnable_after: HashMap<Vec<String>, u64> = HashMap::new();
+    for e in &profile.entries {
+        let Kind::Off(state) = e.kind else { continue };
+        let frames = stack_frames(e.user_stack, e.kernel_stack, names);
+        match state {
+            WaitState::RunqueueWoken => {
+                *runnable_after.entry(frames).or_default() += e.time_ns;
+            }
+            WaitState::RunqueuePreempted => {}
+            _ => {
+                let site = sites.entry((state.label(), frames)).or_default();
+                site.hist.add(&e.hist, e.waits, e.time_ns, e.max_ns);
+                site.time_ns += e.time_ns;
+                site.threads.insert(e.tid);
+                if site.user_frames.is_empty() {
+                    site.user_frames =
+                        stack_frames(e.user_stack, profiler_common::stack_id::EMPTY, names);
+                }
+            }
+        }
+    }
+    // Wakers by site, then by waker thread.
+    let mut wakers_by_site: HashMap<SiteKey, BTreeMap<WakerKey, (u64, Vec<String>)>> =
+        HashMap::new();
+    for w in &profile.wakers {
+        let frames = stack_frames(w.user_stack, w.kernel_stack, names);
+        let who = waker_identity(w, names);
+        let stack = waker_frames(w, &who, names);
+        let entry = wakers_by_site
+            .entry((w.state.label(), frames))
+            .or_default()
+            .entry((who.name, who.tid, who.pid))
+            .or_insert((0, stack.clone()));
+        entry.0 += w.count;
+        if entry.1.is_empty() {
+            entry.1 = stack;
+        }
+    }
+    let mut site_rows: Vec<SiteRow> = sites
+        .into_iter()
+        .map(|((state, frames), site)| {
+            let wakers = wakers_by_site.get(&(state, frames.clone()));
+            let total_wakeups: u64 = wakers.map_or(0, |w| w.values().map(|v| v.0).sum());
+            let mut waker_rows: Vec<WakerRow> = wakers
+                .map(|w| {
+                    w.iter()
+                        .map(|((name, tid, pid), (count, stack))| WakerRow {
+                            name: if name.is_empty() {
+                                "?".into()
+                            } else {
+                                name.clone()
+                            },
+                            tid: *tid,
+                            pid: *pid,
+                            wakeups: *count,
+                            wakeups_pct: round1(
+                                100.0 * *count as f64 / total_wakeups.max(1) as f64,
+                            ),
+                            stack: stack.clone(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            waker_rows.sort_by(|a, b| b.wakeups.cmp(&a.wakeups).then(a.tid.cmp(&b.tid)));
+            waker_rows.truncate(TOP_WAKERS);
+            let thread_names: Vec<String> = site
+                .threads
+                .iter()
+                .take(5)
+                .map(|tid| {
+                    let name = profile.threads.get(tid).map_or("?", |t| t.name.as_str());
+                    format!("{name}-{tid}")
+                })
+                .collect();
+            SiteRow {
+                rank: 0,
+                state,
+                site: site_label(&site.user_frames, &frames),
+                runnable_after_wakeup_s: secs(runnable_after.get(&frames).copied().unwrap_or(0)),
+                stack: frames,
+                threads: thread_names,
+                thread_count: site.threads.len(),
+                total_s: secs(site.time_ns),
+                share_pct: round1(100.0 * site.time_ns as f64 / all_thread_ns as f64),
+                waits: site.hist.count,
+                latency: site.hist.latency(),
+                wakers: waker_rows,
+            }
+        })
+        .collect();
+    site_rows.sort_by(|a, b| b.total_s.total_cmp(&a.total_s).then(a.site.cmp(&b.site)));
+    site_rows.truncate(TOP_SITES);
+    for (i, s) in site_rows.iter_mut().enumerate() {
+        s.rank = i + 1;
+    }
+
+    let run_queue = RunQueue {
+        preempted_s: secs(preempted_ns),
+        preempted: preempted.latency(),
+        after_wakeup_s: secs(after_wakeup_ns),
+        after_wakeup: after_wakeup.latency(),
+    };
+    let verdict = verdict(profile, all_thread_ns, &functions, &site_rows, &run_queue);
+    let lost = profile
+        .lost()
+        .into_iter()
+        .filter(|l| l.1 > 0)
+        .map(|(what, count, flag)| Loss {
+            what,
+            count,
+            raise_with: (!flag.is_empty()).then_some(flag),
+        })
+        .collect();
+    Report {
+        schema_version: SCHEMA_VERSION,
+        capture: Capture {
+            target: input.target.to_string(),
+            pid: input.pid,
+            mode: profile.mode.name(),
+            duration_s: secs(window_ns),
+            frequency_hz: profile
+                .mode
+                .samples_on_cpu()
+                .then(|| round1(1e9 / profile.period_ns.max(1) as f64)),
+            samples: profile.counters.get(profiler_common::Counter::Samples),
+            kernel: kernel_release(),
+            threads: profile.threads.len(),
+            waits: profile.counters.get(profiler_common::Counter::Waits),
+            open_waits_at_end: profile.open_waits,
+            blocked_at_start: profile.blocked_at_start,
+            lost_total: profile.total_lost(),
+            lost,
+            ended_early: input.ended_early.map(str::to_string),
+        },
+        verdict,
+        threads,
+        top_on_cpu_functions: functions,
+        top_blocking_sites: site_rows,
+        run_queue,
+        percentile_method: "log2 histogram with 4 linear sub-buckets per power of two (±12 %), \
+                            linear interpolation inside the bucket; max is exact",
+    }
+}
+
+/// One sentence: the dominant state over all threads' time, and where it happens.
+fn verdict(
+    profile: &Profile,
+    all_thread_ns: u64,
+    functions: &[FunctionRow],
+    sites: &[SiteRow],
+    run_queue: &RunQueue,
+) -> String {
+    let mut by_state: [(&str, u64); 5] = [
+        ("running", 0),
+        ("runnable", 0),
+        ("sleep", 0),
+        ("io", 0),
+        ("other", 0),
+    ];
+    for t in profile.threads.values() {
+        by_state[0].1 += t.on_cpu_ns;
+        by_state[1].1 += t.off(WaitState::RunqueuePreempted) + t.off(WaitState::RunqueueWoken);
+        by_state[2].1 += t.off(WaitState::Sleep);
+        by_state[3].1 += t.off(WaitState::Io);
+        by_state[4].1 += t.off(WaitState::Other);
+    }
+    let share = |ns: u64| 100.0 * ns as f64 / all_thread_ns as f64;
+    let Some(&(state, ns)) = by_state.iter().max_by_key(|s| s.1) else {
+        return "Nothing was recorded.".into();
+    };
+    if ns == 0 {
+        return "Nothing was recorded.".into();
+    }
+    let runnable = share(by_state[1].1);
+    let starved = if state != "runnable" && runnable >= 5.0 {
+        format!("; {runnable:.0} % of it was spent runnable, waiting for a CPU")
+    } else {
+        String::new()
+    };
+    let threads = profile.threads.len();
+    let whose = if threads == 1 {
+        "The thread"
+    } else {
+        "Threads"
+    };
+    match state {
+        "running" => match functions.first() {
+            Some(f) => format!(
+                "{whose} spent most of their time ({:.0} %) running on the CPU, most of it in {} ({:.0} % of CPU time self, {:.0} % total){starved}.",
+                share(ns),
+                f.function,
+                f.self_pct,
+                f.total_pct
+            ),
+            None => format!(
+                "{whose} spent most of their time ({:.0} %) running on the CPU{starved}.",
+                share(ns)
+            ),
+        },
+        "runnable" => format!(
+            "{whose} spent most of their time ({:.0} %) runnable but waiting for a CPU: the CPU is the bottleneck (run-queue delay p99 {} after preemption, {} after wakeup).",
+            share(ns),
+            run_queue
+                .preempted
+                .as_ref()
+                .map_or("-".into(), |l| format!("{:.2} ms", l.p99_ms)),
+            run_queue
+                .after_wakeup
+                .as_ref()
+                .map_or("-".into(), |l| format!("{:.2} ms", l.p99_ms)),
+        ),
+        _ => {
+            let word = match state {
+                "sleep" => "sleeping",
+                "io" => "in uninterruptible I/O",
+                _ => "stopped or traced",
+            };
+            match sites.iter().find(|s| s.state == state) {
+                Some(s) => format!(
+                    "{whose} spent most of their time ({:.0} %) {word}, most of it in {} ({:.0} % of all thread time{}){starved}.",
+                    share(ns),
+                    s.site,
+                    s.share_pct,
+                    s.latency.as_ref().map_or(String::new(), |l| format!(
+                        ", waits p50 {:.2} ms, p99 {:.2} ms",
+                        l.p50_ms, l.p99_ms
+                    ))
+                ),
+                None => format!(
+                    "{whose} spent most of their time ({:.0} %) {word}{starved}.",
+                    share(ns)
+                ),
+            }
+        }
+    }
+}
+
+pub fn write_json(report: &Report, out: &mut impl Write) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::other)?;
+    writeln!(out)
+}
+
+fn lat(l: &Option<Latency>) -> [String; 4] {
+    match l {
+        Some(l) => [
+            format!("{:.2} ms", l.p50_ms),
+            format!("{:.2} ms", l.p90_ms),
+            format!("{:.2} ms", l.p99_ms),
+            format!("{:.2} ms", l.max_ms),
+        ],
+        None => ["-".into(), "-".into(), "-".into(), "-".into()],
+    }
+}
+
+fn wakers_text(wakers: &[WakerRow]) -> String {
+    wakers
+        .iter()
+        .map(|w| {
+            if w.tid == 0 {
+                format!("{} ({:.0} %)", w.name, w.wakeups_pct)
+            } else {
+                format!("{}-{} ({:.0} %)", w.name, w.tid, w.wakeups_pct)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Markdown, ready to paste.
+pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    let c = &r.capture;
+    writeln!(out, "# Profile of {} (PID {})\n", c.target, c.pid)?;
+    writeln!(out, "**{}**\n", r.verdict)?;
+    writeln!(out, "## Capture\n")?;
+    writeln!(out, "| | |\n|---|---|")?;
+    writeln!(
+        out,
+        "| target | {} (PID {}), {} threads |",
+        c.target, c.pid, c.threads
+    )?;
+    writeln!(out, "| mode | {} |", c.mode)?;
+    writeln!(
+        out,
+        "| duration | {:.2} s{} |",
+        c.duration_s,
+        c.ended_early
+            .as_ref()
+            .map_or(String::new(), |e| format!(" ({e})"))
+    )?;
+    if let Some(hz) = c.frequency_hz {
+        writeln!(out, "| sampling | {hz} Hz, {} samples |", c.samples)?;
+    }
+    writeln!(out, "| kernel | {} |", c.kernel)?;
+    writeln!(
+        out,
+        "| waits | {} finished, {} still open at the end, {} threads blocked since before the start |",
+        c.waits, c.open_waits_at_end, c.blocked_at_start
+    )?;
+    let lost: Vec<String> = c
+        .lost
+        .iter()
+        .map(|l| match l.raise_with {
+            Some(flag) => format!("{} {} (raise {flag})", l.count, l.what),
+            None => format!("{} {}", l.count, l.what),
+        })
+        .collect();
+    writeln!(
+        out,
+        "| lost | {}{} |\n",
+        c.lost_total,
+        if lost.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", lost.join("; "))
+        }
+    )?;
+
+    writeln!(out, "## Where each thread's time went (% of the capture)\n")?;
+    writeln!(
+        out,
+        "| thread | running | runnable | sleep | io | other | run-queue delay p50 / p99 / max |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---|")?;
+    for t in &r.threads {
+        let rq = t.run_queue_delay.as_ref().map_or("-".into(), |l| {
+            format!("{:.2} / {:.2} / {:.2} ms", l.p50_ms, l.p99_ms, l.max_ms)
+        });
+        writeln!(
+            out,
+            "| {}-{} | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {rq} |",
+            t.name, t.tid, t.running_pct, t.runnable_pct, t.sleep_pct, t.io_pct, t.other_pct
+        )?;
+    }
+    if !r.top_blocking_sites.is_empty() {
+        writeln!(out, "\n## Top blocking sites\n")?;
+        writeln!(
+            out,
+            "| # | state | site | threads | total | share | waits | p50 | p90 | p99 | max | woken by |"
+        )?;
+        writeln!(
+            out,
+            "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        )?;
+        for s in &r.top_blocking_sites {
+            let [p50, p90, p99, max] = lat(&s.latency);
+            writeln!(
+                out,
+                "| {} | {} | `{}` | {} | {:.2} s | {:.1} % | {} | {p50} | {p90} | {p99} | {max} | {} |",
+                s.rank,
+                s.state,
+                s.site,
+                s.thread_count,
+                s.total_s,
+                s.share_pct,
+                s.waits,
+                wakers_text(&s.wakers)
+            )?;
+        }
+        writeln!(out, "\nStacks (root → leaf):\n")?;
+        for s in &r.top_blocking_sites {
+            writeln!(out, "{}. `{}`", s.rank, s.stack.join(";"))?;
+            for w in s.wakers.iter().filter(|w| !w.stack.is_empty()) {
+                writeln!(
+                    out,
+                    "   - woken by {}: `{}`",
+                    wakers_text(std::slice::from_ref(w)),
+                    w.stack.join(";")
+                )?;
+            }
+        }
+    }
+    if !r.top_on_cpu_functions.is_empty() {
+        writeln!(out, "\n## Top on-CPU functions\n")?;
+        writeln!(out, "| function | self | total |\n|---|---:|---:|")?;
+        for f in &r.top_on_cpu_functions {
+            writeln!(
+                out,
+                "| `{}` | {:.1} % | {:.1} % |",
+                f.function, f.self_pct, f.total_pct
+            )?;
+        }
+    }
+    let q = &r.run_queue;
+    if q.preempted.is_some() || q.after_wakeup.is_some() {
+        writeln!(out, "\n## Run queue\n")?;
+        writeln!(
+            out,
+            "| | total | waits | p50 | p90 | p99 | max |\n|---|---:|---:|---:|---:|---:|---:|"
+        )?;
+        for (what, total, l) in [
+            ("preempted", q.preempted_s, &q.preempted),
+            ("after wakeup", q.after_wakeup_s, &q.after_wakeup),
+        ] {
+            let [p50, p90, p99, max] = lat(l);
+            let n = l.as_ref().map_or(0, |l| l.count);
+            writeln!(
+                out,
+                "| {what} | {total:.3} s | {n} | {p50} | {p90} | {p99} | {max} |"
+            )?;
+        }
+    }
+    writeln!(out, "\n_Percentiles: {}._", r.percentile_method)?;
+    Ok(())
+}
+
+/// The end-of-run text on the terminal.
+pub fn write_text(r: &Report, out: &mut impl Write, mode: Mode) -> io::Result<()> {
+    if mode.traces_switches() && !r.top_blocking_sites.is_empty() {
+        writeln!(out, "  top blocking sites")?;
+        for s in r.top_blocking_sites.iter().take(5) {
+            let [p50, _, p99, max] = lat(&s.latency);
+            let woken = if s.wakers.is_empty() {
+                String::new()
+            } else {
+                format!("  woken by {}", wakers_text(&s.wakers))
+            };
+            writeln!(
+                out,
+                "  {:>2}. {:<5} {:<48} {:>8.2} s {:>5.1} %  {:>6} waits  p50 {p50}  p99 {p99}  max {max}{woken}",
+                s.rank,
+                s.state,
+                truncate(&s.site, 48),
+                s.total_s,
+                s.share_pct,
+                s.waits
+            )?;
+        }
+    }
+    if !r.top_on_cpu_functions.is_empty() {
+        writeln!(out, "  top on-CPU functions (self / total)")?;
+        for f in r.top_on_cpu_functions.iter().take(5) {
+            writeln!(
+                out,
+                "      {:<60} {:>5.1} % / {:>5.1} %",
+                truncate(&f.function, 60),
+                f.self_pct,
+                f.total_pct
+            )?;
+        }
+    }
+    writeln!(out, "  verdict  {}", r.verdict)
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('…');
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profiler_common::hist_bucket;
+
+    fn hist_of(values_ns: &[u64]) -> Hist {
+        let mut h = Hist::default();
+        let mut raw = [0u32; WAIT_HIST_BUCKETS];
+        for &v in values_ns {
+            raw[hist_bucket(v)] += 1;
+        }
+        let total = values_ns.iter().sum();
+        let max = values_ns.iter().copied().max().unwrap_or(0);
+        h.add(&raw, values_ns.len() as u64, total, max);
+        h
+    }
+
+    #[test]
+    fn percentiles_land_within_a_bucket_of_the_truth() {
+        // 1..=1000 ms, uniform.
+        let values: Vec<u64> = (1..=1000).map(|i| i * 1_000_000).collect();
+        let h = hist_of(&values);
+        for (q, truth) in [(0.5, 500e6), (0.9, 900e6), (0.99, 990e6)] {
+            let got = h.quantile_ns(q);
+            assert!((got - truth).abs() / truth < 0.13, "q{q}: {got} vs {truth}");
+        }
+        assert_eq!(h.latency().unwrap().max_ms, 1000.0);
+    }
+
+    #[test]
+    fn a_constant_20ms_wait_reads_as_about_20ms() {
+        let h = hist_of(&[20_100_000; 250]);
+        let l = h.latency().unwrap();
+        assert!((18.0..=25.0).contains(&l.p50_ms), "{l:?}");
+        assert!(l.p99_ms <= l.max_ms);
+        assert_eq!(l.count, 250);
+        assert_eq!(l.mean_ms, 20.1);
+    }
+
+    #[test]
+    fn site_labels_name_the_call_and_its_caller() {
+        let user = vec!["main".to_string(), "reader".to_string(), "read".to_string()];
+        assert_eq!(site_label(&user, &user), "read ← reader");
+        let kernel_only = vec!["schedule_[k]".to_string()];
+        assert_eq!(site_label(&[], &kernel_only), "schedule_[k]");
+    }
+}

@@ -1,0 +1,1428 @@
+//! One ELF file's bytes → its `.eh_frame` as sorted [`UnwindRow`]s (x86_64): the table the
+//! in-kernel unwinder binary-searches.
+//!
+//! Every FDE's call frame program is evaluated with gimli; every row of its table becomes one
+//! `UnwindRow`. Rules the unwinder can follow (CFA = rsp/rbp + offset, the `.plt` expression,
+//! glibc's signal trampoline) keep their meaning; any other rule becomes a row that sends the
+//! unwinder back to frame pointers. A `NO_INFO` row closes every FDE, so addresses in the gaps
+//! between functions never borrow the rule of the function before them.
+//!
+//! What each row kind carries besides `pc`:
+//! - `RSP`, `RBP`: `cfa_offset` from that register; the caller's rbp as `rbp_kind` says.
+//! - `PLT`: `cfa_offset` = the expression's threshold (11, or 9 for IBT stubs).
+//! - `SIGNAL_FRAME`: `cfa_offset` = [`UC_RSP`] (the interrupted rsp is at rsp + 160, its rip 8
+//!   bytes further), `rbp_offset` = [`UC_RBP`] (the interrupted rbp at rsp + 120), `rbp_kind`
+//!   `UNSUPPORTED` because that rbp is not CFA-relative.
+//! - `END_OF_STACK`, `UNSUPPORTED`, `NO_INFO`: offsets 0 and `rbp_kind` `UNCHANGED`, so that
+//!   neighbours merge.
+//!
+//! The files come from processes we do not trust, and we run as root: nothing here panics,
+//! arithmetic is checked, allocations grow with the input and not with header fields, and both
+//! the rows and the CFI work are capped.
+
+use std::collections::HashMap;
+
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, CommonInformationEntry, EhFrame, EhFrameHdr, EhFrameOffset,
+    EndianSlice, FrameDescriptionEntry, LittleEndian, Operation, Register, RegisterRule,
+    UnwindContext, UnwindExpression, UnwindSection as _, UnwindTableRow,
+};
+use object::{
+    LittleEndian as ElfEndian, Object as _, ObjectSection as _, elf,
+    read::elf::{ElfFile64, FileHeader as _, ProgramHeader as _},
+};
+use profiler_common::unwind::{ROWS_PER_CHUNK, UnwindRow, cfa_kind, rbp_kind};
+use thiserror::Error;
+
+/// Most rows one file may produce (64 chunks, 4 Mi rows, 48 MiB). The biggest file we tried,
+/// librustc_driver (150 MiB), has 1.15 Mi rows; anything larger is refused rather than allowed
+/// to fill the kernel's row array on its own.
+pub const MAX_ROWS: usize = 64 * ROWS_PER_CHUNK;
+
+/// CFI bytes evaluated per byte of `.eh_frame` before giving up. Every FDE re-runs its CIE's
+/// initial instructions; real CIEs are a few dozen bytes, which keeps real files near 1.4
+/// bytes of work per byte (libc, node, libLLVM, librustc_driver), while a crafted file with
+/// one huge CIE shared by many FDEs would otherwise take time quadratic in its size.
+const WORK_PER_BYTE: u64 = 16;
+/// Work allowed to any file, however small its `.eh_frame`.
+const MIN_WORK: u64 = 1 << 20;
+
+/// DWARF register numbers of the x86_64 psABI (figure 3.36).
+const RBP: Register = Register(6);
+const RSP: Register = Register(7);
+const RIP: Register = Register(16);
+
+// glibc's `__restore_rt` (sysdeps/unix/sysv/linux/x86_64/libc_sigaction.c) describes the
+// interrupted frame with expressions on the `ucontext_t` that rsp points at once the signal
+// handler has returned into the trampoline: `uc_flags` (8) + `uc_link` (8) + `uc_stack` (24)
+// = 40 bytes, then `mcontext_t.gregs` in `REG_R8` … `REG_RIP` order. Debian 12's libc.so.6
+// (glibc 2.36) has one such FDE, with CIE augmentation "zRS" (signal frame), covering the
+// `nop` before the trampoline and its `mov $15 (rt_sigreturn), %rax; syscall`
+// (`readelf --debug-dump=frames`, FDE pc=0x3c04f..0x3c059); ld.so carries a copy:
+//
+//   DW_CFA_def_cfa_expression (DW_OP_breg7 (rsp): 160; DW_OP_deref)
+//   DW_CFA_expression: r8 (r8) (DW_OP_breg7 (rsp): 40)     … r15 96, rdi 104, rsi 112
+//   DW_CFA_expression: r6 (rbp) (DW_OP_breg7 (rsp): 120)   … rbx 128, rdx 136, rax 144, rcx 152
+//   DW_CFA_expression: r7 (rsp) (DW_OP_breg7 (rsp): 160)
+//   DW_CFA_expression: r16 (rip) (DW_OP_breg7 (rsp): 168)
+//
+// A row is SIGNAL_FRAME when the CFA, rip and rbp rules are exactly these.
+
+/// Offset from rsp of the interrupted rsp (`gregs[REG_RSP]`) in a signal frame.
+pub const UC_RSP: i64 = 160;
+/// Offset from rsp of the interrupted rip (`gregs[REG_RIP]`) in a signal frame.
+pub const UC_RIP: i64 = 168;
+/// Offset from rsp of the interrupted rbp (`gregs[REG_RBP]`) in a signal frame.
+pub const UC_RBP: i64 = 120;
+
+// The lazy `.plt` CFA expression of binutils (`elf_x86_64_eh_frame_lazy_plt`):
+// `rsp + 8 + (((rip & 15) >= threshold) << 3)`: past the `push` of its 16-byte entry, a stub
+// has 8 more bytes on the stack. The threshold is where the `push` ends: 11 in the classic
+// entry (`jmp *GOT` 6 bytes + `push` 5), 9 in the IBT entry (`endbr64` 4 + `push` 5, what
+// `-z ibtplt` links), 10 in the old MPX (BND) one. Any threshold 0–15 is taken as written.
+const PLT_MASK: u64 = 15;
+
+#[derive(Debug, Error)]
+pub enum UnwindError {
+    #[error("not a readable 64-bit little-endian ELF file: {0}")]
+    Elf(#[from] object::read::Error),
+    #[error("ELF machine {0} is not x86_64")]
+    NotX86_64(u16),
+    #[error("malformed .eh_frame: {0}")]
+    EhFrame(#[from] gimli::Error),
+    #[error("PT_GNU_EH_FRAME points outside the file")]
+    BadEhFrameHdr,
+    #[error("FDEs cover {span:#x} bytes from {base:#x}: more than a 32-bit row pc can address")]
+    SpanTooLarge { base: u64, span: u64 },
+    #[error("more than {MAX_ROWS} unwind rows")]
+    TooManyRows,
+    #[error(".eh_frame needs more than {budget} bytes of CFI evaluation (crafted CIEs?)")]
+    TooMuchWork { budget: u64 },
+}
+
+/// The unwind rows of one file, sorted by `pc`, no two neighbours with the same rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnwindTable {
+    /// Lowest address (in the file's own address space) any FDE covers; row `pc`s are
+    /// relative to it. 0 when there are no rows.
+    pub base: u64,
+    pub rows: Vec<UnwindRow>,
+}
+
+/// The row that applies at `pc` (relative to the table's base): the last one starting at or
+/// before it. The eBPF side does the same binary search.
+pub fn find_row(rows: &[UnwindRow], pc: u32) -> Option<&UnwindRow> {
+    let after = rows.partition_point(|row| row.pc <= pc);
+    rows.get(after.checked_sub(1)?)
+}
+
+/// Builds the unwind table of an x86_64 ELF file. A file without `.eh_frame` (or whose FDEs
+/// all lie outside its executable segments) gives an empty table: frame pointers only.
+pub fn build_rows(elf: &[u8]) -> Result<UnwindTable, UnwindError> {
+    let file = ElfFile64::<ElfEndian>::parse(elf)?;
+    let machine = file.elf_header().e_machine(file.endian());
+    if machine != elf::EM_X86_64 {
+        // Register numbers and the rules below are x86_64's.
+        return Err(UnwindError::NotX86_64(machine));
+    }
+    let exec = ExecRanges::of(&file);
+    let Some(source) = locate_eh_frame(&file, elf)? else {
+        return Ok(UnwindTable::default());
+    };
+    build_from_section(source.data, &source.bases, &exec)
+}
+
+/// The rows of one `.eh_frame` section's bytes.
+fn build_from_section(
+    data: &[u8],
+    bases: &BaseAddresses,
+    exec: &ExecRanges,
+) -> Result<UnwindTable, UnwindError> {
+    let mut eh_frame = EhFrame::new(data, LittleEndian);
+    eh_frame.set_address_size(8);
+    let mut cies = Cies::default();
+    let fdes = list_fdes(&eh_frame, bases, exec, &mut cies)?;
+    let budget = u64::try_from(data.len())
+        .unwrap_or(u64::MAX)
+        .saturating_mul(WORK_PER_BYTE)
+        .max(MIN_WORK);
+    evaluate(&eh_frame, bases, &fdes, &mut cies, budget)
+}
+
+type Slice<'a> = EndianSlice<'a, LittleEndian>;
+
+/// Where `.eh_frame` is and the bases its pointer encodings are relative to.
+struct Source<'a> {
+    data: &'a [u8],
+    bases: BaseAddresses,
+}
+
+fn locate_eh_frame<'a>(
+    file: &ElfFile64<'a, ElfEndian>,
+    elf: &'a [u8],
+) -> Result<Option<Source<'a>>, UnwindError> {
+    let address = |name: &str| file.section_by_name(name).map(|s| s.address());
+    if let Some(section) = file.section_by_name(".eh_frame") {
+        // A separate debug file keeps the section header but not the bytes (SHT_NOBITS):
+        // `data` is then empty and there is nothing to unwind with.
+        let data = section.data()?;
+        let mut bases = BaseAddresses::default().set_eh_frame(section.address());
+        if let Some(text) = address(".text") {
+            bases = bases.set_text(text);
+        }
+        // DW_EH_PE_datarel is relative to the GOT on x86_64 (as in libgcc's unwind-dw2-fde).
+        if let Some(got) = address(".got") {
+            bases = bases.set_got(got);
+        }
+        return Ok(Some(Source { data, bases }));
+    }
+    from_eh_frame_hdr(file, elf)
+}
+
+/// Files without section headers (`sstrip`ped) still have `PT_GNU_EH_FRAME`, which the
+/// runtime's own unwinder uses: `.eh_frame_hdr` names `.eh_frame`'s address.
+fn from_eh_frame_hdr<'a>(
+    file: &ElfFile64<'a, ElfEndian>,
+    elf: &'a [u8],
+) -> Result<Option<Source<'a>>, UnwindError> {
+    let endian = file.endian();
+    let headers = file.elf_program_headers();
+    let Some(hdr) = headers
+        .iter()
+        .find(|p| p.p_type(endian) == elf::PT_GNU_EH_FRAME)
+    else {
+        return Ok(None);
+    };
+    let hdr_data = hdr
+        .data(endian, elf)
+        .map_err(|()| UnwindError::BadEhFrameHdr)?;
+    let hdr_bases = BaseAddresses::default().set_eh_frame_hdr(hdr.p_vaddr(endian));
+    let parsed = EhFrameHdr::new(hdr_data, LittleEndian).parse(&hdr_bases, 8)?;
+    let gimli::Pointer::Direct(address) = parsed.eh_frame_ptr() else {
+        // An indirect pointer would have to be read from memory the file does not describe.
+        return Ok(None);
+    };
+    // The header gives no length: the section runs at most to the end of the file bytes of
+    // its load segment, and gimli stops at its zero terminator.
+    let data = headers
+        .iter()
+        .filter(|p| p.p_type(endian) == elf::PT_LOAD)
+        .find_map(|p| {
+            let into = address.checked_sub(p.p_vaddr(endian))?;
+            let (offset, size) = p.file_range(endian);
+            let rest = size.checked_sub(into)?;
+            let start = offset.checked_add(into)?;
+            let end = start.checked_add(rest)?;
+            elf.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
+        })
+        .ok_or(UnwindError::BadEhFrameHdr)?;
+    let bases = BaseAddresses::default().set_eh_frame(address);
+    Ok(Some(Source { data, bases }))
+}
+
+/// Address ranges of the executable load segments, sorted and disjoint. An FDE that starts
+/// outside them (a stale FDE of a section the linker discarded, relocated to 0) would only
+/// stretch the table's span.
+struct ExecRanges(Vec<(u64, u64)>);
+
+impl ExecRanges {
+    fn of(file: &ElfFile64<'_, ElfEndian>) -> Self {
+        let endian = file.endian();
+        let mut ranges: Vec<(u64, u64)> = file
+            .elf_program_headers()
+            .iter()
+            .filter(|p| p.p_type(endian) == elf::PT_LOAD && p.p_flags(endian) & elf::PF_X != 0)
+            .filter_map(|p| {
+                let start = p.p_vaddr(endian);
+                Some((start, start.checked_add(p.p_memsz(endian))?))
+            })
+            .collect();
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (start, end) in ranges {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        Self(merged)
+    }
+
+    /// A file without program headers (a relocatable object) is not filtered.
+    fn contains(&self, address: u64) -> bool {
+        if self.0.is_empty() {
+            return true;
+        }
+        let after = self.0.partition_point(|&(start, _)| start <= address);
+        after
+            .checked_sub(1)
+            .and_then(|i| self.0.get(i))
+            .is_some_and(|&(_, end)| address < end)
+    }
+}
+
+/// CIEs parsed once each: parsing the CIE again for every FDE would give a crafted file (one
+/// CIE with a huge augmentation string, shared by many FDEs) time quadratic in its size.
+#[derive(Default)]
+struct Cies<'a>(HashMap<usize, CommonInformationEntry<Slice<'a>>>);
+
+impl<'a> Cies<'a> {
+    fn get(
+        &mut self,
+        eh_frame: &EhFrame<Slice<'a>>,
+        bases: &BaseAddresses,
+        offset: EhFrameOffset<usize>,
+    ) -> gimli::Result<CommonInformationEntry<Slice<'a>>> {
+        if let Some(cie) = self.0.get(&offset.0) {
+            return Ok(cie.clone());
+        }
+        let cie = eh_frame.cie_from_offset(bases, offset)?;
+        self.0.insert(offset.0, cie.clone());
+        Ok(cie)
+    }
+}
+
+/// One FDE to evaluate: its range and where it is in the section.
+struct FdeSpan {
+    start: u64,
+    end: u64,
+    offset: usize,
+}
+
+/// First pass: every FDE's address range, sorted by start. Equal starts keep section order,
+/// so the FDE that comes later in the section wins their shared addresses.
+fn list_fdes<'a>(
+    eh_frame: &EhFrame<Slice<'a>>,
+    bases: &BaseAddresses,
+    exec: &ExecRanges,
+    cies: &mut Cies<'a>,
+) -> Result<Vec<FdeSpan>, UnwindError> {
+    let mut fdes = Vec::new();
+    let mut entries = eh_frame.entries(bases);
+    while let Some(entry) = entries.next()? {
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let fde = partial.parse(|section, bases, offset| cies.get(section, bases, offset))?;
+        let start = fde.initial_address();
+        // gimli wraps the end address; an FDE that wraps around covers nothing real.
+        let Some(end) = start.checked_add(fde.len()) else {
+            continue;
+        };
+        if end == start || !exec.contains(start) {
+            continue;
+        }
+        // Every FDE adds at least two rows (its first and its end marker).
+        if fdes.len() >= MAX_ROWS {
+            return Err(UnwindError::TooManyRows);
+        }
+        fdes.push(FdeSpan {
+            start,
+            end,
+            offset: fde.offset(),
+        });
+    }
+    fdes.sort_by_key(|fde| fde.start);
+    Ok(fdes)
+}
+
+/// Second pass: every FDE's rows in start order, each closed by a `NO_INFO` row; then sort,
+/// resolve shared addresses, merge repeated rules.
+fn evaluate<'a>(
+    eh_frame: &EhFrame<Slice<'a>>,
+    bases: &BaseAddresses,
+    fdes: &[FdeSpan],
+    cies: &mut Cies<'a>,
+    budget: u64,
+) -> Result<UnwindTable, UnwindError> {
+    let (Some(first), Some(end)) = (fdes.first(), fdes.iter().map(|fde| fde.end).max()) else {
+        return Ok(UnwindTable::default());
+    };
+    let base = first.start;
+    let span = end.saturating_sub(base);
+    if span > u64::from(u32::MAX) {
+        return Err(UnwindError::SpanTooLarge { base, span });
+    }
+    let pc_of = |address: u64| {
+        address
+            .checked_sub(base)
+            .and_then(|pc| u32::try_from(pc).ok())
+            .ok_or(UnwindError::SpanTooLarge { base, span })
+    };
+
+    let mut ctx = UnwindContext::new();
+    let mut rows: Vec<UnwindRow> = Vec::new();
+    let mut work: u64 = 0;
+    for span in fdes {
+        let fde = eh_frame.fde_from_offset(bases, EhFrameOffset(span.offset), |s, b, o| {
+            cies.get(s, b, o)
+        })?;
+        // Evaluating the FDE re-runs its CIE's initial instructions.
+        let len = fde.entry_len().saturating_add(fde.cie().entry_len());
+        work = work.saturating_add(u64::try_from(len).unwrap_or(u64::MAX));
+        if work > budget {
+            return Err(UnwindError::TooMuchWork { budget });
+        }
+        let first_row = rows.len();
+        match push_fde_rows(eh_frame, bases, &mut ctx, &fde, span, &pc_of, &mut rows) {
+            Ok(()) => {}
+            // One FDE whose program does not evaluate (an unknown opcode, a restore_state
+            // without remember_state) costs its own function only: frame pointers there.
+            Err(UnwindError::EhFrame(_)) => {
+                rows.truncate(first_row);
+                push(
+                    &mut rows,
+                    pc_of(span.start)?,
+                    rule(cfa_kind::UNSUPPORTED, 0, (rbp_kind::UNCHANGED, 0)),
+                )?;
+            }
+            Err(e) => return Err(e),
+        }
+        push(
+            &mut rows,
+            pc_of(span.end)?,
+            rule(cfa_kind::NO_INFO, 0, (rbp_kind::UNCHANGED, 0)),
+        )?;
+    }
+
+    // Stable: rows sharing a pc stay in push order, and the last one pushed wins — a later row
+    // of the same FDE, the first row of an FDE over the end marker of the one before it.
+    rows.sort_by_key(|row| row.pc);
+    let mut out: Vec<UnwindRow> = Vec::with_capacity(rows.len());
+    for row in rows {
+        match out.last_mut() {
+            Some(last) if last.pc == row.pc => *last = row,
+            _ => out.push(row),
+        }
+    }
+    // Replacing above can leave two neighbours with one rule; merge only now.
+    out.dedup_by(|next, kept| same_rule(next, kept));
+    Ok(UnwindTable { base, rows: out })
+}
+
+fn push(rows: &mut Vec<UnwindRow>, pc: u32, row: UnwindRow) -> Result<(), UnwindError> {
+    if rows.len() >= MAX_ROWS {
+        return Err(UnwindError::TooManyRows);
+    }
+    rows.push(UnwindRow { pc, ..row });
+    Ok(())
+}
+
+fn push_fde_rows(
+    eh_frame: &EhFrame<Slice<'_>>,
+    bases: &BaseAddresses,
+    ctx: &mut UnwindContext<usize>,
+    fde: &FrameDescriptionEntry<Slice<'_>>,
+    span: &FdeSpan,
+    pc_of: &impl Fn(u64) -> Result<u32, UnwindError>,
+    rows: &mut Vec<UnwindRow>,
+) -> Result<(), UnwindError> {
+    let mut table = fde.rows(eh_frame, bases, ctx)?;
+    while let Some(row) = table.next_row()? {
+        let start = row.start_address();
+        // Empty rows (an advance by 0) are overridden by the next row anyway; rows an
+        // advance pushed past the FDE's end describe addresses the FDE does not cover.
+        if start >= row.end_address() || start < span.start || start >= span.end {
+            continue;
+        }
+        push(rows, pc_of(start)?, convert(row, eh_frame, fde.cie()))?;
+    }
+    Ok(())
+}
+
+const fn rule(cfa: u8, cfa_offset: i32, (rbp, rbp_offset): (u8, i16)) -> UnwindRow {
+    UnwindRow {
+        pc: 0,
+        cfa_offset,
+        rbp_offset,
+        cfa_kind: cfa,
+        rbp_kind: rbp,
+    }
+}
+
+fn same_rule(a: &UnwindRow, b: &UnwindRow) -> bool {
+    (a.cfa_kind, a.cfa_offset, a.rbp_kind, a.rbp_offset)
+        == (b.cfa_kind, b.cfa_offset, b.rbp_kind, b.rbp_offset)
+}
+
+/// One gimli row → the rule the unwinder follows (`pc` left 0).
+fn convert(
+    row: &UnwindTableRow<usize>,
+    eh_frame: &EhFrame<Slice<'_>>,
+    cie: &CommonInformationEntry<Slice<'_>>,
+) -> UnwindRow {
+    let unsupported = rule(cfa_kind::UNSUPPORTED, 0, (rbp_kind::UNCHANGED, 0));
+    let ra = row.register(cie.return_address_register());
+    if ra == Some(RegisterRule::Undefined) {
+        // `_start`, `clone3`: the outermost frame says so.
+        return rule(cfa_kind::END_OF_STACK, 0, (rbp_kind::UNCHANGED, 0));
+    }
+    let ops = |expr: &UnwindExpression<usize>| Ops::decode(expr, eh_frame, cie);
+    let expr_rule = |register| match row.register(register) {
+        Some(RegisterRule::Expression(expr)) => ops(&expr),
+        _ => Ops::default(),
+    };
+    let cfa = match row.cfa() {
+        CfaRule::Expression(expr) => {
+            let cfa = ops(expr);
+            match cfa.as_slice() {
+                [Op::Breg(RSP, UC_RSP), Op::Deref]
+                    if expr_rule(RIP).as_slice() == [Op::Breg(RSP, UC_RIP)]
+                        && expr_rule(RBP).as_slice() == [Op::Breg(RSP, UC_RBP)] =>
+                {
+                    // rip, rsp and rbp come from the ucontext; rbp_kind has no CFA-relative
+                    // rule to give, the offsets say where in the ucontext (from rsp) to look.
+                    return rule(
+                        cfa_kind::SIGNAL_FRAME,
+                        UC_RSP as i32,
+                        (rbp_kind::UNSUPPORTED, UC_RBP as i16),
+                    );
+                }
+                &[
+                    Op::Breg(RSP, 8),
+                    Op::Breg(RIP, 0),
+                    Op::Lit(PLT_MASK),
+                    Op::And,
+                    Op::Lit(threshold),
+                    Op::Ge,
+                    Op::Lit(3),
+                    Op::Shl,
+                    Op::Plus,
+                ] if threshold <= PLT_MASK => (cfa_kind::PLT, threshold as i32),
+                _ => return unsupported,
+            }
+        }
+        &CfaRule::RegisterAndOffset { register, offset } => {
+            let kind = match register {
+                RSP => cfa_kind::RSP,
+                RBP => cfa_kind::RBP,
+                _ => return unsupported,
+            };
+            let Ok(offset) = i32::try_from(offset) else {
+                return unsupported;
+            };
+            (kind, offset)
+        }
+    };
+    // The return address must be where the unwinder reads it: CFA - 8.
+    if ra != Some(RegisterRule::Offset(-8)) {
+        return unsupported;
+    }
+    let rbp = match row.register(RBP) {
+        // No rule: rbp is callee-saved, so a frame that does not mention it leaves it alone.
+        None | Some(RegisterRule::Undefined | RegisterRule::SameValue) => (rbp_kind::UNCHANGED, 0),
+        Some(RegisterRule::Offset(offset)) => match i16::try_from(offset) {
+            Ok(offset) => (rbp_kind::AT_CFA_OFFSET, offset),
+            Err(_) => (rbp_kind::UNSUPPORTED, 0),
+        },
+        Some(_) => (rbp_kind::UNSUPPORTED, 0),
+    };
+    rule(cfa.0, cfa.1, rbp)
+}
+
+/// The few DWARF operations the recognised expressions use; everything else is `Other`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    /// `DW_OP_bregN offset`
+    Breg(Register, i64),
+    /// `DW_OP_litN` (or any unsigned constant)
+    Lit(u64),
+    And,
+    Ge,
+    Shl,
+    Plus,
+    /// `DW_OP_deref` of an address-sized value.
+    Deref,
+    Other,
+}
+
+/// Length of the longest recognised expression (the `.plt` one).
+const MAX_OPS: usize = 9;
+
+/// The first operations of an expression; empty when it is malformed or longer than any
+/// recognised one. Decoding stops after `MAX_OPS + 1` operations, so a row costs the same
+/// however long its expression is.
+struct Ops {
+    ops: [Op; MAX_OPS],
+    len: usize,
+}
+
+impl Default for Ops {
+    fn default() -> Self {
+        Self {
+            ops: [Op::Other; MAX_OPS],
+            len: 0,
+        }
+    }
+}
+
+impl Ops {
+    fn decode(
+        expr: &UnwindExpression<usize>,
+        eh_frame: &EhFrame<Slice<'_>>,
+        cie: &CommonInformationEntry<Slice<'_>>,
+    ) -> Self {
+        let Ok(expr) = expr.get(eh_frame) else {
+            return Self::default();
+        };
+        let mut iter = expr.operations(cie.encoding());
+        let mut ops = Self::default();
+        loop {
+            let op = match iter.next() {
+                Ok(Some(op)) => op,
+                Ok(None) => return ops,
+                Err(_) => return Self::default(),
+            };
+            let Some(slot) = ops.ops.get_mut(ops.len) else {
+                return Self::default();
+            };
+            *slot = match op {
+                Operation::RegisterOffset {
+                    register,
+                    offset,
+                    base_type,
+                } if base_type.0 == 0 => Op::Breg(register, offset),
+                Operation::UnsignedConstant { value } => Op::Lit(value),
+                Operation::And => Op::And,
+                Operation::Ge => Op::Ge,
+                Operation::Shl => Op::Shl,
+                Operation::Plus => Op::Plus,
+                Operation::Deref {
+                    base_type,
+                    size: 8,
+                    space: false,
+                } if base_type.0 == 0 => Op::Deref,
+                _ => Op::Other,
+            };
+            ops.len += 1;
+        }
+    }
+
+    fn as_slice(&self) -> &[Op] {
+        self.ops.get(..self.len).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        path::Path,
+        process::Command,
+        time::{Duration, Instant},
+    };
+
+    use object::{ObjectSymbol as _, read::elf::ElfFile64};
+    use profiler_common::unwind::{cfa_kind as cfa, rbp_kind as rbp};
+
+    use super::*;
+
+    const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+
+    /// Flags that keep gcc's output independent of distribution defaults (Ubuntu turns on
+    /// the stack protector and CET, which add instructions and move the CFI).
+    const CFLAGS: &[&str] = &[
+        "-O2",
+        "-fno-stack-protector",
+        "-fcf-protection=none",
+        "-fasynchronous-unwind-tables",
+    ];
+
+    /// A row as the tests write it: offset from a symbol, then the rule.
+    type Row = (u64, u8, i32, u8, i16);
+
+    /// Compiles each `(file name, source, extra flags)` and links them into one executable.
+    fn build(dir: &Path, sources: &[(&str, &str, &[&str])], link: &[&str]) -> Vec<u8> {
+        let mut objects = Vec::new();
+        for (name, source, flags) in sources {
+            let path = dir.join(name);
+            std::fs::write(&path, source).unwrap_or_else(|e| panic!("write {name}: {e}"));
+            let object = dir.join(format!("{name}.o"));
+            let status = Command::new("gcc")
+                .args(CFLAGS)
+                .args(*flags)
+                .arg("-c")
+                .arg(&path)
+                .arg("-o")
+                .arg(&object)
+                .status()
+                .unwrap_or_else(|e| panic!("run gcc: {e}"));
+            assert!(status.success(), "gcc -c {name}: {status}");
+            objects.push(object);
+        }
+        let exe = dir.join("test-exe");
+        let status = Command::new("gcc")
+            .args(&objects)
+            .args(link)
+            .arg("-o")
+            .arg(&exe)
+            .status()
+            .unwrap_or_else(|e| panic!("run gcc: {e}"));
+        assert!(status.success(), "gcc link: {status}");
+        std::fs::read(&exe).unwrap_or_else(|e| panic!("read {}: {e}", exe.display()))
+    }
+
+    /// Address of a symbol in `.symtab` or `.dynsym`.
+    fn symbol(elf: &[u8], name: &str) -> u64 {
+        let file = ElfFile64::<ElfEndian>::parse(elf).expect("parse ELF");
+        file.symbols()
+            .chain(file.dynamic_symbols())
+            .find(|s| s.name() == Ok(name))
+            .unwrap_or_else(|| panic!("no symbol {name}"))
+            .address()
+    }
+
+    fn section(elf: &[u8], name: &str) -> (u64, u64) {
+        let file = ElfFile64::<ElfEndian>::parse(elf).expect("parse ELF");
+        let section = file
+            .section_by_name(name)
+            .unwrap_or_else(|| panic!("no section {name}"));
+        (section.address(), section.size())
+    }
+
+    fn file_range(elf: &[u8], name: &str) -> std::ops::Range<usize> {
+        let file = ElfFile64::<ElfEndian>::parse(elf).expect("parse ELF");
+        let (offset, size) = file
+            .section_by_name(name)
+            .and_then(|s| s.file_range())
+            .unwrap_or_else(|| panic!("no section {name}"));
+        offset as usize..(offset + size) as usize
+    }
+
+    /// The rows starting in `[start, end]` (end included, to see the end marker), with their
+    /// addresses as offsets from `start`.
+    fn rows_in(table: &UnwindTable, start: u64, end: u64) -> Vec<Row> {
+        table
+            .rows
+            .iter()
+            .map(|r| (table.base + u64::from(r.pc), r))
+            .filter(|&(address, _)| (start..=end).contains(&address))
+            .map(|(address, r)| {
+                (
+                    address - start,
+                    r.cfa_kind,
+                    r.cfa_offset,
+                    r.rbp_kind,
+                    r.rbp_offset,
+                )
+            })
+            .collect()
+    }
+
+    /// The rule that applies at an address, as the eBPF side finds it.
+    fn rule_at(table: &UnwindTable, address: u64) -> (u8, i32, u8, i16) {
+        let pc = u32::try_from(address - table.base).expect("address in table");
+        let r = find_row(&table.rows, pc).expect("a row covers the address");
+        (r.cfa_kind, r.cfa_offset, r.rbp_kind, r.rbp_offset)
+    }
+
+    fn assert_sorted_and_merged(table: &UnwindTable) {
+        for pair in table.rows.windows(2) {
+            assert!(pair[0].pc < pair[1].pc, "unsorted: {pair:?}");
+            assert!(!same_rule(&pair[0], &pair[1]), "unmerged: {pair:?}");
+        }
+    }
+
+    const MAIN_C: &str = r#"
+        #include <stdio.h>
+        long fp_func(long n);
+        long nofp_func(long n);
+        void sink(long *p) { printf("%ld\n", p[0]); }
+        int main(int argc, char **argv) { return (int)(fp_func(argc) + nofp_func(argc)); }
+    "#;
+    const FP_C: &str = r#"
+        void sink(long *p);
+        long fp_func(long n) { long a[4] = {n, n + 1, n + 2, n + 3}; sink(a); return a[0] + a[3]; }
+    "#;
+    const NOFP_C: &str = r#"
+        void sink(long *p);
+        long nofp_func(long n) {
+            long a[40];
+            for (int i = 0; i < 40; i++) a[i] = n + i;
+            sink(a);
+            return a[0] + a[39];
+        }
+    "#;
+
+    fn test_exe(dir: &Path, link: &[&str]) -> Vec<u8> {
+        build(
+            dir,
+            &[
+                ("main.c", MAIN_C, &[]),
+                ("fp.c", FP_C, &["-fno-omit-frame-pointer"]),
+                ("nofp.c", NOFP_C, &["-fomit-frame-pointer"]),
+            ],
+            link,
+        )
+    }
+
+    #[test]
+    fn frame_pointer_and_stack_frame_functions_get_their_exact_rows() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let elf = test_exe(dir.path(), &[]);
+        let table = build_rows(&elf).expect("build rows");
+        assert_sorted_and_merged(&table);
+
+        // gcc 12.2 (Debian 12), `objdump -d` and `readelf --debug-dump=frames`:
+        //   0  push %rbp              DW_CFA_def_cfa_offset 16; DW_CFA_offset rbp at cfa-16
+        //   1  lea 0x1(%rdi),%rax     (scheduled between push and mov)
+        //   5  mov %rsp,%rbp
+        //   8  sub $0x20,%rsp         DW_CFA_def_cfa_register rbp (at 8)
+        //  ..
+        //  35  leave
+        //  36  ret                    DW_CFA_def_cfa rsp, 8 (at 0x36); FDE ends at 0x37
+        let fp = symbol(&elf, "fp_func");
+        assert_eq!(
+            rows_in(&table, fp, fp + 0x37),
+            vec![
+                (0, cfa::RSP, 8, rbp::UNCHANGED, 0),
+                (1, cfa::RSP, 16, rbp::AT_CFA_OFFSET, -16),
+                (8, cfa::RBP, 16, rbp::AT_CFA_OFFSET, -16),
+                (0x36, cfa::RSP, 8, rbp::AT_CFA_OFFSET, -16),
+                // The next FDE starts at the 16-byte aligned nofp_func: a gap of padding.
+                (0x37, cfa::NO_INFO, 0, rbp::UNCHANGED, 0),
+            ]
+        );
+        assert_eq!(
+            rule_at(&table, fp + 0x20),
+            (cfa::RBP, 16, rbp::AT_CFA_OFFSET, -16)
+        );
+        assert_eq!(rule_at(&table, fp + 0x3f).0, cfa::NO_INFO);
+
+        //   0  sub $0x148,%rsp        DW_CFA_def_cfa_offset 336 (at 7)
+        //  ..
+        //  84  add $0x148,%rsp        DW_CFA_def_cfa_offset 8 (at 0x85)
+        //  85  ret                    FDE ends at 0x86
+        let nofp = symbol(&elf, "nofp_func");
+        assert_eq!(
+            rows_in(&table, nofp, nofp + 0x86),
+            vec![
+                (0, cfa::RSP, 8, rbp::UNCHANGED, 0),
+                (7, cfa::RSP, 0x148 + 8, rbp::UNCHANGED, 0),
+                (0x85, cfa::RSP, 8, rbp::UNCHANGED, 0),
+                (0x86, cfa::NO_INFO, 0, rbp::UNCHANGED, 0),
+            ]
+        );
+
+        // `_start` (crt1.o) marks the outermost frame with DW_CFA_undefined rip.
+        let start = symbol(&elf, "_start");
+        assert_eq!(rule_at(&table, start + 4).0, cfa::END_OF_STACK);
+        // Nothing below the lowest FDE.
+        assert_eq!(find_row(&table.rows, 0).map(|r| r.pc), Some(0));
+        assert!(table.base > 0);
+    }
+
+    #[test]
+    fn plt_rows_use_the_plt_expression() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Default link (lazy binding on Debian) and -z now both keep the lazy `.plt` with
+        // binutils' lit11 expression; the IBT layout (`endbr64` first) moves the threshold to
+        // lit9 and adds `.plt.sec`.
+        for (link, threshold) in [
+            (&[][..], 11),
+            (&["-Wl,-z,now"][..], 11),
+            (&["-Wl,-z,ibtplt"][..], 9),
+        ] {
+            let elf = test_exe(dir.path(), link);
+            let table = build_rows(&elf).unwrap_or_else(|e| panic!("{link:?}: {e}"));
+            assert_sorted_and_merged(&table);
+            let (plt, size) = section(&elf, ".plt");
+            assert_eq!(size % 16, 0);
+            // PLT0: `push GOT+8` (6 bytes) then `jmp *GOT+16`; the entries after it are covered
+            // by the expression.
+            assert_eq!(
+                rows_in(&table, plt, plt + 15),
+                vec![
+                    (0, cfa::RSP, 16, rbp::UNCHANGED, 0),
+                    (6, cfa::RSP, 24, rbp::UNCHANGED, 0),
+                ],
+                "{link:?}"
+            );
+            assert_eq!(
+                rule_at(&table, plt + 16),
+                (cfa::PLT, threshold, rbp::UNCHANGED, 0),
+                "{link:?}"
+            );
+            assert_eq!(
+                rule_at(&table, plt + size - 1),
+                (cfa::PLT, threshold, rbp::UNCHANGED, 0),
+                "{link:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn system_libc_signal_trampoline_and_common_functions() {
+        let Ok(elf) = std::fs::read(LIBC) else {
+            eprintln!("skipping: no {LIBC}");
+            return;
+        };
+        let started = Instant::now();
+        let table = build_rows(&elf).expect("build libc rows");
+        let took = started.elapsed();
+        eprintln!("libc: {} rows in {took:?}", table.rows.len());
+        assert!(table.rows.len() > 1000, "{} rows", table.rows.len());
+        assert_sorted_and_merged(&table);
+        // Debug builds are ~10x slower; release must stay well under a second.
+        let limit = if cfg!(debug_assertions) {
+            Duration::from_secs(5)
+        } else {
+            Duration::from_millis(300)
+        };
+        assert!(took < limit, "{took:?}");
+
+        // libc.so.6 is stripped of `.symtab`: find `__restore_rt` by its code,
+        // `mov $15 (rt_sigreturn), %rax; syscall`.
+        let (text, text_size) = section(&elf, ".text");
+        let range = file_range(&elf, ".text");
+        let code = &elf[range];
+        let pattern = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+        let hits: Vec<usize> = code
+            .windows(pattern.len())
+            .enumerate()
+            .filter(|(_, w)| *w == pattern)
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(hits.len(), 1, "__restore_rt candidates: {hits:?}");
+        let restore_rt = text + hits[0] as u64;
+        assert!(restore_rt < text + text_size);
+        let signal = (
+            cfa::SIGNAL_FRAME,
+            UC_RSP as i32,
+            rbp::UNSUPPORTED,
+            UC_RBP as i16,
+        );
+        // The FDE starts one byte early, at the `nop` before the symbol, so that a return
+        // address that points at the trampoline minus one (what unwinders look up) hits it.
+        assert_eq!(rule_at(&table, restore_rt - 1), signal);
+        assert_eq!(rule_at(&table, restore_rt), signal);
+        assert_eq!(rule_at(&table, restore_rt + 8), signal);
+        let signal_rows = table
+            .rows
+            .iter()
+            .filter(|r| r.cfa_kind == cfa::SIGNAL_FRAME)
+            .count();
+        assert_eq!(signal_rows, 1);
+
+        // FDE pc=0xcf4e0..0xcf566 in glibc 2.36 (Debian 2.36-9+deb12u*):
+        //   DW_CFA_advance_loc: 52; DW_CFA_def_cfa_offset: 48
+        //   DW_CFA_advance_loc1: 69; DW_CFA_def_cfa_offset: 8
+        let sleep = symbol(&elf, "clock_nanosleep");
+        let rows = rows_in(&table, sleep, sleep + 0x90);
+        assert_eq!(rows.first(), Some(&(0, cfa::RSP, 8, rbp::UNCHANGED, 0)));
+        assert!(rows.iter().skip(1).all(|r| r.0 > 0));
+        assert!(
+            rows.iter().any(|r| r.1 == cfa::RSP && r.2 > 8),
+            "clock_nanosleep keeps a frame: {rows:?}"
+        );
+        assert!(rows.iter().any(|r| r.1 == cfa::NO_INFO), "{rows:?}");
+
+        // `.plt` and the outermost frames of threads (clone3, `start_thread` callers).
+        let (plt, _) = section(&elf, ".plt");
+        assert_eq!(rule_at(&table, plt + 16).0, cfa::PLT);
+        assert!(table.rows.iter().any(|r| r.cfa_kind == cfa::END_OF_STACK));
+        let kinds = |kind| table.rows.iter().filter(|r| r.cfa_kind == kind).count();
+        eprintln!(
+            "libc rows: rsp {} rbp {} plt {} signal {} end {} unsupported {} no-info {}",
+            kinds(cfa::RSP),
+            kinds(cfa::RBP),
+            kinds(cfa::PLT),
+            kinds(cfa::SIGNAL_FRAME),
+            kinds(cfa::END_OF_STACK),
+            kinds(cfa::UNSUPPORTED),
+            kinds(cfa::NO_INFO),
+        );
+    }
+
+    #[test]
+    fn files_without_section_headers_use_pt_gnu_eh_frame() {
+        let Ok(mut elf) = std::fs::read(LIBC) else {
+            eprintln!("skipping: no {LIBC}");
+            return;
+        };
+        let with_sections = build_rows(&elf).expect("build libc rows");
+        // What `sstrip` leaves: e_shoff, e_shnum and e_shstrndx zeroed (ELF64 header offsets
+        // 0x28, 0x3c, 0x3e).
+        elf[0x28..0x30].fill(0);
+        elf[0x3c..0x40].fill(0);
+        let file = ElfFile64::<ElfEndian>::parse(&*elf).expect("parse stripped ELF");
+        assert_eq!(file.sections().count(), 0);
+        let without = build_rows(&elf).expect("build rows from PT_GNU_EH_FRAME");
+        assert_eq!(without, with_sections);
+    }
+
+    /// Every row kind from hand-written CFI: gas turns the directives into the CFA
+    /// instructions, the labels (local symbols) mark where rows start.
+    #[test]
+    fn hand_written_cfi_rules() {
+        const ASM: &str = r#"
+            .text
+            .globl main
+            .type main, @function
+        main:
+            .cfi_startproc
+            call odd
+            xor %eax, %eax
+            ret
+            .cfi_endproc
+
+            .p2align 4
+        outermost:
+            .cfi_startproc
+            .cfi_undefined rip
+            xor %ebp, %ebp
+            hlt
+            .cfi_endproc
+
+            .p2align 4
+        odd:
+            .cfi_startproc
+            push %r12
+            .cfi_def_cfa_offset 16
+        odd_r12:
+            mov %rsp, %r12
+            .cfi_def_cfa_register r12
+        odd_rbp_in_reg:
+            mov %rbp, %r13
+            .cfi_def_cfa_register rsp
+            .cfi_register rbp, r13
+        odd_rbp_far:
+            nop
+            .cfi_offset rbp, -40000
+        odd_huge_cfa:
+            nop
+            .cfi_def_cfa_offset 0x100000000
+        odd_ra:
+            nop
+            .cfi_def_cfa_offset 16
+            .cfi_offset rip, -16
+        odd_back:
+            nop
+            .cfi_offset rip, -8
+            .cfi_same_value rbp
+            pop %r12
+            .cfi_def_cfa_offset 8
+        odd_end:
+            ret
+            .cfi_endproc
+
+        adjacent:
+            .cfi_startproc
+            ret
+            .cfi_endproc
+        adjacent_end:
+            .p2align 5
+            nop
+            .section .note.GNU-stack, "", @progbits
+        "#;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let elf = build(dir.path(), &[("cfi.s", ASM, &[])], &[]);
+        let table = build_rows(&elf).expect("build rows");
+        assert_sorted_and_merged(&table);
+        let at = |name| rule_at(&table, symbol(&elf, name));
+        let unsupported = (cfa::UNSUPPORTED, 0, rbp::UNCHANGED, 0);
+        assert_eq!(at("outermost"), (cfa::END_OF_STACK, 0, rbp::UNCHANGED, 0));
+        assert_eq!(at("odd"), (cfa::RSP, 8, rbp::UNCHANGED, 0));
+        assert_eq!(
+            rule_at(&table, symbol(&elf, "odd") + 2),
+            (cfa::RSP, 16, rbp::UNCHANGED, 0)
+        );
+        // CFA on r12: not one the unwinder reads.
+        assert_eq!(rule_at(&table, symbol(&elf, "odd_r12") + 3), unsupported);
+        // rbp saved in another register.
+        assert_eq!(
+            rule_at(&table, symbol(&elf, "odd_rbp_in_reg") + 3),
+            (cfa::RSP, 16, rbp::UNSUPPORTED, 0)
+        );
+        // rbp offset outside i16.
+        assert_eq!(
+            rule_at(&table, symbol(&elf, "odd_rbp_far") + 1),
+            (cfa::RSP, 16, rbp::UNSUPPORTED, 0)
+        );
+        // CFA offset outside i32.
+        assert_eq!(
+            rule_at(&table, symbol(&elf, "odd_huge_cfa") + 1),
+            unsupported
+        );
+        // Return address somewhere other than CFA - 8.
+        assert_eq!(rule_at(&table, symbol(&elf, "odd_ra") + 1), unsupported);
+        assert_eq!(
+            rule_at(&table, symbol(&elf, "odd_back") + 1),
+            (cfa::RSP, 16, rbp::UNCHANGED, 0)
+        );
+        // The end of `odd` is the start of `adjacent`: no NO_INFO between them, and the two
+        // equal rules merge into one row.
+        let odd_end = symbol(&elf, "odd_end");
+        let adjacent = symbol(&elf, "adjacent");
+        assert_eq!(adjacent, odd_end + 1);
+        assert_eq!(
+            rows_in(&table, odd_end, adjacent),
+            vec![(0, cfa::RSP, 8, rbp::UNCHANGED, 0)]
+        );
+        // After `adjacent`, padding up to the next 32 bytes: NO_INFO.
+        let adjacent_end = symbol(&elf, "adjacent_end");
+        assert_eq!(rule_at(&table, adjacent_end).0, cfa::NO_INFO);
+    }
+
+    // ---- Hand-made `.eh_frame` sections, evaluated without an ELF around them ----
+
+    /// `DW_CFA_def_cfa rsp, 8; DW_CFA_offset rip, cfa-8`: what every x86_64 CIE starts with.
+    const CIE_START: &[u8] = &[0x0c, 7, 8, 0x80 | 16, 1];
+    const DEF_CFA_OFFSET: u8 = 0x0e;
+    const DEF_CFA_EXPRESSION: u8 = 0x0f;
+    const EXPRESSION: u8 = 0x10;
+    const ADVANCE_LOC_1: u8 = 0x41;
+    const RESTORE_STATE: u8 = 0x0b;
+
+    /// Builds `.eh_frame` bytes: CIEs with augmentation "zR" and absolute 4-byte addresses.
+    #[derive(Default)]
+    struct Cfi(Vec<u8>);
+
+    impl Cfi {
+        fn entry(&mut self, body: &[u8]) {
+            self.0.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            self.0.extend_from_slice(body);
+        }
+
+        /// Returns the CIE's offset for its FDEs.
+        fn cie(&mut self, instructions: &[u8]) -> usize {
+            let offset = self.0.len();
+            // id 0, version 1, "zR", code alignment 1, data alignment -8, RA column 16,
+            // one byte of augmentation data: DW_EH_PE_udata4.
+            let mut body = vec![0, 0, 0, 0, 1, b'z', b'R', 0, 1, 0x78, 16, 1, 0x03];
+            body.extend_from_slice(instructions);
+            self.entry(&body);
+            offset
+        }
+
+        fn fde(&mut self, cie: usize, start: u32, len: u32, instructions: &[u8]) {
+            // The CIE pointer counts back from its own position, just after the length.
+            let pointer = (self.0.len() + 4 - cie) as u32;
+            let mut body = pointer.to_le_bytes().to_vec();
+            body.extend_from_slice(&start.to_le_bytes());
+            body.extend_from_slice(&len.to_le_bytes());
+            body.push(0); // no augmentation data
+            body.extend_from_slice(instructions);
+            self.entry(&body);
+        }
+
+        fn build(&self) -> Result<UnwindTable, UnwindError> {
+            let mut data = self.0.clone();
+            data.extend_from_slice(&[0, 0, 0, 0]); // terminator
+            build_from_section(
+                &data,
+                &BaseAddresses::default().set_eh_frame(0),
+                &ExecRanges(Vec::new()),
+            )
+        }
+    }
+
+    fn simple(table: &UnwindTable) -> Vec<Row> {
+        table
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    table.base + u64::from(r.pc),
+                    r.cfa_kind,
+                    r.cfa_offset,
+                    r.rbp_kind,
+                    r.rbp_offset,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn later_fdes_win_shared_addresses_and_gaps_get_no_info() {
+        let mut cfi = Cfi::default();
+        let cie = cfi.cie(CIE_START);
+        // Out of section order on purpose: rows are sorted by address.
+        cfi.fde(cie, 0x1030, 0x10, &[]);
+        cfi.fde(cie, 0x1000, 0x10, &[]);
+        // Starts where the previous one ends: its first row replaces that end marker.
+        cfi.fde(cie, 0x1010, 0x10, &[DEF_CFA_OFFSET, 16]);
+        // Same start as the first one, later in the section: it wins.
+        cfi.fde(cie, 0x1030, 0x10, &[DEF_CFA_OFFSET, 32]);
+        // Covers nothing.
+        cfi.fde(cie, 0x1050, 0, &[DEF_CFA_OFFSET, 48]);
+        let table = cfi.build().expect("build");
+        assert_eq!(table.base, 0x1000);
+        assert_eq!(
+            simple(&table),
+            vec![
+                (0x1000, cfa::RSP, 8, rbp::UNCHANGED, 0),
+                (0x1010, cfa::RSP, 16, rbp::UNCHANGED, 0),
+                (0x1020, cfa::NO_INFO, 0, rbp::UNCHANGED, 0),
+                (0x1030, cfa::RSP, 32, rbp::UNCHANGED, 0),
+                (0x1040, cfa::NO_INFO, 0, rbp::UNCHANGED, 0),
+            ]
+        );
+        assert_eq!(find_row(&table.rows, 0).map(|r| r.cfa_offset), Some(8));
+        assert_eq!(find_row(&table.rows, 0x1f).map(|r| r.cfa_offset), Some(16));
+        assert_eq!(
+            find_row(&table.rows, 0x2f).map(|r| r.cfa_kind),
+            Some(cfa::NO_INFO)
+        );
+        assert_eq!(
+            find_row(&table.rows, u32::MAX).map(|r| r.cfa_kind),
+            Some(cfa::NO_INFO)
+        );
+        assert_eq!(find_row(&[], 0), None);
+    }
+
+    #[test]
+    fn expressions_are_recognised_exactly() {
+        let plt = |threshold: u8, mask: u8| {
+            vec![
+                DEF_CFA_EXPRESSION,
+                11,
+                0x77,
+                8, // DW_OP_breg7 8
+                0x80,
+                0,           // DW_OP_breg16 0
+                0x30 + mask, // DW_OP_lit<mask>
+                0x1a,        // DW_OP_and
+                0x30 + threshold,
+                0x2a, // DW_OP_ge
+                0x33, // DW_OP_lit3
+                0x24, // DW_OP_shl
+                0x22, // DW_OP_plus
+            ]
+        };
+        let signal = |rip: u8| {
+            vec![
+                DEF_CFA_EXPRESSION,
+                4,
+                0x77,
+                0xa0,
+                0x01,
+                0x06, // breg7 160; deref
+                EXPRESSION,
+                6,
+                3,
+                0x77,
+                0xf8,
+                0x00, // rbp: breg7 120
+                EXPRESSION,
+                7,
+                3,
+                0x77,
+                0xa0,
+                0x01, // rsp: breg7 160
+                EXPRESSION,
+                16,
+                3,
+                0x77,
+                rip,
+                0x01, // rip: breg7 168 (0xa8)
+            ]
+        };
+        let mut cfi = Cfi::default();
+        let cie = cfi.cie(CIE_START);
+        cfi.fde(cie, 0x1000, 0x10, &plt(11, 15));
+        cfi.fde(cie, 0x1010, 0x10, &plt(9, 15));
+        cfi.fde(cie, 0x1020, 0x10, &plt(11, 7));
+        cfi.fde(cie, 0x1030, 0x10, &signal(0xa8));
+        cfi.fde(cie, 0x1040, 0x10, &signal(0xb0));
+        // A CFA expression longer than any recognised one.
+        let mut long = vec![DEF_CFA_EXPRESSION, 40];
+        long.extend([0x96; 40]); // DW_OP_nop
+        cfi.fde(cie, 0x1050, 0x10, &long);
+        let table = cfi.build().expect("build");
+        let at = |address: u64| rule_at(&table, address);
+        assert_eq!(at(0x1000), (cfa::PLT, 11, rbp::UNCHANGED, 0));
+        assert_eq!(at(0x1010), (cfa::PLT, 9, rbp::UNCHANGED, 0));
+        assert_eq!(at(0x1020).0, cfa::UNSUPPORTED);
+        assert_eq!(at(0x1030), (cfa::SIGNAL_FRAME, 160, rbp::UNSUPPORTED, 120));
+        assert_eq!(at(0x1040).0, cfa::UNSUPPORTED);
+        assert_eq!(at(0x1050).0, cfa::UNSUPPORTED);
+    }
+
+    #[test]
+    fn an_fde_that_does_not_evaluate_costs_only_its_own_range() {
+        let mut cfi = Cfi::default();
+        let cie = cfi.cie(CIE_START);
+        cfi.fde(cie, 0x1000, 0x10, &[DEF_CFA_OFFSET, 16]);
+        // restore_state without remember_state.
+        cfi.fde(
+            cie,
+            0x1010,
+            0x10,
+            &[ADVANCE_LOC_1, DEF_CFA_OFFSET, 24, RESTORE_STATE],
+        );
+        cfi.fde(cie, 0x1020, 0x10, &[DEF_CFA_OFFSET, 16]);
+        let table = cfi.build().expect("build");
+        assert_eq!(
+            simple(&table),
+            vec![
+                (0x1000, cfa::RSP, 16, rbp::UNCHANGED, 0),
+                (0x1010, cfa::UNSUPPORTED, 0, rbp::UNCHANGED, 0),
+                (0x1020, cfa::RSP, 16, rbp::UNCHANGED, 0),
+                (0x1030, cfa::NO_INFO, 0, rbp::UNCHANGED, 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_span_must_fit_a_32_bit_pc() {
+        let mut cfi = Cfi::default();
+        let cie = cfi.cie(CIE_START);
+        cfi.fde(cie, 0, u32::MAX, &[]);
+        let table = cfi.build().expect("a span of exactly u32::MAX fits");
+        assert_eq!(table.rows.last().map(|r| r.pc), Some(u32::MAX));
+
+        let mut cfi = Cfi::default();
+        let cie = cfi.cie(CIE_START);
+        cfi.fde(cie, 0x1000, 0x10, &[]);
+        cfi.fde(cie, 0xffff_fff0, 0x1010, &[]);
+        assert!(matches!(
+            cfi.build(),
+            Err(UnwindError::SpanTooLarge {
+                base: 0x1000,
+                span: 0x1_0000_0000
+            })
+        ));
+    }
+
+    #[test]
+    fn fdes_outside_executable_segments_are_dropped() {
+        let mut cfi = Cfi::default();
+        let cie = cfi.cie(CIE_START);
+        // What a linker leaves for a discarded section: an FDE relocated to 0.
+        cfi.fde(cie, 0, 0x10, &[]);
+        cfi.fde(cie, 0x40_1000, 0x10, &[]);
+        let mut data = cfi.0.clone();
+        data.extend_from_slice(&[0, 0, 0, 0]);
+        let exec = ExecRanges(vec![(0x40_1000, 0x40_2000)]);
+        let table = build_from_section(&data, &BaseAddresses::default().set_eh_frame(0), &exec)
+            .expect("build");
+        assert_eq!(table.base, 0x40_1000);
+        assert_eq!(table.rows.len(), 2);
+        assert!(exec.contains(0x40_1fff));
+        assert!(!exec.contains(0x40_2000));
+        assert!(!exec.contains(0x40_0fff));
+    }
+
+    #[test]
+    fn a_huge_cie_shared_by_many_fdes_runs_out_of_budget() {
+        let mut cfi = Cfi::default();
+        // 64 KiB of DW_CFA_nop that every FDE re-evaluates.
+        let mut instructions = CIE_START.to_vec();
+        instructions.resize(64 << 10, 0);
+        let cie = cfi.cie(&instructions);
+        for i in 0..200 {
+            cfi.fde(cie, 0x1000 + 0x10 * i, 0x10, &[]);
+        }
+        let started = Instant::now();
+        assert!(matches!(cfi.build(), Err(UnwindError::TooMuchWork { .. })));
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_huge_cie_header_is_parsed_once() {
+        let mut cfi = Cfi::default();
+        // Augmentation "zSSS…SR": valid, 64 KiB long, to be read by every FDE's parse.
+        let mut body = vec![0, 0, 0, 0, 1, b'z'];
+        body.resize(body.len() + (64 << 10), b'S');
+        body.extend_from_slice(&[b'R', 0, 1, 0x78, 16, 1, 0x03]);
+        body.extend_from_slice(CIE_START);
+        cfi.entry(&body);
+        for i in 0..20_000 {
+            cfi.fde(0, 0x1000 + 0x10 * i, 0x10, &[]);
+        }
+        let started = Instant::now();
+        // The evaluation budget counts the CIE's size for every FDE, so it runs out too.
+        assert!(matches!(cfi.build(), Err(UnwindError::TooMuchWork { .. })));
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn rows_are_capped() {
+        let mut cfi = Cfi::default();
+        let cie = cfi.cie(CIE_START);
+        // One row per byte of code, a few more than allowed.
+        let rows = MAX_ROWS + 4;
+        cfi.fde(cie, 0x1000, rows as u32, &vec![ADVANCE_LOC_1; rows]);
+        assert!(matches!(cfi.build(), Err(UnwindError::TooManyRows)));
+    }
+
+    // ---- Malformed input: an error or a table, never a panic ----
+
+    /// xorshift64*: deterministic bytes for the tests.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn bytes(&mut self, len: usize) -> Vec<u8> {
+            (0..len).map(|_| self.next() as u8).collect()
+        }
+    }
+
+    #[test]
+    fn empty_random_and_truncated_input() {
+        assert!(matches!(build_rows(&[]), Err(UnwindError::Elf(_))));
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for len in [1, 4, 16, 63, 64, 65, 200, 4096, 65536] {
+            let _ = build_rows(&rng.bytes(len));
+            // With a valid ELF64 little-endian x86_64 identification in front.
+            let mut elf = rng.bytes(len.max(64));
+            elf[..7].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1]);
+            elf[18..20].copy_from_slice(&elf::EM_X86_64.to_le_bytes());
+            let _ = build_rows(&elf);
+        }
+        let Ok(libc) = std::fs::read(LIBC) else {
+            eprintln!("skipping the truncated libc part: no {LIBC}");
+            return;
+        };
+        for len in [
+            0,
+            4,
+            16,
+            63,
+            64,
+            100,
+            1000,
+            4096,
+            libc.len() / 2,
+            libc.len() - 1,
+        ] {
+            let _ = build_rows(&libc[..len]);
+        }
+    }
+
+    #[test]
+    fn garbage_eh_frame_sections() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let elf = test_exe(dir.path(), &[]);
+        let range = file_range(&elf, ".eh_frame");
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let (mut ok, mut err) = (0, 0);
+        for round in 0..3000 {
+            let mut broken = elf.clone();
+            if round % 10 == 0 {
+                let garbage = rng.bytes(range.len());
+                broken[range.clone()].copy_from_slice(&garbage);
+            } else {
+                // A few flipped bytes keep most of the structure, which reaches deeper code.
+                for _ in 0..1 + rng.next() % 4 {
+                    let at = range.start + (rng.next() as usize) % range.len();
+                    broken[at] = rng.next() as u8;
+                }
+            }
+            match build_rows(&broken) {
+                Ok(table) => {
+                    assert_sorted_and_merged(&table);
+                    ok += 1;
+                }
+                Err(_) => err += 1,
+            }
+        }
+        eprintln!("garbage .eh_frame: {ok} tables, {err} errors");
+    }
+}

@@ -1,0 +1,212 @@
+//! End-to-end, privileged: wait-time distributions, wakers, run-queue delay and the report,
+//! against workloads whose waits and wakers are known (tests/fixtures/workload.c).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+const SECS: f64 = 5.0;
+
+/// Runs one capture with `--report <name>.json` and returns the parsed report.
+fn capture_report(workload: &Workload, name: &str, extra: &[&str]) -> (Value, Outputs) {
+    let out = outputs(name);
+    let report = out.svg.with_extension("json");
+    let pid = workload.pid().to_string();
+    let mut args = vec![
+        "--pid",
+        &pid,
+        "--secs",
+        "5",
+        "--per-thread",
+        "-o",
+        out.svg.to_str().unwrap(),
+        "--folded",
+        out.folded.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let result = profile(&args);
+    assert_success(&result);
+    let text = std::fs::read_to_string(&report).expect("read the JSON report");
+    let json: Value = serde_json::from_str(&text).expect("the report is JSON");
+    (json, out)
+}
+
+fn validate_against_schema(report: &Value) {
+    let schema_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/report.schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path).expect("read the schema"))
+            .expect("schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(report)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "report does not match docs/report.schema.json:\n{}",
+        errors.join("\n")
+    );
+}
+
+/// Blocking sites whose stack contains `frame`.
+fn sites_with<'a>(report: &'a Value, frame: &str) -> Vec<&'a Value> {
+    report["top_blocking_sites"]
+        .as_array()
+        .expect("sites")
+        .iter()
+        .filter(|s| {
+            s["stack"]
+                .as_array()
+                .is_some_and(|st| st.iter().any(|f| f == frame))
+        })
+        .collect()
+}
+
+#[test]
+fn wait_distributions_and_wakers_match_the_workload() {
+    require_root();
+    let _serial = serial();
+    let workload = Workload::spawn(Build::FramePointers, &["latency"]);
+    let (report, out) = capture_report(&workload, "latency", &["--mode", "off", "--wakers"]);
+    validate_against_schema(&report);
+
+    // A thread sleeping 20 ms per loop: its site's p50 within 18–25 ms, count ±5 % of 5 s / 20 ms.
+    let sleeper = sites_with(&report, "sleeper_loop");
+    assert_eq!(
+        sleeper.len(),
+        1,
+        "one sleep site for the sleeper: {sleeper:#?}"
+    );
+    let lat = &sleeper[0]["latency"];
+    let p50 = lat["p50_ms"].as_f64().expect("p50");
+    assert!((18.0..=25.0).contains(&p50), "sleeper p50 {p50} ms");
+    let count = lat["count"].as_f64().expect("count");
+    assert_close("sleeper waits", count, SECS / 0.020, 0.05);
+    assert!(lat["max_ms"].as_f64().unwrap() >= p50);
+
+    // A pipe reader woken by a writer thread: ≥ 95 % of its wakeups credited to the writer's
+    // function, with the writer's stack.
+    let reader = sites_with(&report, "pipe_reader_loop");
+    assert_eq!(reader.len(), 1, "{reader:#?}");
+    let wakers = reader[0]["wakers"].as_array().expect("wakers");
+    let total: u64 = reader[0]["latency"]["count"]
+        .as_u64()
+        .expect("reader waits");
+    let by_writer: u64 = wakers
+        .iter()
+        .filter(|w| {
+            w["stack"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|f| f == "pipe_writer_loop"))
+        })
+        .map(|w| w["wakeups"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(
+        by_writer as f64 >= 0.95 * total as f64,
+        "{by_writer} of {total} reader wakeups credited to pipe_writer_loop: {wakers:#?}"
+    );
+    assert_eq!(wakers[0]["name"], "writer");
+
+    // The chain view exists, in offwaketime's layout.
+    let chains = read_folded(&out.folded.with_extension("wakers.folded"));
+    assert!(
+        chains
+            .iter()
+            .any(|l| l.has_in_order(&["pipe_reader_loop", "--", "pipe_writer_loop"])),
+        "no reader;--;writer chain"
+    );
+    let svg = std::fs::read_to_string(out.svg.with_extension("wakers.svg")).expect("wakeup SVG");
+    assert!(svg.contains("pipe_writer_loop"));
+}
+
+#[test]
+fn run_queue_delay_shows_on_the_spinners_and_the_markdown_report_reads_well() {
+    require_root();
+    let _serial = serial();
+    let dir = scratch_dir();
+    let workload = Workload::spawn(Build::FramePointers, &["mixed", dir.to_str().unwrap()]);
+    let (report, out) = capture_report(&workload, "runqueue", &["--mode", "wall"]);
+    validate_against_schema(&report);
+
+    // More spinning threads than cores: run-queue delay on the spinners, on their stacks.
+    for t in report["threads"].as_array().expect("threads") {
+        if !t["name"].as_str().unwrap_or("").starts_with("spinner-") {
+            continue;
+        }
+        let delay = &t["run_queue_delay"];
+        assert!(
+            delay["count"].as_u64().unwrap_or(0) > 0
+                && delay["p50_ms"].as_f64().unwrap_or(0.0) > 0.0,
+            "{t:#}"
+        );
+        assert!(t["runnable_pct"].as_f64().unwrap() > 5.0, "{t:#}");
+        let sum: f64 = [
+            "running_pct",
+            "runnable_pct",
+            "sleep_pct",
+            "io_pct",
+            "other_pct",
+        ]
+        .iter()
+        .map(|k| t[k].as_f64().unwrap())
+        .sum();
+        assert!(
+            (97.0..=103.0).contains(&sum),
+            "thread time adds up to {sum} %: {t:#}"
+        );
+    }
+    let lines = read_folded(&out.folded);
+    let preempted_in_spin_work = sum(&lines, |l| {
+        l.thread().starts_with("spinner-") && l.state() == Some("runqueue") && l.has("spin_work")
+    });
+    assert!(
+        preempted_in_spin_work > 0,
+        "no run-queue time under spin_work"
+    );
+    assert!(
+        report["run_queue"]["preempted"]["count"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    );
+    assert!(report["verdict"].as_str().is_some_and(|v| v.ends_with('.')));
+
+    // The same capture as Markdown.
+    let md_path = out.svg.with_extension("md");
+    let pid = workload.pid().to_string();
+    let result = profile(&[
+        "--pid",
+        &pid,
+        "--secs",
+        "2",
+        "--report",
+        md_path.to_str().unwrap(),
+        "-o",
+        out.svg.to_str().unwrap(),
+    ]);
+    assert_success(&result);
+    let md = std::fs::read_to_string(&md_path).expect("read the Markdown report");
+    for heading in [
+        "# Profile of workload",
+        "## Where each thread's time went",
+        "## Top blocking sites",
+        "## Top on-CPU functions",
+        "## Run queue",
+    ] {
+        assert!(md.contains(heading), "{heading} missing from:\n{md}");
+    }
+    // The summary printed at the end has the verdict too.
+    assert!(String::from_utf8_lossy(&result.stdout).contains("verdict"));
+}
+
+#[test]
+fn a_report_path_with_another_extension_is_refused_up_front() {
+    require_root();
+    let me = std::process::id().to_string();
+    let out = profile(&["--pid", &me, "--secs", "20", "--report", "/tmp/report.txt"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must end in .md"));
+}

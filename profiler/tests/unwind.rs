@@ -1,0 +1,177 @@
+//! End-to-end, privileged: user stacks unwound from `.eh_frame` in the kernel, on and off the
+//! CPU, for code built without frame pointers (what distributions ship), and the callers that
+//! frame-pointer walking loses.
+
+mod common;
+
+use common::*;
+
+/// Share of `lines` (by count) whose stacks hold `chain` in order.
+fn share_with(lines: &[&Line], chain: &[&str]) -> f64 {
+    let total: u64 = lines.iter().map(|l| l.count).sum();
+    let with: u64 = lines
+        .iter()
+        .filter(|l| l.has_in_order(chain))
+        .map(|l| l.count)
+        .sum();
+    assert!(total > 0, "no lines to check for {chain:?}");
+    with as f64 / total as f64
+}
+
+fn capture(build: Build, workload_args: &[&str], name: &str, extra: &[&str]) -> Vec<Line> {
+    let workload = Workload::spawn(build, workload_args);
+    let out = outputs(name);
+    let pid = workload.pid().to_string();
+    let mut args = vec![
+        "--pid",
+        &pid,
+        "--secs",
+        "4",
+        "--per-thread",
+        "-o",
+        out.svg.to_str().unwrap(),
+        "--folded",
+        out.folded.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let result = profile(&args);
+    assert_success(&result);
+    read_folded(&out.folded)
+}
+
+fn dump(lines: &[&Line]) -> String {
+    lines
+        .iter()
+        .map(|l| format!("{} {}", l.frames.join(";"), l.count))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn without_frame_pointers_every_cpu_sample_has_its_whole_call_chain() {
+    require_root();
+    let _serial = serial();
+    let lines = capture(
+        Build::NoFramePointers,
+        &["spin"],
+        "unwind-spin-nofp",
+        &["--mode", "cpu"],
+    );
+    let all: Vec<&Line> = lines.iter().collect();
+    let chain = [
+        "_start",
+        "__libc_start_main_impl",
+        "main",
+        "cpu_outer",
+        "cpu_middle",
+        "cpu_leaf",
+    ];
+    let share = share_with(&all, &chain);
+    assert!(
+        share >= 0.99,
+        "{:.1} % of samples carry {chain:?}:\n{}",
+        share * 100.0,
+        dump(&all)
+    );
+}
+
+#[test]
+fn without_frame_pointers_every_wait_has_its_whole_call_chain() {
+    require_root();
+    let _serial = serial();
+    let lines = capture(
+        Build::NoFramePointers,
+        &["latency"],
+        "unwind-latency-nofp",
+        &["--mode", "wall"],
+    );
+    // From the thread's start through its own functions into the blocking libc call.
+    for (thread, chain) in [
+        (
+            "sleeper",
+            &[
+                "clone3",
+                "start_thread",
+                "sleeper",
+                "sleeper_loop",
+                "sleep_20ms",
+                "__clock_nanosleep",
+            ][..],
+        ),
+        (
+            "reader",
+            &[
+                "clone3",
+                "start_thread",
+                "pipe_reader",
+                "pipe_reader_loop",
+                "read_token",
+                "__libc_read",
+            ][..],
+        ),
+        (
+            "writer",
+            &["clone3", "start_thread", "pipe_writer", "pipe_writer_loop"][..],
+        ),
+        (
+            "workload",
+            &["_start", "__libc_start_main_impl", "main", "__libc_pause"][..],
+        ),
+    ] {
+        let off: Vec<&Line> = lines
+            .iter()
+            .filter(|l| l.thread() == thread && l.state().is_some())
+            .collect();
+        let share = share_with(&off, chain);
+        assert!(
+            share >= 0.99,
+            "{thread}: {:.2} % of off-CPU time under {chain:?}:\n{}",
+            share * 100.0,
+            dump(&off)
+        );
+    }
+}
+
+#[test]
+fn dwarf_unwinding_finds_the_caller_that_frame_pointers_skip() {
+    require_root();
+    let _serial = serial();
+    // Built with frame pointers, but libc has none: walking frame pointers from inside
+    // nanosleep skips the function that called it.
+    let chain = ["sleeper_loop", "sleep_20ms", "__clock_nanosleep"];
+    let sleeper_off = |lines: &[Line]| -> Vec<Line> {
+        lines
+            .iter()
+            .filter(|l| l.thread() == "sleeper" && l.state() == Some("sleep"))
+            .cloned()
+            .collect()
+    };
+    let fp = sleeper_off(&capture(
+        Build::FramePointers,
+        &["latency"],
+        "unwind-fp",
+        &["--mode", "off", "--unwind", "fp"],
+    ));
+    let fp_refs: Vec<&Line> = fp.iter().collect();
+    assert!(
+        share_with(&fp_refs, &chain) < 0.01,
+        "frame pointers unexpectedly found sleep_20ms:\n{}",
+        dump(&fp_refs)
+    );
+    assert!(share_with(&fp_refs, &["sleeper_loop", "__clock_nanosleep"]) > 0.99);
+
+    let dwarf = sleeper_off(&capture(
+        Build::FramePointers,
+        &["latency"],
+        "unwind-dwarf",
+        &["--mode", "off"],
+    ));
+    let dwarf_refs: Vec<&Line> = dwarf.iter().collect();
+    let share = share_with(&dwarf_refs, &chain);
+    assert!(
+        share >= 0.99,
+        "{:.2} % with sleep_20ms:\n{}",
+        share * 100.0,
+        dump(&dwarf_refs)
+    );
+}
