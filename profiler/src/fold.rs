@@ -296,6 +296,7 @@ mod tests {
             open_waits: 0,
             blocked_at_start: 0,
             wakers: Vec::new(),
+            lost_seeds: 0,
         }
     }
 

@@ -344,9 +344,8 @@ impl Probes {
     }
 
     /// Seeds the wait slot of a thread found blocked at capture start, unless the thread has
-    /// already switched out since (then the kernel's own record is better). Returns whether
-    /// the seed was stored.
-    pub fn seed_wait(&mut self, tid: u32, start: &WaitStart) -> Result<bool, ProbeError> {
+    /// already switched out since (then the kernel's own record is better).
+    pub fn seed_wait(&mut self, tid: u32, start: &WaitStart) -> Result<SeedOutcome, ProbeError> {
         let map = self
             .ebpf
             .map_mut(names::MAP_WAIT_START)
@@ -358,11 +357,16 @@ impl Probes {
             })?;
         const BPF_NOEXIST: u64 = 1;
         match hash.insert(tid, start, BPF_NOEXIST) {
-            Ok(()) => Ok(true),
+            Ok(()) => Ok(SeedOutcome::Seeded),
             Err(aya::maps::MapError::SyscallError(e))
                 if e.io_error.raw_os_error() == Some(libc::EEXIST) =>
             {
-                Ok(false)
+                Ok(SeedOutcome::AlreadyRecorded)
+            }
+            Err(aya::maps::MapError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(libc::E2BIG) =>
+            {
+                Ok(SeedOutcome::TableFull)
             }
             Err(source) => Err(ProbeError::Map {
                 name: names::MAP_WAIT_START,
@@ -387,6 +391,15 @@ where
         what: format!("program {name} has an unexpected type"),
         source,
     })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeedOutcome {
+    Seeded,
+    /// The thread switched out since: the kernel's record wins.
+    AlreadyRecorded,
+    /// The wait start table is full (`--max-threads`).
+    TableFull,
 }
 
 /// Splits the iterator's output into records. A torn last record (cannot happen with

@@ -87,6 +87,8 @@ pub struct Seeds {
     pub names: HashMap<u32, String>,
     /// Threads found blocked at capture start.
     pub blocked: u64,
+    /// Threads found blocked whose wait could not be seeded (wait start table full).
+    pub lost: u64,
 }
 
 #[derive(Debug)]
@@ -105,6 +107,8 @@ pub struct Profile {
     pub blocked_at_start: u64,
     /// Who woke each blocking site, largest first.
     pub wakers: Vec<Waker>,
+    /// Threads blocked at start whose wait could not be seeded.
+    pub lost_seeds: u64,
 }
 
 /// A thread that woke a blocking site, and how often.
@@ -346,6 +350,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         open_waits: open,
         blocked_at_start: seeds.blocked,
         wakers,
+        lost_seeds: seeds.lost,
     }
 }
 
@@ -407,6 +412,11 @@ impl Profile {
             (
                 "switch-outs: thread table full",
                 c.get(Counter::WaitStartFull),
+                "--max-threads",
+            ),
+            (
+                "waits in progress at start: thread table full",
+                self.lost_seeds,
                 "--max-threads",
             ),
             (

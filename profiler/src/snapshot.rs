@@ -11,7 +11,7 @@ use profiler_common::{
 };
 
 use crate::{
-    probes::{ProbeError, Probes},
+    probes::{ProbeError, Probes, SeedOutcome},
     profile::{Seeds, comm_to_string},
     unwind::{
         tables::UnwindTables,
@@ -69,8 +69,10 @@ pub fn seed_blocked_threads(
             flags: wait_flags::SNAPSHOT,
             ..WaitStart::default()
         };
-        if probes.seed_wait(snap.tid, &seed)? {
-            seeds.blocked += 1;
+        match probes.seed_wait(snap.tid, &seed)? {
+            SeedOutcome::Seeded => seeds.blocked += 1,
+            SeedOutcome::AlreadyRecorded => {}
+            SeedOutcome::TableFull => seeds.lost += 1,
         }
     }
     Ok(seeds)
