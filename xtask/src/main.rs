@@ -6,6 +6,7 @@
 //! milliseconds.
 
 mod bench;
+mod fuzz;
 mod toolchain;
 
 use std::{
@@ -27,6 +28,7 @@ commands:
   test [-- CARGO-TEST-ARGS]
                            format and lint checks, then every test, including the
                            privileged end-to-end tests (run as root)
+  fuzz [SECONDS]            run each fuzz target for SECONDS (default 300)
   toolchain                only check and install the eBPF toolchain
   bench [--rounds N] [--secs S] [--quick]
                            overhead and cost next to offcputime and perf on nginx under
@@ -72,6 +74,19 @@ fn run() -> Result<ExitCode> {
             test(&root, test_args)
         }
         Some("bench") => bench::run(&root, &rest),
+        Some("fuzz") => {
+            let secs = rest
+                .first()
+                .and_then(|s| s.to_str())
+                .map(str::parse::<u64>)
+                .transpose()
+                .context("usage: cargo xtask fuzz [SECONDS]")?
+                .unwrap_or(300);
+            toolchain::ensure()?;
+            build(&root, false)?;
+            fuzz::run(&root, secs)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Some("toolchain") => {
             toolchain::ensure()?;
             Ok(ExitCode::SUCCESS)
@@ -195,12 +210,17 @@ fn test(root: &Path, test_args: &[OsString]) -> Result<ExitCode> {
         .args(["test", "--workspace", "--release"])
         .args(test_args);
     let ok = cmd.status().context("cannot start cargo test")?.success();
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    if !ok {
+        return Ok(ExitCode::FAILURE);
+    }
+    // The parsers that read files of untrusted processes, fuzzed briefly on every run
+    // (`cargo xtask fuzz SECONDS` runs them longer).
+    fuzz::run(root, CI_FUZZ_SECONDS)?;
+    Ok(ExitCode::SUCCESS)
 }
+
+/// Seconds per fuzz target in `cargo xtask test`.
+const CI_FUZZ_SECONDS: u64 = 20;
 
 fn cargo() -> Command {
     Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))

@@ -387,6 +387,7 @@ fn evaluate<'a>(
 
     // Stable: rows sharing a pc stay in push order, and the last one pushed wins — a later row
     // of the same FDE, the first row of an FDE over the end marker of the one before it.
+    // Nested FDEs (never in linked output) end up with NO_INFO after the inner one's end.
     rows.sort_by_key(|row| row.pc);
     let mut out: Vec<UnwindRow> = Vec::with_capacity(rows.len());
     for row in rows {
@@ -806,7 +807,7 @@ mod tests {
         // `_start` (crt1.o) marks the outermost frame with DW_CFA_undefined rip.
         let start = symbol(&elf, "_start");
         assert_eq!(rule_at(&table, start + 4).0, cfa::END_OF_STACK);
-        // Nothing below the lowest FDE.
+        // The first row sits at the table's base.
         assert_eq!(find_row(&table.rows, 0).map(|r| r.pc), Some(0));
         assert!(table.base > 0);
     }

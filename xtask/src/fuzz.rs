@@ -1,0 +1,88 @@
+//! The cargo-fuzz targets in `fuzz/`: the `.eh_frame` row builder and the text parsers, which
+//! read what untrusted processes hand the profiler (it runs as root). Installs cargo-fuzz when
+//! missing, seeds the corpus with real files, runs each target for a time budget, and fails
+//! on any crash, timeout or out-of-memory.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::toolchain;
+
+const TARGETS: [&str; 2] = ["eh_frame", "elf_symbols"];
+
+pub fn run(root: &Path, secs: u64) -> Result<()> {
+    ensure_cargo_fuzz()?;
+    let fuzz_dir = root.join("fuzz");
+    let status = Command::new("sh")
+        .arg(fuzz_dir.join("seed-corpus.sh"))
+        .status()
+        .context("cannot run fuzz/seed-corpus.sh")?;
+    if !status.success() {
+        bail!("fuzz/seed-corpus.sh failed");
+    }
+    // The fuzz build compiles the profiler library with sanitizers; its build script would
+    // build the eBPF object again, so hand it the one the release build already made.
+    let object = ebpf_object(root)?;
+    for target in TARGETS {
+        eprintln!("xtask: fuzzing {target} for {secs} s");
+        let status = toolchain::nightly_cargo()
+            .current_dir(&fuzz_dir)
+            .args(["fuzz", "run", target])
+            .arg(format!("corpus/{target}"))
+            .args([
+                "--",
+                &format!("-max_total_time={secs}"),
+                "-max_len=65536",
+                "-rss_limit_mb=2048",
+                "-timeout=10",
+            ])
+            .env("PROFILER_EBPF_OBJECT_OVERRIDE", &object)
+            .status()
+            .with_context(|| format!("cannot start cargo fuzz run {target}"))?;
+        if !status.success() {
+            bail!(
+                "fuzz target {target} found a crash, timeout or leak: see fuzz/artifacts/{target}"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn ensure_cargo_fuzz() -> Result<()> {
+    let present = toolchain::nightly_cargo()
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if present {
+        return Ok(());
+    }
+    eprintln!("xtask: cargo-fuzz is missing (it runs the fuzz targets); installing it, once");
+    let status = toolchain::nightly_cargo()
+        .args(["install", "cargo-fuzz", "--locked"])
+        .env_remove("CARGO_TARGET_DIR")
+        .status()
+        .context("cannot start cargo install cargo-fuzz")?;
+    if !status.success() {
+        bail!("cargo install cargo-fuzz failed");
+    }
+    Ok(())
+}
+
+/// The newest eBPF object a release build of the profiler produced.
+fn ebpf_object(root: &Path) -> Result<PathBuf> {
+    let build = root.join("target/release/build");
+    let newest = std::fs::read_dir(&build)
+        .with_context(|| format!("cannot list {}", build.display()))?
+        .filter_map(Result::ok)
+        .map(|e| {
+            e.path()
+                .join("out/ebpf-target/bpfel-unknown-none/release/profiler-ebpf")
+        })
+        .filter(|p| p.is_file())
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok());
+    newest.context("no eBPF object under target/release/build: build the profiler first")
+}
