@@ -7,24 +7,6 @@ use common::*;
 
 const WINDOW_US: f64 = 4e6;
 
-fn run(workload: &Workload, name: &str, extra: &[&str]) -> (std::process::Output, Outputs) {
-    let out = outputs(name);
-    let pid = workload.pid().to_string();
-    let mut args = vec![
-        "--pid",
-        &pid,
-        "--secs",
-        "4",
-        "--per-thread",
-        "-o",
-        out.svg.to_str().unwrap(),
-        "--folded",
-        out.folded.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    (profile(&args), out)
-}
-
 fn assert_valid_svg(out: &Outputs) {
     let svg = std::fs::read_to_string(&out.svg).expect("the SVG was written");
     let opts = roxmltree::ParsingOptions {
@@ -48,12 +30,12 @@ fn thousands_of_short_threads_per_second_keep_maps_and_memory_bounded() {
     let _serial = serial();
     let workload = Workload::spawn(Build::FramePointers, &["churn"]);
     // A thread table far smaller than the threads the target will create.
-    let (result, out) = run(
+    let (result, out) = capture(
         &workload,
         "churn",
+        4,
         &["--mode", "wall", "--max-threads", "2048"],
     );
-    assert_success(&result);
     assert_valid_svg(&out);
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(
@@ -81,9 +63,10 @@ fn tiny_maps_count_their_drops_and_still_give_valid_output() {
     let _serial = serial();
     let dir = scratch_dir();
     let workload = Workload::spawn(Build::FramePointers, &["mixed", dir.to_str().unwrap()]);
-    let (result, out) = run(
+    let (result, out) = capture(
         &workload,
         "tiny-maps",
+        4,
         &[
             "--mode",
             "wall",
@@ -95,7 +78,6 @@ fn tiny_maps_count_their_drops_and_still_give_valid_output() {
             "4",
         ],
     );
-    assert_success(&result);
     assert_valid_svg(&out);
     let stdout = String::from_utf8_lossy(&result.stdout);
     let lost_line = stdout
@@ -171,8 +153,7 @@ fn broken_elf_files_mapped_by_the_target_do_not_break_the_profiler() {
     let _serial = serial();
     let dir = scratch_dir();
     let workload = Workload::spawn(Build::FramePointers, &["badelf", dir.to_str().unwrap()]);
-    let (result, out) = run(&workload, "badelf", &["--mode", "cpu"]);
-    assert_success(&result);
+    let (_, out) = capture(&workload, "badelf", 4, &["--mode", "cpu"]);
     assert_valid_svg(&out);
     let lines = read_folded(&out.folded);
     assert!(

@@ -10,25 +10,10 @@ const SECS: f64 = 5.0;
 
 /// Runs one capture with `--report <name>.json` and returns the parsed report.
 fn capture_report(workload: &Workload, name: &str, extra: &[&str]) -> (Value, Outputs) {
-    let out = outputs(name);
-    let report = out.svg.with_extension("json");
-    let pid = workload.pid().to_string();
-    let mut args = vec![
-        "--pid",
-        &pid,
-        "--secs",
-        "5",
-        "--per-thread",
-        "-o",
-        out.svg.to_str().unwrap(),
-        "--folded",
-        out.folded.to_str().unwrap(),
-        "--report",
-        report.to_str().unwrap(),
-    ];
+    let report = outputs(name).svg.with_extension("json");
+    let mut args = vec!["--report", report.to_str().unwrap()];
     args.extend_from_slice(extra);
-    let result = profile(&args);
-    assert_success(&result);
+    let (_, out) = capture(workload, name, 5, &args);
     let text = std::fs::read_to_string(&report).expect("read the JSON report");
     let json: Value = serde_json::from_str(&text).expect("the report is JSON");
     (json, out)

@@ -9,25 +9,10 @@ const SECS: u64 = 5;
 const WINDOW_US: f64 = SECS as f64 * 1e6;
 
 /// One capture of the mixed workload.
-fn capture(name: &str, extra: &[&str]) -> Vec<Line> {
+fn capture_mixed(name: &str, extra: &[&str]) -> Vec<Line> {
     let dir = scratch_dir();
     let workload = Workload::spawn(Build::FramePointers, &["mixed", dir.to_str().unwrap()]);
-    let out = outputs(name);
-    let pid = workload.pid().to_string();
-    let mut args = vec![
-        "--pid",
-        &pid,
-        "--secs",
-        "5",
-        "--per-thread",
-        "-o",
-        out.svg.to_str().unwrap(),
-        "--folded",
-        out.folded.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let result = profile(&args);
-    assert_success(&result);
+    let (_, out) = capture(&workload, name, SECS, extra);
     let svg = std::fs::read_to_string(&out.svg).expect("read the SVG");
     assert!(svg.trim_end().ends_with("</svg>"));
     read_folded(&out.folded)
@@ -45,7 +30,7 @@ fn total(lines: &[&Line], keep: impl Fn(&Line) -> bool) -> u64 {
 fn wall_mode_accounts_every_thread_for_the_whole_capture() {
     require_root();
     let _serial = serial();
-    let lines = capture("wall-mixed", &["--mode", "wall"]);
+    let lines = capture_mixed("wall-mixed", &["--mode", "wall"]);
 
     // (b) Every thread alive for the whole capture: on-CPU + off-CPU = capture length ±3 %.
     let threads = per_thread(&lines);
@@ -135,7 +120,7 @@ fn wall_mode_accounts_every_thread_for_the_whole_capture() {
 fn off_mode_shows_only_waits_and_honours_the_block_limits() {
     require_root();
     let _serial = serial();
-    let lines = capture("off-mixed", &["--mode", "off", "--max-block-us", "10000"]);
+    let lines = capture_mixed("off-mixed", &["--mode", "off", "--max-block-us", "10000"]);
     assert!(
         lines.iter().all(|l| l.state().is_some()),
         "off mode has only off-CPU stacks"

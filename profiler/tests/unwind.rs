@@ -18,24 +18,9 @@ fn share_with(lines: &[&Line], chain: &[&str]) -> f64 {
     with as f64 / total as f64
 }
 
-fn capture(build: Build, workload_args: &[&str], name: &str, extra: &[&str]) -> Vec<Line> {
+fn capture_build(build: Build, workload_args: &[&str], name: &str, extra: &[&str]) -> Vec<Line> {
     let workload = Workload::spawn(build, workload_args);
-    let out = outputs(name);
-    let pid = workload.pid().to_string();
-    let mut args = vec![
-        "--pid",
-        &pid,
-        "--secs",
-        "4",
-        "--per-thread",
-        "-o",
-        out.svg.to_str().unwrap(),
-        "--folded",
-        out.folded.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let result = profile(&args);
-    assert_success(&result);
+    let (_, out) = capture(&workload, name, 4, extra);
     read_folded(&out.folded)
 }
 
@@ -51,7 +36,7 @@ fn dump(lines: &[&Line]) -> String {
 fn without_frame_pointers_every_cpu_sample_has_its_whole_call_chain() {
     require_root();
     let _serial = serial();
-    let lines = capture(
+    let lines = capture_build(
         Build::NoFramePointers,
         &["spin"],
         "unwind-spin-nofp",
@@ -79,7 +64,7 @@ fn without_frame_pointers_every_cpu_sample_has_its_whole_call_chain() {
 fn without_frame_pointers_every_wait_has_its_whole_call_chain() {
     require_root();
     let _serial = serial();
-    let lines = capture(
+    let lines = capture_build(
         Build::NoFramePointers,
         &["latency"],
         "unwind-latency-nofp",
@@ -146,7 +131,7 @@ fn dwarf_unwinding_finds_the_caller_that_frame_pointers_skip() {
             .cloned()
             .collect()
     };
-    let fp = sleeper_off(&capture(
+    let fp = sleeper_off(&capture_build(
         Build::FramePointers,
         &["latency"],
         "unwind-fp",
@@ -160,7 +145,7 @@ fn dwarf_unwinding_finds_the_caller_that_frame_pointers_skip() {
     );
     assert!(share_with(&fp_refs, &["sleeper_loop", "__clock_nanosleep"]) > 0.99);
 
-    let dwarf = sleeper_off(&capture(
+    let dwarf = sleeper_off(&capture_build(
         Build::FramePointers,
         &["latency"],
         "unwind-dwarf",

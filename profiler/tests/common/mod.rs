@@ -272,6 +272,29 @@ pub fn assert_close(what: &str, value: f64, expected: f64, tolerance: f64) {
     );
 }
 
+/// Profiles `workload` for `secs` seconds with `--per-thread`, writing `<name>.svg` and
+/// `<name>.folded`, plus `extra` arguments; the profiler must succeed.
+pub fn capture(workload: &Workload, name: &str, secs: u64, extra: &[&str]) -> (Output, Outputs) {
+    let out = outputs(name);
+    let pid = workload.pid().to_string();
+    let secs = secs.to_string();
+    let mut args = vec![
+        "--pid",
+        &pid,
+        "--secs",
+        &secs,
+        "--per-thread",
+        "-o",
+        out.svg.to_str().unwrap(),
+        "--folded",
+        out.folded.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let result = profile(&args);
+    assert_success(&result);
+    (result, out)
+}
+
 /// Paths for one capture's outputs.
 pub struct Outputs {
     pub svg: PathBuf,
