@@ -608,7 +608,9 @@ pub mod unwind {
     #[derive(Clone, Copy)]
     pub struct ProcMappings {
         pub count: u32,
-        pub _pad: u32,
+        /// Bumped by every upload: lookups cached in the kernel under another generation
+        /// are stale.
+        pub generation: u32,
         pub entries: [ExecMapping; MAX_MAPPINGS],
     }
 
@@ -659,10 +661,15 @@ pub enum Counter {
     Wakeups,
     /// Waker records dropped because the waker map was full.
     WakersMapFull,
+    /// Switch-outs whose user stack was recognised from the thread's last unwind (same
+    /// registers, same stack words) instead of unwound again.
+    UnwindMemoHits,
+    /// Switch-outs unwound in full.
+    UnwindMemoMisses,
 }
 
 impl Counter {
-    pub const COUNT: u32 = 14;
+    pub const COUNT: u32 = 16;
 
     pub const ALL: [Counter; Self::COUNT as usize] = [
         Counter::Samples,
@@ -679,6 +686,8 @@ impl Counter {
         Counter::MissedSwitchIns,
         Counter::Wakeups,
         Counter::WakersMapFull,
+        Counter::UnwindMemoHits,
+        Counter::UnwindMemoMisses,
     ];
 }
 

@@ -5,15 +5,16 @@
 //! User stacks come from frame pointers (`bpf_get_stack`) today; the in-kernel `.eh_frame`
 //! unwinder plugs in at [`user_stack`], filling the same scratch stack before [`store`].
 
-use core::mem::size_of;
+use core::{ffi::c_void, mem::size_of};
 
 use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_F_USER_STACK, bpf_perf_event_data},
-    helpers::generated::bpf_get_stack,
+    helpers::bpf_get_current_pid_tgid,
+    helpers::generated::{bpf_get_stack, bpf_loop},
 };
 use profiler_common::{
-    Counter, HASH_SEED, MAX_STACK_DEPTH, Stack, config_flags, hash_finish, hash_step, stack_id,
+    Counter, HASH_SEED, MAX_STACK_DEPTH, config_flags, hash_finish, hash_step, stack_id,
 };
 
 use crate::{
@@ -42,6 +43,7 @@ pub fn user_stack<C: EbpfContext>(
     ctx: &C,
     scratch: Scratch,
     sample: Option<*const bpf_perf_event_data>,
+    memo: bool,
 ) -> u64 {
     if crate::config().flags & config_flags::DWARF_UNWIND == 0 {
         return from_helper(
@@ -56,12 +58,23 @@ pub fn user_stack<C: EbpfContext>(
         count(Counter::UserStackFailed);
         return stack_id::LOST_FETCH;
     };
-    let n = unwind::unwind(scratch, ip, sp, bp);
-    let Some(buf) = SCRATCH.get_ptr_mut(scratch as u32) else {
-        return stack_id::LOST_FETCH;
-    };
-    // SAFETY: the per-CPU scratch stack the unwinder just filled.
-    store(unsafe { &mut *buf }, n)
+    // A thread switching out again where it switched out last time (the same syscall of the
+    // same loop) has the same stack: recognise it instead of walking it again.
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let copy_len = unwind::copy_stack(scratch, sp);
+    if memo {
+        if let Some(id) = unwind::memo_lookup(tid, scratch, (ip, sp, bp), copy_len) {
+            count(Counter::UnwindMemoHits);
+            return id;
+        }
+        count(Counter::UnwindMemoMisses);
+    }
+    let n = unwind::unwind(scratch, ip, sp, bp, copy_len, memo);
+    let id = store(scratch, n);
+    if memo && id & stack_id::RESERVED == 0 {
+        unwind::memo_store(tid, scratch, id);
+    }
+    id
 }
 
 /// The stacks (user, kernel) of a waker: any task, often one without user space (an idle CPU
@@ -70,7 +83,7 @@ pub fn user_stack<C: EbpfContext>(
 pub fn waker_stacks<C: EbpfContext>(ctx: &C, scratch: Scratch, user: bool) -> (u64, u64) {
     let kernel = from_helper(ctx, scratch, 0, None);
     let user = if user {
-        user_stack(ctx, scratch, None)
+        user_stack(ctx, scratch, None, false)
     } else {
         stack_id::EMPTY
     };
@@ -110,27 +123,47 @@ fn from_helper<C: EbpfContext>(
         }
         return stack_id::LOST_FETCH;
     }
-    store(buf, ret as u64 / size_of::<u64>() as u64)
+    store(scratch, ret as u64 / size_of::<u64>() as u64)
 }
 
-/// Hashes `buf.frames[..len]` and makes sure the stack table holds it. Returns its id.
+/// Hashes `SCRATCH[scratch].frames[..len]` and makes sure the stack table holds it. Returns
+/// its id.
 #[inline(always)]
-pub fn store(buf: &mut Stack, len: u64) -> u64 {
+pub fn store(scratch: Scratch, len: u64) -> u64 {
     if len == 0 {
         return stack_id::EMPTY;
     }
-    let mut hash = HASH_SEED;
-    for i in 0..MAX_STACK_DEPTH {
-        if i as u64 >= len {
-            break;
-        }
-        hash = hash_step(hash, buf.frames[i]);
+    let mut hashing = Hashing {
+        hash: HASH_SEED,
+        scratch: scratch as u32,
+        _pad: 0,
+    };
+    let len = if len > MAX_STACK_DEPTH as u64 {
+        MAX_STACK_DEPTH as u64
+    } else {
+        len
+    };
+    // A bpf_loop rather than a plain loop: the verifier then checks one step once, instead of
+    // 127 steps on every path that reaches here (which blows its instruction budget).
+    // SAFETY: `hash_frame` has bpf_loop's callback signature; `hashing` outlives the call.
+    unsafe {
+        bpf_loop(
+            len as u32,
+            hash_frame as *mut c_void,
+            (&mut hashing as *mut Hashing).cast(),
+            0,
+        );
     }
-    let id = stack_id::from_hash(hash_finish(hash));
+    let id = stack_id::from_hash(hash_finish(hashing.hash));
     // SAFETY: read-only lookup; the value is not kept.
     if unsafe { STACKS.get(&id) }.is_some() {
         return id;
     }
+    let Some(buf) = SCRATCH.get_ptr_mut(scratch as u32) else {
+        return stack_id::LOST_FETCH;
+    };
+    // SAFETY: the per-CPU scratch stack this program filled.
+    let buf = unsafe { &mut *buf };
     buf.len = len;
     match STACKS.insert(&id, &*buf, NOEXIST) {
         Ok(()) => id,
@@ -140,4 +173,26 @@ pub fn store(buf: &mut Stack, len: u64) -> u64 {
             stack_id::LOST_TABLE_FULL
         }
     }
+}
+
+#[repr(C)]
+struct Hashing {
+    hash: u64,
+    scratch: u32,
+    _pad: u32,
+}
+
+#[inline(never)]
+extern "C" fn hash_frame(index: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop hands back `store`'s `Hashing`.
+    let hashing = unsafe { &mut *(ctx as *mut Hashing) };
+    let Some(buf) = SCRATCH.get(hashing.scratch) else {
+        return 1;
+    };
+    // `get`, not indexing: 127 frames, and a bounds-check panic cannot be verified.
+    let Some(&frame) = buf.frames.get(index as usize) else {
+        return 1;
+    };
+    hashing.hash = hash_step(hashing.hash, frame);
+    0
 }

@@ -21,8 +21,8 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use profiler_common::{
-    COMM_LEN, Config, Counter, ThreadStats, WAIT_HIST_BUCKETS, WaitKey, WaitStart, WaitState,
-    WakerKey, WakerValue, classify_switch, config_flags, hist_bucket, stack_id,
+    COMM_LEN, Config, Counter, ThreadStats, WaitKey, WaitStart, WaitState, WakerKey, WakerValue,
+    classify_switch, config_flags, hist_bucket, stack_id, task_state,
 };
 
 use crate::{
@@ -47,7 +47,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     let prev_is_target = (pid_tgid >> 32) as u32 == cfg.target_tgid;
     let next: *const u8 = ctx.arg(ARG_NEXT);
     // SAFETY: `next` is a live task_struct; the offset comes from this kernel's BTF.
-    let next_tgid: u32 = unsafe { read(next, cfg.task_tgid_offset) }.unwrap_or(0);
+    let next_tgid: u32 = unsafe { load(next, cfg.task_tgid_offset) };
     let next_is_target = next_tgid == cfg.target_tgid;
     // Every context switch on the machine comes here: foreign ones leave now.
     if !prev_is_target && !next_is_target {
@@ -64,7 +64,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
         let prev_state: u64 = ctx.arg(ARG_PREV_STATE);
         let prev: *const u8 = ctx.arg(ARG_PREV);
         // SAFETY: `prev` is the live current task.
-        let exec_ns: u64 = unsafe { read(prev, cfg.task_exec_offset) }.unwrap_or(0);
+        let exec_ns: u64 = unsafe { load(prev, cfg.task_exec_offset) };
         let out = SwitchOut {
             tid: pid_tgid as u32,
             now,
@@ -77,9 +77,8 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     }
     if next_is_target {
         // SAFETY: as above.
-        if let Ok(next_tid) = unsafe { read::<u32>(next, cfg.task_pid_offset) } {
-            switch_in(&cfg, next, next_tid, now);
-        }
+        let next_tid: u32 = unsafe { load(next, cfg.task_pid_offset) };
+        switch_in(&cfg, next, next_tid, now);
     }
     0
 }
@@ -92,6 +91,20 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
 pub(crate) unsafe fn read<T>(task: *const u8, offset: u32) -> Result<T, i32> {
     // SAFETY: the caller guarantees `task`; the helper faults safely on a bad address.
     unsafe { bpf_probe_read_kernel(task.add(offset as usize).cast()) }
+}
+
+/// Loads a field of a task_struct the tracepoint handed us, without a helper call: the
+/// arguments of tp_btf programs are trusted BTF pointers, and the offset is a constant the
+/// verifier knows (it reads it from our frozen `.rodata`), so it checks the access against
+/// the field's type itself. Only for `u32`/`u64` fields.
+///
+/// # Safety
+/// `task` must be a task_struct argument of the tracepoint and `offset` one of its fields of
+/// type `T`.
+#[inline(always)]
+pub(crate) unsafe fn load<T: Copy>(task: *const u8, offset: u32) -> T {
+    // SAFETY: as documented above.
+    unsafe { core::ptr::read_volatile(task.add(offset as usize).cast::<T>()) }
 }
 
 struct SwitchOut {
@@ -131,13 +144,20 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
         let _ = WAIT_START.remove(&out.tid);
         return;
     };
-    let kernel_stack = if cfg.flags & config_flags::KERNEL_STACKS != 0 {
+    // A switch-out with the task still runnable and not preempted inside the kernel is the
+    // scheduler running on the way back to user mode (or a yield): its kernel stack is always
+    // that same return path, and taking it costs more than everything else here together.
+    let returning_to_user = !out.preempt && out.prev_state == task_state::RUNNING;
+    let kernel_stack = if cfg.flags & config_flags::KERNEL_STACKS != 0 && !returning_to_user {
         stack::kernel_stack(ctx, Scratch::Switch)
     } else {
         stack_id::EMPTY
     };
     let user_stack = if cfg.flags & config_flags::USER_STACKS != 0 {
-        stack::user_stack(ctx, Scratch::Switch, None)
+        // A thread that blocks where it blocked last time (the same syscall of the same loop)
+        // is worth recognising; a preempted one stopped anywhere.
+        let memo = matches!(state, WaitState::Sleep | WaitState::Io);
+        stack::user_stack(ctx, Scratch::Switch, None, memo)
     } else {
         stack_id::EMPTY
     };
@@ -326,12 +346,17 @@ fn add_wait(key: &WaitKey, delta: u64) {
             value.total_ns = delta;
             value.count = 1;
             value.max_ns = delta;
-            value.hist = [0; WAIT_HIST_BUCKETS];
+            // The scratch histogram is all zeros between uses (a fresh map value, and the one
+            // bucket set here is cleared again below): no 488-byte memset, which BPF would run
+            // as a byte loop the verifier must walk.
             if let Some(b) = value.hist.get_mut(bucket) {
                 *b = 1;
             }
             if WAITS.insert(key, &*value, NOEXIST).is_err() {
                 count(Counter::WaitsMapFull);
+            }
+            if let Some(b) = value.hist.get_mut(bucket) {
+                *b = 0;
             }
         }
     }

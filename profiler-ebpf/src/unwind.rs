@@ -7,6 +7,12 @@
 //! CFA − 8 and the caller's rbp if the row says where it was saved. Frames without a row (JIT
 //! code, files without `.eh_frame`, rules we cannot express) fall back to frame pointers. The
 //! loop runs under `bpf_loop`, so the verifier checks one step, not 127 of them.
+//!
+//! Cost per frame is what this program pays per switch-out, so three things keep it down:
+//! the first 4 KiB of the stack are copied once and read from the copy (one helper call
+//! instead of two per frame), a per-CPU cache maps return addresses to their rows (a service
+//! returns to the same call sites over and over), and a thread that blocks where it blocked
+//! last time is recognised by its memo instead of walked again.
 
 use core::ffi::c_void;
 
@@ -17,7 +23,7 @@ use aya_ebpf::{
         generated::{bpf_get_current_task_btf, bpf_loop, bpf_probe_read_user, bpf_task_pt_regs},
     },
     macros::map,
-    maps::Array,
+    maps::{Array, LruHashMap, PerCpuArray},
 };
 use profiler_common::{
     MAX_STACK_DEPTH,
@@ -56,10 +62,106 @@ struct Walk {
     bp: u64,
     /// Frames written so far.
     n: u64,
-    /// Which scratch stack receives the frames.
+    /// The stack pointer the walk started from: memo offsets are relative to it.
+    sp0: u64,
+    /// Which scratch stack receives the frames (and which memo records the reads).
     scratch: u32,
+    /// Bytes from `sp0` copied into `STACK_COPY[scratch]`.
+    copy_len: u32,
+    /// Whether reads are recorded for a memo (only switch-outs into a sleep keep one).
+    record: u32,
+    /// Generation of the mapping table this walk uses (row cache entries of another
+    /// generation are stale).
+    generation: u32,
+}
+
+/// Bytes of stack copied at once (frames of a typical service fit; deeper ones are read word by
+/// word).
+const COPY_WORDS: usize = 256;
+
+/// The copy of the top of the stack being unwound, one per scratch slot.
+#[map]
+static STACK_COPY: PerCpuArray<[u64; COPY_WORDS]> = PerCpuArray::with_max_entries(3, 0);
+
+/// Per-CPU cache of lookups: return address → row (or "no row"), valid for one generation of
+/// the mapping table.
+/// 1024 slots of 32 bytes: per-CPU map values may not exceed 32 KiB.
+const ROW_CACHE_SLOTS: usize = 1024;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RowSlot {
+    ip: u64,
+    generation: u32,
+    /// 1: `row` applies; 0: no row covers `ip` (frame pointers).
+    found: u32,
+    row: UnwindRow,
     _pad: u32,
 }
+
+#[map]
+static ROW_CACHE: PerCpuArray<[RowSlot; ROW_CACHE_SLOTS]> = PerCpuArray::with_max_entries(1, 0);
+
+/// Copies the top of the stack (up to `COPY_WORDS` words from `sp`) for the unwind about to
+/// run in `scratch`. Returns the bytes copied; 0 means every read goes to user memory.
+#[inline(always)]
+pub fn copy_stack(scratch: Scratch, sp: u64) -> u32 {
+    let Some(copy) = STACK_COPY.get_ptr_mut(scratch as u32) else {
+        return 0;
+    };
+    let full = (COPY_WORDS * 8) as u32;
+    // SAFETY: copies at most sizeof(*copy) bytes of the current task's stack.
+    if unsafe { bpf_probe_read_user(copy.cast(), full, sp as *const c_void) } == 0 {
+        return full;
+    }
+    // Near the top of the stack the full copy runs off the mapping: copy to the end of the
+    // page instead, which is always mapped if sp's page is.
+    let to_page_end = (4096 - (sp & 4095)) as u32;
+    if to_page_end == 0 || to_page_end > full {
+        return 0;
+    }
+    // SAFETY: as above, fewer bytes.
+    if unsafe { bpf_probe_read_user(copy.cast(), to_page_end, sp as *const c_void) } == 0 {
+        to_page_end
+    } else {
+        0
+    }
+}
+
+/// Words of user memory one memo can hold (two per frame for most stacks).
+pub const MEMO_WORDS: usize = 32;
+/// Words of stack above the stack pointer a memo may cover: those the stack copy holds.
+const MEMO_REGION_WORDS: usize = COPY_WORDS;
+/// `count` of a memo whose unwind read something it cannot replay.
+const MEMO_POISONED: u32 = u32::MAX;
+
+/// Everything an unwind depended on besides the rows: the starting registers and each word of
+/// user memory it read. Unwinding is a pure function of those, so a later switch-out with the
+/// same registers whose stack holds the same words at the same places has the same stack —
+/// checking that costs one copy of the stack region instead of a walk through the rows.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct UnwindMemo {
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    stack_id: u64,
+    /// Words recorded, or MEMO_POISONED.
+    count: u32,
+    /// Bytes from `sp` covering every recorded word.
+    region: u32,
+    /// Word index from `sp` of each recorded word.
+    offsets: [u16; MEMO_WORDS],
+    values: [u64; MEMO_WORDS],
+}
+
+/// The memo being recorded by the running unwind, one per scratch slot.
+#[map]
+static MEMO_SCRATCH: PerCpuArray<UnwindMemo> = PerCpuArray::with_max_entries(3, 0);
+
+/// The last unwind of each thread's switch-out. LRU: a forgotten memo only costs a full walk.
+#[map]
+static UNWIND_MEMO: LruHashMap<u32, UnwindMemo> = LruHashMap::with_max_entries(8192, 0);
 
 /// User registers where user code stopped: the interrupted registers when a sample hit user
 /// mode, else those saved at kernel entry.
@@ -98,17 +200,29 @@ pub unsafe fn user_regs(sample: Option<*const bpf_perf_event_data>) -> Option<(u
 
 /// Unwinds into `SCRATCH[scratch]`; returns the number of frames (0: no user stack).
 #[inline(always)]
-pub fn unwind(scratch: Scratch, ip: u64, sp: u64, bp: u64) -> u64 {
+pub fn unwind(scratch: Scratch, ip: u64, sp: u64, bp: u64, copy_len: u32, record: bool) -> u64 {
     if ip == 0 {
         return 0;
+    }
+    if let Some(rec) = MEMO_SCRATCH.get_ptr_mut(scratch as u32) {
+        // SAFETY: per-CPU scratch owned by the running program.
+        let rec = unsafe { &mut *rec };
+        rec.ip = ip;
+        rec.sp = sp;
+        rec.bp = bp;
+        rec.count = 0;
+        rec.region = 0;
     }
     let mut walk = Walk {
         ip,
         sp,
         bp,
         n: 0,
+        sp0: sp,
         scratch: scratch as u32,
-        _pad: 0,
+        copy_len,
+        record: u32::from(record),
+        generation: PROC_MAPPINGS.get(0).map_or(0, |m| m.generation),
     };
     // SAFETY: `step` has the callback signature bpf_loop expects; `walk` outlives the call.
     unsafe {
@@ -144,7 +258,7 @@ extern "C" fn step(index: u64, ctx: *mut c_void) -> i64 {
 
     // Every frame but the first holds a return address: look up the call instruction.
     let lookup = if index == 0 { walk.ip } else { walk.ip - 1 };
-    let row = find_row(lookup);
+    let row = cached_row(lookup, walk.generation);
     let (cfa, rbp_rule) = match row {
         Some(row) => match row.cfa_kind {
             cfa_kind::END_OF_STACK => return 1,
@@ -164,11 +278,11 @@ extern "C" fn step(index: u64, ctx: *mut c_void) -> i64 {
         },
         None => return frame_pointer_step(walk),
     };
-    let Some(ra) = read_user(cfa.wrapping_sub(8)) else {
+    let Some(ra) = read_recorded(walk, cfa.wrapping_sub(8)) else {
         return 1;
     };
     if rbp_rule.rbp_kind == rbp_kind::AT_CFA_OFFSET {
-        match read_user(cfa.wrapping_add(rbp_rule.rbp_offset as i64 as u64)) {
+        match read_recorded(walk, cfa.wrapping_add(rbp_rule.rbp_offset as i64 as u64)) {
             Some(bp) => walk.bp = bp,
             None => return 1,
         }
@@ -189,7 +303,7 @@ fn frame_pointer_step(walk: &mut Walk) -> i64 {
     if bp == 0 || bp & 7 != 0 || bp < walk.sp {
         return 1;
     }
-    let (Some(next_bp), Some(ra)) = (read_user(bp), read_user(bp + 8)) else {
+    let (Some(next_bp), Some(ra)) = (read_recorded(walk, bp), read_recorded(walk, bp + 8)) else {
         return 1;
     };
     if ra == 0 {
@@ -206,9 +320,9 @@ fn frame_pointer_step(walk: &mut Walk) -> i64 {
 fn signal_frame(walk: &mut Walk) -> i64 {
     let uc = walk.sp;
     let (Some(ip), Some(sp), Some(bp)) = (
-        read_user(uc + UC_RIP),
-        read_user(uc + UC_RSP),
-        read_user(uc + UC_RBP),
+        read_recorded(walk, uc + UC_RIP),
+        read_recorded(walk, uc + UC_RSP),
+        read_recorded(walk, uc + UC_RBP),
     ) else {
         return 1;
     };
@@ -219,6 +333,129 @@ fn signal_frame(walk: &mut Walk) -> i64 {
     walk.sp = sp;
     walk.bp = bp;
     0
+}
+
+/// Reads a user word for the walk (from the stack copy when it covers it) and records it in
+/// the walk's memo.
+#[inline(always)]
+fn read_recorded(walk: &Walk, addr: u64) -> Option<u64> {
+    let off = addr.wrapping_sub(walk.sp0);
+    let copied = if off % 8 == 0 && off + 8 <= walk.copy_len as u64 {
+        STACK_COPY
+            .get(walk.scratch)
+            .map(|copy| copy[(off / 8) as usize & (COPY_WORDS - 1)])
+    } else {
+        None
+    };
+    let v = match copied {
+        Some(v) => v,
+        None => read_user(addr)?,
+    };
+    if walk.record == 0 {
+        return Some(v);
+    }
+    let Some(rec) = MEMO_SCRATCH.get_ptr_mut(walk.scratch) else {
+        return Some(v);
+    };
+    // SAFETY: per-CPU scratch owned by the running program.
+    let rec = unsafe { &mut *rec };
+    let word = off / 8;
+    let n = rec.count;
+    if off % 8 != 0 || word >= MEMO_REGION_WORDS as u64 || n >= MEMO_WORDS as u32 {
+        rec.count = MEMO_POISONED;
+        return Some(v);
+    }
+    // `n` comes from map memory, an unknown to the verifier: the masks prove the bounds.
+    let i = n as usize & (MEMO_WORDS - 1);
+    rec.offsets[i] = word as u16;
+    rec.values[i] = v;
+    rec.count = n + 1;
+    let end = ((word + 1) * 8) as u32;
+    if end > rec.region {
+        rec.region = end;
+    }
+    Some(v)
+}
+
+/// The stack id of this thread's last switch-out unwind, if registers and every recorded
+/// word are unchanged. `copy_len` bytes of the stack are in `STACK_COPY[scratch]`.
+#[inline(always)]
+pub fn memo_lookup(
+    tid: u32,
+    scratch: Scratch,
+    regs: (u64, u64, u64),
+    copy_len: u32,
+) -> Option<u64> {
+    // SAFETY: read-only use of the LRU entry for the duration of the check.
+    let memo = unsafe { UNWIND_MEMO.get(&tid) }?;
+    let (ip, sp, bp) = regs;
+    if memo.ip != ip || memo.sp != sp || memo.bp != bp || memo.count > MEMO_WORDS as u32 {
+        return None;
+    }
+    if memo.region == 0 || memo.region > copy_len {
+        return None;
+    }
+    let mut check = MemoCheck {
+        memo: memo as *const UnwindMemo,
+        scratch: scratch as u32,
+        mismatch: 0,
+    };
+    // SAFETY: `memo_word` has bpf_loop's callback signature; `check` outlives the call and
+    // the memo entry stays valid while this program runs.
+    unsafe {
+        bpf_loop(
+            memo.count,
+            memo_word as *mut c_void,
+            (&mut check as *mut MemoCheck).cast(),
+            0,
+        );
+    }
+    if check.mismatch != 0 {
+        return None;
+    }
+    Some(memo.stack_id)
+}
+
+#[repr(C)]
+struct MemoCheck {
+    memo: *const UnwindMemo,
+    scratch: u32,
+    mismatch: u32,
+}
+
+/// Compares recorded word `index` of a memo with the stack copy; stops at the first difference.
+#[inline(never)]
+extern "C" fn memo_word(index: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop hands back `memo_lookup`'s `MemoCheck`.
+    let check = unsafe { &mut *(ctx as *mut MemoCheck) };
+    let Some(copy) = STACK_COPY.get(check.scratch) else {
+        check.mismatch = 1;
+        return 1;
+    };
+    let i = index as usize & (MEMO_WORDS - 1);
+    // SAFETY: the memo pointer was taken from the map by the caller, which is still running.
+    let (word, value) = unsafe { ((*check.memo).offsets[i], (*check.memo).values[i]) };
+    if copy[word as usize & (COPY_WORDS - 1)] != value {
+        check.mismatch = 1;
+        return 1;
+    }
+    0
+}
+
+/// Keeps the memo the last unwind recorded in `scratch` as this thread's, for `stack_id`.
+#[inline(always)]
+pub fn memo_store(tid: u32, scratch: Scratch, stack_id: u64) {
+    let Some(rec) = MEMO_SCRATCH.get_ptr_mut(scratch as u32) else {
+        return;
+    };
+    // SAFETY: per-CPU scratch owned by the running program.
+    let rec = unsafe { &mut *rec };
+    if rec.count > MEMO_WORDS as u32 || rec.region == 0 {
+        let _ = UNWIND_MEMO.remove(&tid);
+        return;
+    }
+    rec.stack_id = stack_id;
+    let _ = UNWIND_MEMO.insert(&tid, &*rec, 0);
 }
 
 #[inline(always)]
@@ -241,6 +478,27 @@ struct Search {
     /// First row of the file (row search only).
     first_row: u32,
     _pad: u32,
+}
+
+/// The row covering `ip`, through the per-CPU cache.
+#[inline(always)]
+fn cached_row(ip: u64, generation: u32) -> Option<UnwindRow> {
+    let slot = ((ip >> 2) ^ (ip >> 13)) as usize & (ROW_CACHE_SLOTS - 1);
+    if let Some(cache) = ROW_CACHE.get_ptr_mut(0) {
+        // SAFETY: per-CPU cache; a program interrupted mid-update leaves at worst a stale slot
+        // that fails the ip/generation check.
+        let entry = unsafe { &mut (*cache)[slot] };
+        if entry.ip == ip && entry.generation == generation {
+            return (entry.found != 0).then_some(entry.row);
+        }
+        let row = find_row(ip);
+        entry.ip = ip;
+        entry.generation = generation;
+        entry.found = u32::from(row.is_some());
+        entry.row = row.unwrap_or_default();
+        return row;
+    }
+    find_row(ip)
 }
 
 /// The row covering `ip` (a runtime address), if its mapping has rows.

@@ -13,7 +13,7 @@ use crate::{
     config,
     maps::{Scratch, WAIT_START, capture_start, count},
     stack,
-    switch::read,
+    switch::load,
 };
 
 const NOEXIST: u64 = 1;
@@ -39,17 +39,13 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
     let cfg = config();
     let task: *const u8 = ctx.arg(ARG_TASK);
     // SAFETY: `task` is a live task_struct; offsets come from this kernel's BTF.
-    let Ok(tgid) = (unsafe { read::<u32>(task, cfg.task_tgid_offset) }) else {
-        return;
-    };
+    let tgid: u32 = unsafe { load(task, cfg.task_tgid_offset) };
     // Wakeups of every task on the machine come here: foreign ones leave now.
     if tgid != cfg.target_tgid || capture_start().is_none() {
         return;
     }
     // SAFETY: as above.
-    let Ok(tid) = (unsafe { read::<u32>(task, cfg.task_pid_offset) }) else {
-        return;
-    };
+    let tid: u32 = unsafe { load(task, cfg.task_pid_offset) };
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     count(Counter::Wakeups);

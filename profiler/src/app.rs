@@ -213,6 +213,9 @@ pub async fn run(args: Args) -> Result<()> {
     if let Some(note) = reason.note() {
         eprintln!("profiler: {note}");
     }
+    for counter in profiler_common::Counter::ALL {
+        log::debug!("counter {counter:?}: {}", drained.counters.get(counter));
+    }
     log::debug!(
         "drained {} sample keys, {} wait keys, {} waker keys, {} stacks, {} threads",
         drained.samples.len(),

@@ -24,6 +24,10 @@
 //!
 //! Every tool is stopped with SIGINT as soon as wrk ends (each writes its output on SIGINT),
 //! so its capture covers the whole wrk run and no time is spent waiting for a timer.
+//!
+//! Other sessions build and test on these same CPUs. Before each run the bench waits for the
+//! machine to be quiet, measures other processes' CPU time during the run, and repeats a run
+//! they disturbed; the report says how often that happened.
 
 use std::{
     cell::RefCell,
@@ -550,6 +554,124 @@ struct Bench {
     quiet: RefCell<Quiet>,
 }
 
+/// One wrk run under one condition.
+struct Run {
+    load: Load,
+    /// Per program name: (run_time_ns, run_cnt) accumulated during the wrk run, summed over
+    /// the instances. Empty unless asked for.
+    bpf: HashMap<String, (u64, u64)>,
+    load_secs: f64,
+    /// CPU time other processes took during the wrk run, as a fraction of all CPUs.
+    foreign: f64,
+}
+
+/// [`run_condition`], repeated (up to [`MAX_ATTEMPTS`] times) while other processes took
+/// more than [`FOREIGN_MAX`] of the CPUs during the load: such a run measures them, not us.
+fn run_undisturbed(bench: &Bench, cond: Condition, secs: u64, bpf_stats: bool) -> Result<Run> {
+    for attempt in 1.. {
+        quiet_gate(bench);
+        let run = run_condition(bench, cond, secs, bpf_stats)?;
+        let mut quiet = bench.quiet.borrow_mut();
+        if run.foreign <= FOREIGN_MAX || attempt == MAX_ATTEMPTS {
+            if run.foreign > FOREIGN_MAX {
+                quiet.kept_disturbed += 1;
+            }
+            quiet.worst_foreign = quiet.worst_foreign.max(run.foreign);
+            return Ok(run);
+        }
+        quiet.repeated += 1;
+        say(&format!(
+            "other processes took {:.0} % of the CPUs during this run: repeating it",
+            run.foreign * 100.0
+        ));
+    }
+    unreachable!("the loop returns at the last attempt")
+}
+
+/// Starts one instance per worker, waits until all are attached, runs wrk, stops them.
+fn run_condition(bench: &Bench, cond: Condition, secs: u64, bpf_stats: bool) -> Result<Run> {
+    let mut tools = Vec::new();
+    for &pid in &bench.workers {
+        if let Some(cmd) = cond.command(bench, pid) {
+            tools.push(Instance::spawn(
+                format!("{} (on nginx worker {pid})", cond.tool()),
+                cmd,
+            )?);
+        }
+    }
+    for tool in &mut tools {
+        tool.wait_ready(cond.ready())?;
+    }
+    thread::sleep(SETTLE);
+
+    let prog_ids: HashSet<u32> = if bpf_stats {
+        tools.iter().flat_map(|t| bpf_prog_ids(t.pid())).collect()
+    } else {
+        HashSet::new()
+    };
+    let before = if bpf_stats {
+        bpf_prog_stats(&prog_ids)?
+    } else {
+        HashMap::new()
+    };
+    let others = ForeignCpu::start();
+    let load_started = Instant::now();
+    let load = run_wrk(bench.port, secs)?;
+    let load_secs = load_started.elapsed().as_secs_f64();
+    let foreign = others.fraction(load_secs);
+    let after = if bpf_stats {
+        bpf_prog_stats(&prog_ids)?
+    } else {
+        HashMap::new()
+    };
+
+    for tool in &tools {
+        tool.interrupt();
+    }
+    for tool in &mut tools {
+        let (status, _) = tool.reap(EXIT_TIMEOUT)?;
+        let lines = tool.lines();
+        if !cond.stopped_cleanly(status, &lines) {
+            bail!(
+                "{} failed ({status}); its stderr ends with: {}",
+                tool.what,
+                tail_of_lines(&lines)
+            );
+        }
+    }
+    cleanup_outputs(&bench.dir);
+
+    let mut bpf: HashMap<String, (u64, u64)> = HashMap::new();
+    for (id, (name, time_after, cnt_after)) in &after {
+        let (time_before, cnt_before) = before.get(id).map_or((0, 0), |(_, t, c)| (*t, *c));
+        let entry = bpf.entry(name.clone()).or_default();
+        entry.0 += time_after.saturating_sub(time_before);
+        entry.1 += cnt_after.saturating_sub(cnt_before);
+    }
+    Ok(Run {
+        load,
+        bpf,
+        load_secs,
+        foreign,
+    })
+}
+
+/// The tools' outputs are not looked at; perf's are ~10 MB a run.
+fn cleanup_outputs(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".svg") || name.contains(".data") {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Other work on the machine (other sessions' builds and tests share these CPUs)
+
 /// What [`quiet_gate`] saw, for the report.
 #[derive(Default)]
 struct Quiet {
@@ -693,121 +815,6 @@ fn cpu_busy(interval: Duration) -> f64 {
         return 0.0;
     }
     busy1.saturating_sub(busy0) as f64 / total as f64
-}
-
-/// One wrk run under one condition.
-struct Run {
-    load: Load,
-    /// Per program name: (run_time_ns, run_cnt) accumulated during the wrk run, summed over
-    /// the instances. Empty unless asked for.
-    bpf: HashMap<String, (u64, u64)>,
-    load_secs: f64,
-    /// CPU time other processes took during the wrk run, as a fraction of all CPUs.
-    foreign: f64,
-}
-
-/// [`run_condition`], repeated (up to [`MAX_ATTEMPTS`] times) while other processes took
-/// more than [`FOREIGN_MAX`] of the CPUs during the load: such a run measures them, not us.
-fn run_undisturbed(bench: &Bench, cond: Condition, secs: u64, bpf_stats: bool) -> Result<Run> {
-    for attempt in 1.. {
-        quiet_gate(bench);
-        let run = run_condition(bench, cond, secs, bpf_stats)?;
-        let mut quiet = bench.quiet.borrow_mut();
-        if run.foreign <= FOREIGN_MAX || attempt == MAX_ATTEMPTS {
-            if run.foreign > FOREIGN_MAX {
-                quiet.kept_disturbed += 1;
-            }
-            quiet.worst_foreign = quiet.worst_foreign.max(run.foreign);
-            return Ok(run);
-        }
-        quiet.repeated += 1;
-        say(&format!(
-            "other processes took {:.0} % of the CPUs during this run: repeating it",
-            run.foreign * 100.0
-        ));
-    }
-    unreachable!("the loop returns at the last attempt")
-}
-
-/// Starts one instance per worker, waits until all are attached, runs wrk, stops them.
-fn run_condition(bench: &Bench, cond: Condition, secs: u64, bpf_stats: bool) -> Result<Run> {
-    let mut tools = Vec::new();
-    for &pid in &bench.workers {
-        if let Some(cmd) = cond.command(bench, pid) {
-            tools.push(Instance::spawn(
-                format!("{} (on nginx worker {pid})", cond.tool()),
-                cmd,
-            )?);
-        }
-    }
-    for tool in &mut tools {
-        tool.wait_ready(cond.ready())?;
-    }
-    thread::sleep(SETTLE);
-
-    let prog_ids: HashSet<u32> = if bpf_stats {
-        tools.iter().flat_map(|t| bpf_prog_ids(t.pid())).collect()
-    } else {
-        HashSet::new()
-    };
-    let before = if bpf_stats {
-        bpf_prog_stats(&prog_ids)?
-    } else {
-        HashMap::new()
-    };
-    let others = ForeignCpu::start();
-    let load_started = Instant::now();
-    let load = run_wrk(bench.port, secs)?;
-    let load_secs = load_started.elapsed().as_secs_f64();
-    let foreign = others.fraction(load_secs);
-    let after = if bpf_stats {
-        bpf_prog_stats(&prog_ids)?
-    } else {
-        HashMap::new()
-    };
-
-    for tool in &tools {
-        tool.interrupt();
-    }
-    for tool in &mut tools {
-        let (status, _) = tool.reap(EXIT_TIMEOUT)?;
-        let lines = tool.lines();
-        if !cond.stopped_cleanly(status, &lines) {
-            bail!(
-                "{} failed ({status}); its stderr ends with: {}",
-                tool.what,
-                tail_of_lines(&lines)
-            );
-        }
-    }
-    cleanup_outputs(&bench.dir);
-
-    let mut bpf: HashMap<String, (u64, u64)> = HashMap::new();
-    for (id, (name, time_after, cnt_after)) in &after {
-        let (time_before, cnt_before) = before.get(id).map_or((0, 0), |(_, t, c)| (*t, *c));
-        let entry = bpf.entry(name.clone()).or_default();
-        entry.0 += time_after.saturating_sub(time_before);
-        entry.1 += cnt_after.saturating_sub(cnt_before);
-    }
-    Ok(Run {
-        load,
-        bpf,
-        load_secs,
-        foreign,
-    })
-}
-
-/// The tools' outputs are not looked at; perf's are ~10 MB a run.
-fn cleanup_outputs(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.filter_map(Result::ok) {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".svg") || name.contains(".data") {
-            let _ = fs::remove_file(entry.path());
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1457,7 +1464,7 @@ impl Report<'_> {
             let mid = median(&ratios);
             let (goal, met) = if cond == Condition::Wall {
                 (
-                    format!("≥ {GOAL_WALL_RATIO} and ≥ offcputime's"),
+                    format!("≥ {GOAL_WALL_RATIO} and ≥ offcputime's ({off:.3})"),
                     check(mid >= GOAL_WALL_RATIO && mid >= off),
                 )
             } else {
@@ -1500,8 +1507,8 @@ impl Report<'_> {
             let (lo, hi) = min_max(values);
             let _ = writeln!(
                 md,
-                "| BPF CPU time, all of {owner}'s programs (ms per s of load) | {:.1} | \
-                 {lo:.1}–{hi:.1} | | |",
+                "| BPF CPU time, {owner}, all programs (ms per s of load) | {:.1} ms | \
+                 {lo:.1}–{hi:.1} ms | | |",
                 median(values)
             );
         }
@@ -1585,7 +1592,8 @@ impl Report<'_> {
         let (lo, hi) = min_max(&self.throughput.baseline());
         if lo > 0.0 && hi / lo > 1.05 {
             notes.push(format!(
-                "The baseline varied by {:.0} % between rounds: the ratios are noisy.",
+                "The baseline varied by {:.0} % between rounds: throughput differences smaller \
+                 than that are within the noise of this machine.",
                 (hi / lo - 1.0) * 100.0
             ));
         }
@@ -1695,4 +1703,89 @@ fn tail_of_lines_n(lines: &[String], n: usize) -> String {
 
 fn tail_of_file(path: &Path) -> String {
     tail(&fs::read_to_string(path).unwrap_or_default(), 5)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn options_defaults_quick_and_errors() {
+        let o = Options::parse(&[]).unwrap();
+        assert_eq!((o.rounds, o.secs, o.quick), (5, 10, false));
+        assert_eq!(o.post_secs(), POST_SECS);
+        let o = Options::parse(&args(&["--rounds", "7", "--secs", "20"])).unwrap();
+        assert_eq!((o.rounds, o.secs), (7, 20));
+        assert_eq!(o.command, "cargo xtask bench --rounds 7 --secs 20");
+        let o = Options::parse(&args(&["--quick"])).unwrap();
+        assert_eq!((o.rounds, o.secs, o.post_secs()), (1, 3, 3));
+        assert!(Options::parse(&args(&["--rounds"])).is_err());
+        assert!(Options::parse(&args(&["--rounds", "0"])).is_err());
+        assert!(Options::parse(&args(&["--frobnicate"])).is_err());
+    }
+
+    #[test]
+    fn median_and_range() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(min_max(&[0.99, 1.01, 0.97]), (0.97, 1.01));
+    }
+
+    #[test]
+    fn stderr_tail_is_one_line() {
+        let lines: Vec<String> = ["a", "", "b", "c"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(tail_of_lines_n(&lines, 2), "b | c");
+        assert_eq!(tail_of_lines(&[]), "(nothing)");
+    }
+
+    #[test]
+    fn nginx_config_stays_in_its_directory() {
+        let conf = nginx_config(Path::new("/tmp/x"), 8080);
+        assert!(conf.contains("listen 127.0.0.1:8080;"));
+        assert!(conf.contains("pid /tmp/x/nginx.pid;"));
+        assert!(conf.contains("daemon off;"));
+        assert!(!conf.contains("/var/"));
+    }
+
+    #[test]
+    fn goal_programs_come_first() {
+        let mut keys = vec![
+            "ours sched_wakeup",
+            "ours on_cpu_sample",
+            "ours sched_switch",
+        ];
+        keys.sort_by_key(|k| program_rank(k));
+        assert_eq!(
+            keys,
+            [
+                "ours sched_switch",
+                "ours on_cpu_sample",
+                "ours sched_wakeup"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_tool_that_dies_early_is_named_with_its_stderr() {
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "echo starting >&2; echo 'cannot attach: EPERM' >&2; exit 3",
+        ]);
+        let mut tool = Instance::spawn("profiler --mode wall (on nginx worker 1)".into(), cmd)
+            .expect("sh starts");
+        let err = tool
+            .wait_ready(Ready::StderrLine("profiler: capturing"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "profiler --mode wall (on nginx worker 1) exited before it was attached \
+             (exit status: 3); its stderr ends with: starting | cannot attach: EPERM"
+        );
+    }
 }

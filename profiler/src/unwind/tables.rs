@@ -46,6 +46,8 @@ pub struct UnwindTables {
     pub failures: Vec<(String, String)>,
     /// Time spent building rows.
     pub build_secs: f64,
+    /// Generation of the last mapping table handed out.
+    generation: u32,
 }
 
 impl UnwindTables {
@@ -139,10 +141,12 @@ impl UnwindTables {
     }
 
     /// The mapping table for `maps`: every executable mapping, sorted, with its file's rows.
-    pub fn proc_mappings(&self, maps: &ProcessMaps) -> Box<ProcMappings> {
+    /// Each call is a new generation.
+    pub fn proc_mappings(&mut self, maps: &ProcessMaps) -> Box<ProcMappings> {
+        self.generation = self.generation.wrapping_add(1);
         let mut table = Box::new(ProcMappings {
             count: 0,
-            _pad: 0,
+            generation: self.generation,
             entries: [ExecMapping::default(); MAX_MAPPINGS],
         });
         let mut n = 0;
@@ -274,6 +278,7 @@ mod tests {
         );
         assert!(tables.row_count() > 1000, "{} rows", tables.row_count());
         let procs = tables.proc_mappings(&maps);
+        assert_eq!(tables.proc_mappings(&maps).generation, procs.generation + 1);
         let here = own_code as *const () as u64;
         let m = procs.entries[..procs.count as usize]
             .iter()
