@@ -231,7 +231,7 @@ const PACKAGES: &[Package] = &[
     },
 ];
 
-fn ensure_packages() -> Result<()> {
+pub(crate) fn ensure_packages() -> Result<()> {
     let missing: Vec<&Package> = PACKAGES
         .iter()
         .filter(|p| !Path::new(p.binary).exists())
@@ -273,10 +273,10 @@ fn package_version(name: &str) -> String {
 // Scratch directory and nginx
 
 /// A private directory for nginx's config, logs and the tools' outputs; removed at the end.
-struct Scratch(PathBuf);
+pub(crate) struct Scratch(pub(crate) PathBuf);
 
 impl Scratch {
-    fn create() -> Result<Self> {
+    pub(crate) fn create() -> Result<Self> {
         let dir = std::env::temp_dir().join(format!("profiler-bench-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("www"))
@@ -294,13 +294,13 @@ impl Drop for Scratch {
 /// A private nginx in the foreground (`daemon off`), on a free loopback port, with its own
 /// config, pid file and logs; the system's nginx config and service are never touched.
 /// Dropping it stops it, also when the bench fails half-way.
-struct Nginx {
+pub(crate) struct Nginx {
     master: Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Nginx {
-    fn start(dir: &Path) -> Result<Self> {
+    pub(crate) fn start(dir: &Path) -> Result<Self> {
         let port = free_port()?;
         fs::write(
             dir.join("www/index.html"),
@@ -339,7 +339,7 @@ impl Nginx {
         Ok(nginx)
     }
 
-    fn workers(&self) -> Result<Vec<u32>> {
+    pub(crate) fn workers(&self) -> Result<Vec<u32>> {
         let mut pids: Vec<u32> = children(self.master.id())
             .into_iter()
             .map(|(pid, _)| pid)
@@ -411,7 +411,7 @@ struct Load {
     errors: Vec<String>,
 }
 
-fn wrk_command(port: u16, secs: u64) -> Command {
+pub(crate) fn wrk_command(port: u16, secs: u64) -> Command {
     let mut cmd = Command::new("wrk");
     cmd.arg(format!("-t{WRK_THREADS}"))
         .arg(format!("-c{WRK_CONNECTIONS}"))
@@ -1293,7 +1293,7 @@ impl Drop for Instance {
     }
 }
 
-fn signal(pid: u32, sig: libc::c_int) {
+pub(crate) fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill has no memory effects; the pid is one of our children.
     unsafe { libc::kill(pid as libc::pid_t, sig) };
 }
@@ -1656,7 +1656,7 @@ fn min_max(values: &[f64]) -> (f64, f64) {
 // Running commands
 
 /// Runs to completion; stdout on success, else one sentence with the stderr tail.
-fn output(cmd: &mut Command, what: &str) -> Result<String> {
+pub(crate) fn output(cmd: &mut Command, what: &str) -> Result<String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()

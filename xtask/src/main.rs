@@ -6,6 +6,7 @@
 //! milliseconds.
 
 mod bench;
+mod demo;
 mod fuzz;
 mod toolchain;
 
@@ -29,6 +30,9 @@ commands:
                            format and lint checks, then every test, including the
                            privileged end-to-end tests (run as root)
   fuzz [SECONDS]            run each fuzz target for SECONDS (default 300)
+  demo nginx|postgres [SECONDS]
+                           profile a real service under load, next to the anchors
+                           (the README's write-ups; outputs in target/demo/)
   toolchain                only check and install the eBPF toolchain
   bench [--rounds N] [--secs S] [--quick]
                            overhead and cost next to offcputime and perf on nginx under
@@ -74,6 +78,10 @@ fn run() -> Result<ExitCode> {
             test(&root, test_args)
         }
         Some("bench") => bench::run(&root, &rest),
+        Some("demo") => {
+            toolchain::ensure()?;
+            demo::run(&root, &rest)
+        }
         Some("fuzz") => {
             let secs = rest
                 .first()

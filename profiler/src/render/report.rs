@@ -241,17 +241,22 @@ fn kernel_release() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// The blocking call and its caller, leaf first: `clock_nanosleep ← sleep_20ms`.
+/// The blocking call and its nearest named caller, leaf first: `clock_nanosleep ←
+/// sleep_20ms` (a caller without a symbol, `nginx+0x54173`, says less than the next one up).
 fn site_label(user_frames: &[String], all: &[String]) -> String {
-    let pick: Vec<&String> = if user_frames.is_empty() {
-        all.iter().rev().take(2).collect()
+    let frames = if user_frames.is_empty() {
+        all
     } else {
-        user_frames.iter().rev().take(2).collect()
+        user_frames
     };
-    pick.iter()
-        .map(|s| s.as_str())
-        .collect::<Vec<_>>()
-        .join(" ← ")
+    let Some((leaf, callers)) = frames.split_last() else {
+        return String::new();
+    };
+    let named = |f: &&String| !f.contains("+0x") && !f.starts_with('[');
+    match callers.iter().rev().find(named).or_else(|| callers.last()) {
+        Some(caller) => format!("{leaf} ← {caller}"),
+        None => leaf.clone(),
+    }
 }
 
 pub fn build(input: &ReportInput<'_>) -> Report {
@@ -855,5 +860,16 @@ mod tests {
         assert_eq!(site_label(&user, &user), "read ← reader");
         let kernel_only = vec!["schedule_[k]".to_string()];
         assert_eq!(site_label(&[], &kernel_only), "schedule_[k]");
+        let stripped = [
+            "main",
+            "ngx_process_events_and_timers",
+            "nginx+0x54173",
+            "epoll_wait",
+        ]
+        .map(String::from);
+        assert_eq!(
+            site_label(&stripped, &stripped),
+            "epoll_wait ← ngx_process_events_and_timers"
+        );
     }
 }

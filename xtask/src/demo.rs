@@ -1,0 +1,459 @@
+//! `cargo xtask demo nginx|postgres [SECONDS]`: the README's write-ups, reproducible. Each
+//! starts a private, real service on loopback, puts it under load, profiles one of its
+//! processes with ours (and, for nginx, with offcputime and `perf --call-graph dwarf` on the
+//! same run), and prints the figures the README quotes. Outputs go to target/demo/.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitCode, Stdio},
+    thread,
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::bench::{self, Nginx, Scratch};
+
+pub fn run(root: &Path, args: &[std::ffi::OsString]) -> Result<ExitCode> {
+    let what = args.first().and_then(|a| a.to_str()).unwrap_or("");
+    let secs: u64 = args
+        .get(1)
+        .and_then(|a| a.to_str())
+        .map(str::parse)
+        .transpose()
+        .context("usage: cargo xtask demo nginx|postgres [SECONDS]")?
+        .unwrap_or(20);
+    let out = root.join("target/demo");
+    fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    match what {
+        "nginx" => nginx(root, &out, secs)?,
+        "postgres" => postgres(root, &out, secs)?,
+        _ => bail!("usage: cargo xtask demo nginx|postgres [SECONDS]"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn say(what: &str) {
+    eprintln!("demo: {what}");
+}
+
+/// Runs `cmd` in the background with stdout to `stdout_to` (or nowhere).
+fn spawn(cmd: &mut Command, stdout_to: Option<&Path>, what: &str) -> Result<Child> {
+    let stdout = match stdout_to {
+        Some(p) => Stdio::from(
+            fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
+        ),
+        None => Stdio::null(),
+    };
+    cmd.stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {what}"))
+}
+
+fn finish(child: Child, what: &str) -> Result<()> {
+    let out = child
+        .wait_with_output()
+        .with_context(|| format!("{what} did not finish"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(3).collect();
+        bail!(
+            "{what} failed ({}): {}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        );
+    }
+    Ok(())
+}
+
+/// Share (0..1) of the counts of folded lines in `text` that `keep`, that also hold `frame`.
+fn folded_share(text: &str, frame: &str, keep: impl Fn(&[&str]) -> bool) -> (f64, u64) {
+    let (mut with, mut total) = (0u64, 0u64);
+    for line in text.lines() {
+        let Some((stack, count)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(count) = count.trim().parse::<u64>() else {
+            continue;
+        };
+        let frames: Vec<&str> = stack.split(';').collect();
+        if !keep(&frames) {
+            continue;
+        }
+        total += count;
+        if frames.contains(&frame) {
+            with += count;
+        }
+    }
+    (
+        if total == 0 {
+            0.0
+        } else {
+            with as f64 / total as f64
+        },
+        total,
+    )
+}
+
+/// Share of off-CPU time in libbpf-tools offcputime's output (blocks of frames, leaf first, a
+/// `-  task (pid)` line, then microseconds) whose stack holds `frame`.
+fn offcputime_share(text: &str, frame: &str) -> (f64, u64) {
+    let (mut with, mut total) = (0u64, 0u64);
+    for block in text.split("\n\n") {
+        let lines: Vec<&str> = block
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        let Some(count) = lines.last().and_then(|l| l.parse::<u64>().ok()) else {
+            continue;
+        };
+        total += count;
+        if lines
+            .iter()
+            .take_while(|l| !l.starts_with('-'))
+            .any(|l| *l == frame)
+        {
+            with += count;
+        }
+    }
+    (
+        if total == 0 {
+            0.0
+        } else {
+            with as f64 / total as f64
+        },
+        total,
+    )
+}
+
+/// Share of `perf script` samples with `frame` on their stack.
+fn perf_share(script: &str, frame: &str) -> (f64, u64) {
+    let (mut with, mut total) = (0u64, 0u64);
+    for sample in script.split("\n\n") {
+        let mut lines = sample.lines().filter(|l| !l.trim().is_empty());
+        if lines.next().is_none() {
+            continue;
+        }
+        total += 1;
+        let hit = lines.any(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .map(|sym| sym.split('+').next() == Some(frame))
+                .unwrap_or(false)
+        });
+        if hit {
+            with += 1;
+        }
+    }
+    (
+        if total == 0 {
+            0.0
+        } else {
+            with as f64 / total as f64
+        },
+        total,
+    )
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.1} %", v * 100.0)
+}
+
+fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
+    bench::ensure_packages()?;
+    let profiler = crate::build(root, false)?;
+    let scratch = Scratch::create()?;
+    let nginx = Nginx::start(&scratch.0)?;
+    let worker = nginx.workers()?[0];
+    say(&format!(
+        "nginx on 127.0.0.1:{}, profiling worker {worker} for {secs} s under wrk",
+        nginx.port
+    ));
+    let wrk = spawn(&mut bench::wrk_command(nginx.port, secs + 8), None, "wrk")?;
+    thread::sleep(Duration::from_secs(2));
+
+    let folded = out.join("nginx-wall.folded");
+    let svg = out.join("nginx-wall.svg");
+    let report = out.join("nginx-report.md");
+    let offcpu = out.join("nginx-offcputime.txt");
+    let perf_data = out.join("nginx-perf.data");
+    let ours = spawn(
+        Command::new(&profiler)
+            .args([
+                "--pid",
+                &worker.to_string(),
+                "--secs",
+                &secs.to_string(),
+                "--mode",
+                "wall",
+            ])
+            .arg("-o")
+            .arg(&svg)
+            .arg("--folded")
+            .arg(&folded)
+            .arg("--report")
+            .arg(&report),
+        Some(&out.join("nginx-summary.txt")),
+        "our profiler",
+    )?;
+    let offcputime = spawn(
+        Command::new("/usr/sbin/offcputime").args(["-p", &worker.to_string(), &secs.to_string()]),
+        Some(&offcpu),
+        "offcputime",
+    )?;
+    let perf = spawn(
+        Command::new("perf")
+            .args([
+                "record",
+                "-F",
+                "99",
+                "--call-graph",
+                "dwarf",
+                "-p",
+                &worker.to_string(),
+                "-o",
+            ])
+            .arg(&perf_data)
+            .args(["--", "sleep", &secs.to_string()]),
+        None,
+        "perf record",
+    )?;
+    finish(ours, "our profiler")?;
+    finish(offcputime, "offcputime")?;
+    // perf exits non-zero when its target detaches; its data is what matters.
+    let _ = perf.wait_with_output();
+    let script = bench::output(
+        Command::new("perf").args(["script", "-i"]).arg(&perf_data),
+        "perf script",
+    )?;
+    let _ = fs::remove_file(&perf_data);
+    let _ = finish(wrk, "wrk");
+
+    let ours_folded = fs::read_to_string(&folded)?;
+    let is_off = |f: &[&str]| f.last().is_some_and(|l| l.starts_with("[off-cpu:"));
+    let (ours_on, on_us) = folded_share(&ours_folded, "main", |f| !is_off(f));
+    let (ours_off, off_us) = folded_share(&ours_folded, "main", is_off);
+    let (bcc, bcc_us) = offcputime_share(&fs::read_to_string(&offcpu)?, "main");
+    let (perf_on, perf_n) = perf_share(&script, "main");
+    let epoll = folded_share(&ours_folded, "epoll_wait", is_off).0;
+    let table = format!(
+        "| {secs} s of one nginx worker under `wrk -t2 -c64` | stacks reaching `main` | measured over |\n\
+         |---|---:|---:|\n\
+         | ours, on-CPU (`--mode wall`, .eh_frame) | {} | {} µs |\n\
+         | ours, off-CPU | {} | {} µs |\n\
+         | libbpf-tools `offcputime -p` (frame pointers) | {} | {} µs |\n\
+         | `perf record -F 99 --call-graph dwarf` (on-CPU) | {} | {} samples |\n\n\
+         Off-CPU time of the worker in `epoll_wait`: {}. Outputs: {}, {}.\n",
+        pct(ours_on),
+        on_us,
+        pct(ours_off),
+        off_us,
+        pct(bcc),
+        bcc_us,
+        pct(perf_on),
+        perf_n,
+        pct(epoll),
+        svg.display(),
+        report.display(),
+    );
+    fs::write(out.join("nginx.md"), &table)?;
+    println!("{table}");
+    print!(
+        "{}",
+        fs::read_to_string(out.join("nginx-summary.txt")).unwrap_or_default()
+    );
+    drop(nginx);
+    Ok(())
+}
+
+/// A private PostgreSQL cluster (initdb in a scratch directory, Unix socket only), stopped
+/// and removed when dropped.
+struct Postgres {
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+const PG_PORT: &str = "55432";
+
+impl Postgres {
+    fn start(dir: &Path) -> Result<Self> {
+        let bin = fs::read_dir("/usr/lib/postgresql")
+            .context("PostgreSQL is not installed (/usr/lib/postgresql)")?
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("bin"))
+            .find(|p| p.join("initdb").exists())
+            .context("no initdb under /usr/lib/postgresql")?;
+        let data = dir.join("data");
+        as_postgres(
+            Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir),
+        )?;
+        as_postgres(
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(bin.join("initdb"))
+                .args(["-A", "trust", "-D"])
+                .arg(&data),
+        )?;
+        let opts = format!(
+            "-p {PG_PORT} -k {} -c listen_addresses='' -c synchronous_commit=on",
+            dir.display()
+        );
+        as_postgres(
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(bin.join("pg_ctl"))
+                .arg("-D")
+                .arg(&data)
+                .args(["-o", &opts, "-l"])
+                .arg(dir.join("log"))
+                .args(["-w", "start"]),
+        )?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            bin,
+        })
+    }
+
+    fn pgbench(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "postgres", "--", "pgbench", "-h"])
+            .arg(&self.dir)
+            .args(["-p", PG_PORT])
+            .args(args)
+            .arg("postgres");
+        cmd
+    }
+
+    /// PID of a backend serving pgbench.
+    fn pgbench_backend(&self) -> Result<u32> {
+        let out = bench::output(
+            Command::new("runuser")
+                .args(["-u", "postgres", "--", "psql", "-h"])
+                .arg(&self.dir)
+                .args([
+                    "-p",
+                    PG_PORT,
+                    "-Atc",
+                    "select pid from pg_stat_activity where application_name = 'pgbench' limit 1",
+                    "postgres",
+                ]),
+            "psql",
+        )?;
+        out.trim()
+            .parse()
+            .with_context(|| format!("no pgbench backend found ({out:?})"))
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "stop"])
+            .output();
+    }
+}
+
+fn as_postgres(cmd: &mut Command) -> Result<()> {
+    bench::output(cmd, "a PostgreSQL setup step").map(|_| ())
+}
+
+fn postgres(root: &Path, out: &Path, secs: u64) -> Result<()> {
+    if !Path::new("/usr/bin/pgbench").exists() {
+        say("pgbench is missing: installing the Debian packages postgresql and postgresql-contrib");
+        bench::output(Command::new("apt-get").arg("update"), "apt-get update")?;
+        bench::output(
+            Command::new("apt-get")
+                .args(["install", "-y", "postgresql", "postgresql-contrib"])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            "apt-get install",
+        )?;
+    }
+    let profiler = crate::build(root, false)?;
+    let scratch = Scratch::create()?;
+    let pg = Postgres::start(&scratch.0)?;
+    say("initialising pgbench tables (scale 10)");
+    bench::output(&mut pg.pgbench(&["-i", "-q", "-s", "10"]), "pgbench -i")?;
+    let load = spawn(
+        &mut pg.pgbench(&["-c", "4", "-j", "2", "-T", &(secs + 8).to_string()]),
+        None,
+        "pgbench",
+    )?;
+    thread::sleep(Duration::from_secs(2));
+    let backend = pg.pgbench_backend()?;
+    say(&format!(
+        "profiling PostgreSQL backend {backend} for {secs} s under pgbench -c 4"
+    ));
+    let folded = out.join("postgres-wall.folded");
+    let svg = out.join("postgres-wall.svg");
+    let report = out.join("postgres-report.md");
+    let ours = spawn(
+        Command::new(&profiler)
+            .args([
+                "--pid",
+                &backend.to_string(),
+                "--secs",
+                &secs.to_string(),
+                "--mode",
+                "wall",
+            ])
+            .arg("-o")
+            .arg(&svg)
+            .arg("--folded")
+            .arg(&folded)
+            .arg("--report")
+            .arg(&report),
+        Some(&out.join("postgres-summary.txt")),
+        "our profiler",
+    )?;
+    finish(ours, "our profiler")?;
+    let _ = finish(load, "pgbench");
+    let text = fs::read_to_string(&folded)?;
+    let io = |f: &[&str]| f.last() == Some(&"[off-cpu:io]");
+    let (_, io_us) = folded_share(&text, "", io);
+    let (fdatasync, _) = folded_share(&text, "XLogFlush", io);
+    let summary = format!(
+        "PostgreSQL backend under `pgbench -c 4 -j 2` (synchronous_commit=on), {secs} s: {:.2} s in \
+         uninterruptible I/O, {} of it under `XLogFlush` (the commit's WAL flush). Outputs: {}, {}.\n",
+        io_us as f64 / 1e6,
+        pct(fdatasync),
+        svg.display(),
+        report.display()
+    );
+    fs::write(out.join("postgres.md"), &summary)?;
+    println!("{summary}");
+    print!(
+        "{}",
+        fs::read_to_string(out.join("postgres-summary.txt")).unwrap_or_default()
+    );
+    drop(pg);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_of_folded_and_perf_stacks() {
+        let folded =
+            "nginx;main;a;[off-cpu:sleep] 30\nnginx;b;[off-cpu:sleep] 10\nnginx;main;c 5\n";
+        let off = |f: &[&str]| f.last().is_some_and(|l| l.starts_with("[off-cpu:"));
+        assert_eq!(folded_share(folded, "main", off), (0.75, 40));
+        assert_eq!(folded_share(folded, "main", |f| !off(f)), (1.0, 5));
+        let script = "nginx 1 [000] 1.0: cpu-clock:\n\t  55 f+0x1 (/x)\n\t  56 main+0x4 (/x)\n\n\
+                      nginx 1 [000] 2.0: cpu-clock:\n\t  57 g+0x1 (/x)\n";
+        assert_eq!(perf_share(script, "main"), (0.5, 2));
+        let bcc = "    schedule\n    read\n    main\n    -                nginx (1)\n        300\n\n\
+                   \x20   schedule\n    [unknown]\n    -                nginx (1)\n        100\n";
+        assert_eq!(offcputime_share(bcc, "main"), (0.75, 400));
+    }
+}
