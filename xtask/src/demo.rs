@@ -242,17 +242,18 @@ fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
     let table = format!(
         "| {secs} s of one nginx worker under `wrk -t2 -c64` | stacks reaching `main` | measured over |\n\
          |---|---:|---:|\n\
-         | ours, on-CPU (`--mode wall`, .eh_frame) | {} | {} µs |\n\
-         | ours, off-CPU | {} | {} µs |\n\
-         | libbpf-tools `offcputime -p` (frame pointers) | {} | {} µs |\n\
+         | ours, on-CPU (`--mode wall`, .eh_frame) | {} | {:.2} s |\n\
+         | ours, off-CPU | {} | {:.2} s |\n\
+         | libbpf-tools `offcputime -p` (frame pointers) | {} | {:.2} s |\n\
          | `perf record -F 99 --call-graph dwarf` (on-CPU) | {} | {} samples |\n\n\
-         Off-CPU time of the worker in `epoll_wait`: {}. Outputs: {}, {}.\n",
+         Share of the worker's off-CPU time under `epoll_wait` (the sleep, and the wait for a \
+         CPU after its wakeup): {}. Outputs: {}, {}.\n",
         pct(ours_on),
-        on_us,
+        on_us as f64 / 1e6,
         pct(ours_off),
-        off_us,
+        off_us as f64 / 1e6,
         pct(bcc),
-        bcc_us,
+        bcc_us as f64 / 1e6,
         pct(perf_on),
         perf_n,
         pct(epoll),

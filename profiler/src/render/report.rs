@@ -252,8 +252,14 @@ fn site_label(user_frames: &[String], all: &[String]) -> String {
     let Some((leaf, callers)) = frames.split_last() else {
         return String::new();
     };
+    // A libc-internal wrapper (`__nanosleep`) says less than the function that called it.
     let named = |f: &&String| !f.contains("+0x") && !f.starts_with('[');
-    match callers.iter().rev().find(named).or_else(|| callers.last()) {
+    let public = |f: &&String| named(f) && !f.starts_with("__");
+    let caller = callers.iter().rev().find(public);
+    match caller
+        .or_else(|| callers.iter().rev().find(named))
+        .or_else(|| callers.last())
+    {
         Some(caller) => format!("{leaf} ← {caller}"),
         None => leaf.clone(),
     }
@@ -542,27 +548,27 @@ fn verdict(
         String::new()
     };
     let threads = profile.threads.len();
-    let whose = if threads == 1 {
-        "The thread"
+    let (whose, their) = if threads == 1 {
+        ("The thread", "its")
     } else {
-        "Threads"
+        ("Threads", "their")
     };
     match state {
         "running" => match functions.first() {
             Some(f) => format!(
-                "{whose} spent most of their time ({:.0} %) running on the CPU, most of it in {} ({:.0} % of CPU time self, {:.0} % total){starved}.",
+                "{whose} spent most of {their} time ({:.0} %) running on the CPU, most of it in {} ({:.0} % of CPU time self, {:.0} % total){starved}.",
                 share(ns),
                 f.function,
                 f.self_pct,
                 f.total_pct
             ),
             None => format!(
-                "{whose} spent most of their time ({:.0} %) running on the CPU{starved}.",
+                "{whose} spent most of {their} time ({:.0} %) running on the CPU{starved}.",
                 share(ns)
             ),
         },
         "runnable" => format!(
-            "{whose} spent most of their time ({:.0} %) runnable but waiting for a CPU: the CPU is the bottleneck (run-queue delay p99 {} after preemption, {} after wakeup).",
+            "{whose} spent most of {their} time ({:.0} %) runnable but waiting for a CPU: the CPU is the bottleneck (run-queue delay p99 {} after preemption, {} after wakeup).",
             share(ns),
             run_queue
                 .preempted
@@ -581,7 +587,7 @@ fn verdict(
             };
             match sites.iter().find(|s| s.state == state) {
                 Some(s) => format!(
-                    "{whose} spent most of their time ({:.0} %) {word}, most of it in {} ({:.0} % of all thread time{}){starved}.",
+                    "{whose} spent most of {their} time ({:.0} %) {word}, most of it in {} ({:.0} % of all thread time{}){starved}.",
                     share(ns),
                     s.site,
                     s.share_pct,
@@ -591,7 +597,7 @@ fn verdict(
                     ))
                 ),
                 None => format!(
-                    "{whose} spent most of their time ({:.0} %) {word}{starved}.",
+                    "{whose} spent most of {their} time ({:.0} %) {word}{starved}.",
                     share(ns)
                 ),
             }
@@ -860,6 +866,11 @@ mod tests {
         assert_eq!(site_label(&user, &user), "read ← reader");
         let kernel_only = vec!["schedule_[k]".to_string()];
         assert_eq!(site_label(&[], &kernel_only), "schedule_[k]");
+        let wrapped = ["main", "sleep_20ms", "__nanosleep", "__clock_nanosleep"].map(String::from);
+        assert_eq!(
+            site_label(&wrapped, &wrapped),
+            "__clock_nanosleep ← sleep_20ms"
+        );
         let stripped = [
             "main",
             "ngx_process_events_and_timers",
