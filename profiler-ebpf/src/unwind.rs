@@ -150,6 +150,10 @@ pub struct UnwindMemo {
     count: u32,
     /// Bytes from `sp` covering every recorded word.
     region: u32,
+    /// Mapping-table generation the unwind used: rows uploaded since (a library loaded
+    /// during the capture) can change the result, so a memo of another generation is stale.
+    generation: u32,
+    _pad: u32,
     /// Word index from `sp` of each recorded word.
     offsets: [u16; MEMO_WORDS],
     values: [u64; MEMO_WORDS],
@@ -213,6 +217,11 @@ pub fn unwind(scratch: Scratch, ip: u64, sp: u64, bp: u64, copy_len: u32, record
         rec.count = 0;
         rec.region = 0;
     }
+    let generation = PROC_MAPPINGS.get(0).map_or(0, |m| m.generation);
+    if let Some(rec) = MEMO_SCRATCH.get_ptr_mut(scratch as u32) {
+        // SAFETY: per-CPU scratch owned by the running program.
+        unsafe { (*rec).generation = generation };
+    }
     let mut walk = Walk {
         ip,
         sp,
@@ -222,7 +231,7 @@ pub fn unwind(scratch: Scratch, ip: u64, sp: u64, bp: u64, copy_len: u32, record
         scratch: scratch as u32,
         copy_len,
         record: u32::from(record),
-        generation: PROC_MAPPINGS.get(0).map_or(0, |m| m.generation),
+        generation,
     };
     // SAFETY: `step` has the callback signature bpf_loop expects; `walk` outlives the call.
     unsafe {
@@ -389,7 +398,13 @@ pub fn memo_lookup(
     // SAFETY: read-only use of the LRU entry for the duration of the check.
     let memo = unsafe { UNWIND_MEMO.get(&tid) }?;
     let (ip, sp, bp) = regs;
-    if memo.ip != ip || memo.sp != sp || memo.bp != bp || memo.count > MEMO_WORDS as u32 {
+    let generation = PROC_MAPPINGS.get(0).map_or(0, |m| m.generation);
+    if memo.ip != ip
+        || memo.sp != sp
+        || memo.bp != bp
+        || memo.generation != generation
+        || memo.count > MEMO_WORDS as u32
+    {
         return None;
     }
     if memo.region == 0 || memo.region > copy_len {

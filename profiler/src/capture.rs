@@ -51,13 +51,15 @@ impl Waiter {
         })
     }
 
-    /// Waits out the capture, calling `tick` twice a second (to pick up new mappings and to
-    /// read progress counters).
+    /// Waits out the capture, calling `tick` five times a second (to pick up new mappings and
+    /// to read progress counters).
     pub async fn wait(&mut self, secs: u64, mut tick: impl FnMut() -> Tick) -> EndReason {
         let started = Instant::now();
         let total = Duration::from_secs(secs);
         let mut progress = Progress::new(secs);
-        let mut interval = tokio::time::interval(Duration::from_millis(500));
+        // Often enough that a library loaded mid-capture gets its unwind rows within a few
+        // of its first waits; reading /proc/<pid>/maps costs well under a millisecond.
+        let mut interval = tokio::time::interval(Duration::from_millis(200));
         let exited = async {
             match &self.exited {
                 Some(fd) => {

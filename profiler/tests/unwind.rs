@@ -160,3 +160,47 @@ fn dwarf_unwinding_finds_the_caller_that_frame_pointers_skip() {
         dump(&dwarf_refs)
     );
 }
+
+#[test]
+fn a_library_loaded_during_the_capture_is_unwound_from_its_eh_frame() {
+    require_root();
+    let _serial = serial();
+    let lib = plugin_library();
+    let workload = Workload::spawn(Build::FramePointers, &["dlopen", lib.to_str().unwrap()]);
+    let out = outputs("unwind-dlopen");
+    let pid = workload.pid().to_string();
+    let capturing = Capturing::start(&[
+        "--pid",
+        &pid,
+        "--secs",
+        "4",
+        "--per-thread",
+        "--mode",
+        "off",
+        "-o",
+        out.svg.to_str().unwrap(),
+        "--folded",
+        out.folded.to_str().unwrap(),
+    ]);
+    workload.signal(libc::SIGUSR1);
+    let result = capturing.finish();
+    assert_success(&result);
+    let lines = read_folded(&out.folded);
+    let plugin: Vec<&Line> = lines
+        .iter()
+        .filter(|l| l.thread() == "plugin" && l.state() == Some("sleep"))
+        .collect();
+    // plugin_nap calls nanosleep from a library without frame pointers: only its .eh_frame
+    // rows, uploaded when the library appeared, find it. The first waits may come before the
+    // next mapping refresh.
+    let share = share_with(
+        &plugin,
+        &["plugin", "plugin_loop", "plugin_nap", "__clock_nanosleep"],
+    );
+    assert!(
+        share >= 0.85,
+        "{:.1} % of the plugin's sleep under plugin_nap:\n{}",
+        share * 100.0,
+        dump(&plugin)
+    );
+}

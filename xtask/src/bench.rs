@@ -128,8 +128,16 @@ pub fn run(root: &Path, args: &[OsString]) -> Result<ExitCode> {
     let out = out_dir.join("latest.md");
     fs::write(&out, &report).with_context(|| format!("cannot write {}", out.display()))?;
     say(&format!("wrote {}", out.display()));
+
+    // The parsers that read files of untrusted processes get a longer fuzz run than CI's.
+    let fuzz_secs = if opts.quick { 10 } else { BENCH_FUZZ_SECS };
+    say(&format!("fuzzing each target for {fuzz_secs} s"));
+    crate::fuzz::run(root, fuzz_secs)?;
     Ok(ExitCode::SUCCESS)
 }
+
+/// Seconds per fuzz target at the end of a full bench.
+const BENCH_FUZZ_SECS: u64 = 300;
 
 fn say(what: &str) {
     eprintln!("bench: {what}");

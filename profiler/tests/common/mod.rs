@@ -80,13 +80,37 @@ pub fn workload_binary(build: Build) -> PathBuf {
     let out = dir.join("workload");
     let status = Command::new("gcc")
         .args(build.flags())
-        .args(["-pthread", "-Wall", "-o"])
+        .args(["-pthread", "-ldl", "-Wall", "-o"])
         .arg(&out)
         .arg(&source)
         .status()
         .expect("run gcc (the tests build their C workload with it)");
     assert!(status.success(), "gcc failed to build {}", source.display());
     built.push((build, out.clone()));
+    out
+}
+
+/// Builds `tests/fixtures/plugin.c` as a shared library without frame pointers.
+pub fn plugin_library() -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plugin.c");
+    let dir = scratch_dir().join(format!("plugin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the plugin build directory");
+    let out = dir.join("libplugin.so");
+    let status = Command::new("gcc")
+        .args([
+            "-O2",
+            "-g",
+            "-fomit-frame-pointer",
+            "-fno-optimize-sibling-calls",
+            "-fPIC",
+            "-shared",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(&source)
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "gcc failed to build {}", source.display());
     out
 }
 
@@ -102,7 +126,10 @@ impl Workload {
             .stdout(Stdio::piped())
             .spawn()
             .expect("start the workload");
-        if matches!(args.first(), Some(&"mixed") | Some(&"latency")) {
+        if matches!(
+            args.first(),
+            Some(&"mixed") | Some(&"latency") | Some(&"dlopen")
+        ) {
             // Wait until every thread exists.
             let stdout = child.stdout.take().expect("piped stdout");
             let mut line = String::new();
