@@ -69,8 +69,8 @@ pub fn user_stack<C: EbpfContext>(
         }
         count(Counter::UnwindMemoMisses);
     }
-    let n = unwind::unwind(scratch, ip, sp, bp, copy_len, memo);
-    let id = store(scratch, n);
+    let (n, hash) = unwind::unwind(scratch, ip, sp, bp, copy_len, memo);
+    let id = store_hashed(scratch, n, hash);
     if memo && id & stack_id::RESERVED == 0 {
         unwind::memo_store(tid, scratch, id);
     }
@@ -154,7 +154,22 @@ pub fn store(scratch: Scratch, len: u64) -> u64 {
             0,
         );
     }
-    let id = stack_id::from_hash(hash_finish(hashing.hash));
+    store_hashed(scratch, len, hashing.hash)
+}
+
+/// Makes sure the stack table holds `SCRATCH[scratch].frames[..len]`, whose frame hash is
+/// `hash`. Returns its id.
+#[inline(always)]
+pub fn store_hashed(scratch: Scratch, len: u64, hash: u64) -> u64 {
+    if len == 0 {
+        return stack_id::EMPTY;
+    }
+    let len = if len > MAX_STACK_DEPTH as u64 {
+        MAX_STACK_DEPTH as u64
+    } else {
+        len
+    };
+    let id = stack_id::from_hash(hash_finish(hash));
     // SAFETY: read-only lookup; the value is not kept.
     if unsafe { STACKS.get(&id) }.is_some() {
         return id;

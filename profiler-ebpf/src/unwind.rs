@@ -26,7 +26,7 @@ use aya_ebpf::{
     maps::{Array, LruHashMap, PerCpuArray},
 };
 use profiler_common::{
-    MAX_STACK_DEPTH,
+    HASH_SEED, MAX_STACK_DEPTH, hash_step,
     unwind::{
         ExecMapping, MAX_MAPPINGS, ProcMappings, ROWS_PER_CHUNK, RowChunk, UnwindRow, cfa_kind,
         rbp_kind,
@@ -62,6 +62,9 @@ struct Walk {
     bp: u64,
     /// Frames written so far.
     n: u64,
+    /// Hash of the frames written so far (`profiler_common::hash_step`), so the stack needs
+    /// no second pass to get its id.
+    hash: u64,
     /// The stack pointer the walk started from: memo offsets are relative to it.
     sp0: u64,
     /// Which scratch stack receives the frames (and which memo records the reads).
@@ -204,9 +207,17 @@ pub unsafe fn user_regs(sample: Option<*const bpf_perf_event_data>) -> Option<(u
 
 /// Unwinds into `SCRATCH[scratch]`; returns the number of frames (0: no user stack).
 #[inline(always)]
-pub fn unwind(scratch: Scratch, ip: u64, sp: u64, bp: u64, copy_len: u32, record: bool) -> u64 {
+/// Returns the number of frames and their hash.
+pub fn unwind(
+    scratch: Scratch,
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    copy_len: u32,
+    record: bool,
+) -> (u64, u64) {
     if ip == 0 {
-        return 0;
+        return (0, HASH_SEED);
     }
     if let Some(rec) = MEMO_SCRATCH.get_ptr_mut(scratch as u32) {
         // SAFETY: per-CPU scratch owned by the running program.
@@ -227,6 +238,7 @@ pub fn unwind(scratch: Scratch, ip: u64, sp: u64, bp: u64, copy_len: u32, record
         sp,
         bp,
         n: 0,
+        hash: HASH_SEED,
         sp0: sp,
         scratch: scratch as u32,
         copy_len,
@@ -242,7 +254,7 @@ pub fn unwind(scratch: Scratch, ip: u64, sp: u64, bp: u64, copy_len: u32, record
             0,
         );
     }
-    walk.n
+    (walk.n, walk.hash)
 }
 
 /// One frame: record `ip`, then compute the caller's registers. Returns 1 to stop.
@@ -264,6 +276,7 @@ extern "C" fn step(index: u64, ctx: *mut c_void) -> i64 {
     };
     *slot = walk.ip;
     walk.n = index + 1;
+    walk.hash = hash_step(walk.hash, walk.ip);
 
     // Every frame but the first holds a return address: look up the call instruction.
     let lookup = if index == 0 { walk.ip } else { walk.ip - 1 };
