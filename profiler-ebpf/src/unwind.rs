@@ -248,7 +248,7 @@ pub fn unwind(
     // SAFETY: `step` has the callback signature bpf_loop expects; `walk` outlives the call.
     unsafe {
         bpf_loop(
-            MAX_STACK_DEPTH as u32,
+            MAX_STACK_DEPTH.div_ceil(FRAMES_PER_STEP) as u32,
             step as *mut c_void,
             (&mut walk as *mut Walk).cast(),
             0,
@@ -257,11 +257,15 @@ pub fn unwind(
     (walk.n, walk.hash)
 }
 
-/// One frame: record `ip`, then compute the caller's registers. Returns 1 to stop.
+/// Frames per `bpf_loop` callback: fewer calls, and the scratch buffer looked up once for
+/// both.
+const FRAMES_PER_STEP: usize = 2;
+
+/// `FRAMES_PER_STEP` frames. Returns 1 to stop.
 ///
-/// The frame slot is bpf_loop's own `index`, which the verifier treats as any value below the
-/// loop count: indexing with a counter kept in `Walk` would make every iteration a distinct
-/// state and the callback would never converge within the verifier's budget.
+/// Frame slots derive from bpf_loop's own `index`, which the verifier treats as any value
+/// below the loop count: indexing with a counter kept in `Walk` would make every iteration a
+/// distinct state and the callback would never converge within the verifier's budget.
 #[inline(never)]
 extern "C" fn step(index: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: bpf_loop hands back the pointer `unwind` passed: a live `Walk` on its stack.
@@ -271,15 +275,27 @@ extern "C" fn step(index: u64, ctx: *mut c_void) -> i64 {
     };
     // SAFETY: a per-CPU scratch stack owned by the running program.
     let buf = unsafe { &mut *buf };
-    let Some(slot) = buf.frames.get_mut(index as usize & 127) else {
+    for k in 0..FRAMES_PER_STEP as u64 {
+        if frame(walk, &mut buf.frames, index * FRAMES_PER_STEP as u64 + k) != 0 {
+            return 1;
+        }
+    }
+    0
+}
+
+/// One frame: record `ip` in slot `slot`, then compute the caller's registers. Returns 1 to
+/// stop.
+#[inline(always)]
+fn frame(walk: &mut Walk, frames: &mut [u64; MAX_STACK_DEPTH], slot: u64) -> i64 {
+    let Some(out) = frames.get_mut(slot as usize & 127) else {
         return 1;
     };
-    *slot = walk.ip;
-    walk.n = index + 1;
+    *out = walk.ip;
+    walk.n = slot + 1;
     walk.hash = hash_step(walk.hash, walk.ip);
 
     // Every frame but the first holds a return address: look up the call instruction.
-    let lookup = if index == 0 { walk.ip } else { walk.ip - 1 };
+    let lookup = if slot == 0 { walk.ip } else { walk.ip - 1 };
     let row = cached_row(lookup, walk.generation);
     let (cfa, rbp_rule) = match row {
         Some(row) => match row.cfa_kind {
