@@ -666,10 +666,14 @@ pub enum Counter {
     UnwindMemoHits,
     /// Switch-outs unwound in full.
     UnwindMemoMisses,
+    /// User frames the `.eh_frame` unwinder produced.
+    UnwindFrames,
+    /// Row lookups the per-CPU row cache did not answer (each a binary search).
+    RowCacheMisses,
 }
 
 impl Counter {
-    pub const COUNT: u32 = 16;
+    pub const COUNT: u32 = 18;
 
     pub const ALL: [Counter; Self::COUNT as usize] = [
         Counter::Samples,
@@ -688,6 +692,8 @@ impl Counter {
         Counter::WakersMapFull,
         Counter::UnwindMemoHits,
         Counter::UnwindMemoMisses,
+        Counter::UnwindFrames,
+        Counter::RowCacheMisses,
     ];
 }
 

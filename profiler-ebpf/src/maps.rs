@@ -77,6 +77,15 @@ pub fn count(counter: Counter) -> u64 {
     }
 }
 
+/// Adds `n` to `counter` (same caveat as [`count`]).
+#[inline(always)]
+pub fn add(counter: Counter, n: u64) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
+        // SAFETY: as in `count`.
+        unsafe { *slot += n };
+    }
+}
+
 /// The capture window: `Some(start_ns)` while programs should record.
 #[inline(always)]
 pub fn capture_start() -> Option<u64> {

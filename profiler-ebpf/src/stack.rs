@@ -18,7 +18,7 @@ use profiler_common::{
 };
 
 use crate::{
-    maps::{SCRATCH, STACKS, Scratch, count},
+    maps::{SCRATCH, STACKS, Scratch, add, count},
     unwind,
 };
 
@@ -58,21 +58,23 @@ pub fn user_stack<C: EbpfContext>(
         count(Counter::UserStackFailed);
         return stack_id::LOST_FETCH;
     };
-    // A thread switching out again where it switched out last time (the same syscall of the
-    // same loop) has the same stack: recognise it instead of walking it again.
-    let tid = bpf_get_current_pid_tgid() as u32;
+    // A thread switching out again where it stopped before (the same syscall of the same loop,
+    // or preemption on the way back from it) has the same stack if the words that stack was
+    // unwound from are unchanged: recognise it instead of walking it again.
+    let key = unwind::MemoKey::new(bpf_get_current_pid_tgid() as u32, ip, sp);
     let copy_len = unwind::copy_stack(scratch, sp);
     if memo {
-        if let Some(id) = unwind::memo_lookup(tid, scratch, (ip, sp, bp), copy_len) {
+        if let Some(id) = unwind::memo_lookup(&key, bp, scratch, copy_len) {
             count(Counter::UnwindMemoHits);
             return id;
         }
         count(Counter::UnwindMemoMisses);
     }
     let (n, hash) = unwind::unwind(scratch, ip, sp, bp, copy_len, memo);
+    add(Counter::UnwindFrames, n);
     let id = store_hashed(scratch, n, hash);
     if memo && id & stack_id::RESERVED == 0 {
-        unwind::memo_store(tid, scratch, id);
+        unwind::memo_store(&key, scratch, id);
     }
     id
 }

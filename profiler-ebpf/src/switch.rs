@@ -154,10 +154,9 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
         stack_id::EMPTY
     };
     let user_stack = if cfg.flags & config_flags::USER_STACKS != 0 {
-        // A thread that blocks where it blocked last time (the same syscall of the same loop)
-        // is worth recognising; a preempted one stopped anywhere.
-        let memo = matches!(state, WaitState::Sleep | WaitState::Io);
-        stack::user_stack(ctx, Scratch::Switch, None, memo)
+        // Threads of a service stop at a handful of places (the syscalls of their loop, and
+        // preemption on the way back from them): each place's last unwind is remembered.
+        stack::user_stack(ctx, Scratch::Switch, None, true)
     } else {
         stack_id::EMPTY
     };

@@ -204,3 +204,67 @@ fn a_library_loaded_during_the_capture_is_unwound_from_its_eh_frame() {
         dump(&plugin)
     );
 }
+
+/// A thread that stops at the same place (same ip, same sp) from two callers: the kernel
+/// recognises a repeated stop from a memo of the words its last unwind used, and those
+/// include the return address into the caller, so each wait still lands under its own caller.
+/// With frame pointers the frames are based on rbp, so the memo must check it too.
+#[test]
+fn a_repeated_stop_is_recognised_only_with_the_same_callers() {
+    require_root();
+    let _serial = serial();
+    for (build, name) in [
+        (Build::NoFramePointers, "unwind-callers-nofp"),
+        (Build::FramePointers, "unwind-callers-fp"),
+    ] {
+        let workload = Workload::spawn(build, &["callers"]);
+        let (result, out) = capture(&workload, name, 4, &["--mode", "off", "-v"]);
+        let lines = read_folded(&out.folded);
+        let naps: Vec<&Line> = lines
+            .iter()
+            .filter(|l| l.state() == Some("sleep") && l.has_in_order(&["nap"]))
+            .collect();
+        let from_a = share_with(
+            &naps,
+            &[
+                "main",
+                "callers_loop",
+                "nap_from_a",
+                "nap",
+                "__clock_nanosleep",
+            ],
+        );
+        let from_b = share_with(
+            &naps,
+            &[
+                "main",
+                "callers_loop",
+                "nap_from_b",
+                "nap",
+                "__clock_nanosleep",
+            ],
+        );
+        // One nap in four comes from nap_from_a.
+        assert!(
+            (0.20..=0.30).contains(&from_a) && from_a + from_b >= 0.99,
+            "{name}: {:.1} % of the naps from nap_from_a, {:.1} % from nap_from_b:\n{}",
+            from_a * 100.0,
+            from_b * 100.0,
+            dump(&naps)
+        );
+        // The memo was in play: the stops from nap_from_b that follow one from nap_from_b (half
+        // of all stops) were recognised, not walked.
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        let counter = |name: &str| -> u64 {
+            stderr
+                .lines()
+                .find_map(|l| l.split_once(&format!("counter {name}: "))?.1.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} counter in:\n{stderr}"))
+        };
+        let (hits, misses) = (counter("UnwindMemoHits"), counter("UnwindMemoMisses"));
+        assert!(
+            hits * 3 > hits + misses,
+            "{name}: {hits} memo hits, {misses} misses"
+        );
+    }
+}
