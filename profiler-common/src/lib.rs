@@ -59,6 +59,9 @@ pub mod names {
 
     /// Load-time globals (set with `EbpfLoader::override_global`).
     pub const GLOBAL_CONFIG: &str = "CONFIG";
+    /// `[u64; 2 * IRQ_ENTRY_RANGES]`: `[start, end)` pairs of interrupt entry text, where a
+    /// waker's kernel stack stops.
+    pub const GLOBAL_IRQ_ENTRY: &str = "IRQ_ENTRY";
 }
 
 /// Load-time configuration of the eBPF programs, one global.
@@ -87,6 +90,10 @@ pub struct Config {
     /// Waits longer than this are not aggregated (`--max-block-us`); `u64::MAX` = no limit.
     pub max_block_ns: u64,
 }
+
+/// Address ranges of interrupt entry code handed to the waker probe (see
+/// [`names::GLOBAL_IRQ_ENTRY`]).
+pub const IRQ_ENTRY_RANGES: usize = 4;
 
 pub mod config_flags {
     /// Take user stacks.

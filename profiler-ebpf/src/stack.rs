@@ -8,13 +8,14 @@
 use core::{ffi::c_void, mem::size_of};
 
 use aya_ebpf::{
-    EbpfContext,
+    EbpfContext, Global,
     bindings::{BPF_F_USER_STACK, bpf_perf_event_data},
     helpers::bpf_get_current_pid_tgid,
     helpers::generated::{bpf_get_stack, bpf_loop},
 };
 use profiler_common::{
-    Counter, HASH_SEED, MAX_STACK_DEPTH, config_flags, hash_finish, hash_step, stack_id,
+    Counter, HASH_SEED, IRQ_ENTRY_RANGES, MAX_STACK_DEPTH, config_flags, hash_finish, hash_step,
+    stack_id,
 };
 
 use crate::{
@@ -83,7 +84,7 @@ pub fn user_stack<C: EbpfContext>(
 /// taking an interrupt), so a failure is expected and is not a loss of the target's data.
 #[inline(always)]
 pub fn waker_stacks<C: EbpfContext>(ctx: &C, scratch: Scratch, user: bool) -> (u64, u64) {
-    let kernel = from_helper(ctx, scratch, 0, None);
+    let kernel = waker_kernel_stack(ctx, scratch);
     let user = if user {
         user_stack(ctx, scratch, None, false)
     } else {
@@ -104,28 +105,129 @@ fn from_helper<C: EbpfContext>(
     flags: u64,
     failed: Option<Counter>,
 ) -> u64 {
-    let Some(buf) = SCRATCH.get_ptr_mut(scratch as u32) else {
-        return stack_id::LOST_FETCH;
-    };
+    match fetch(ctx, scratch, flags, MAX_STACK_DEPTH as u32) {
+        Some(len) => store(scratch, len),
+        None => {
+            if let Some(failed) = failed {
+                count(failed);
+            }
+            stack_id::LOST_FETCH
+        }
+    }
+}
+
+/// Up to `frames` frames of the current stack into `SCRATCH[scratch]`; their number. The
+/// kernel's unwinder stops when the buffer is full, so fewer frames cost less.
+#[inline(always)]
+fn fetch<C: EbpfContext>(ctx: &C, scratch: Scratch, flags: u64, frames: u32) -> Option<u64> {
+    let buf = SCRATCH.get_ptr_mut(scratch as u32)?;
     // SAFETY: a per-CPU slot owned by this program while it runs (see `Scratch`).
     let buf = unsafe { &mut *buf };
-    // SAFETY: `frames` is FRAMES_BYTES long; the helper writes at most that and zero-fills the
-    // rest.
-    let ret = unsafe {
-        bpf_get_stack(
-            ctx.as_ptr(),
-            buf.frames.as_mut_ptr().cast(),
-            FRAMES_BYTES,
-            flags,
-        )
+    let bytes = if frames < MAX_STACK_DEPTH as u32 {
+        frames * size_of::<u64>() as u32
+    } else {
+        FRAMES_BYTES
     };
-    if ret < 0 {
-        if let Some(failed) = failed {
-            count(failed);
+    // SAFETY: `frames` is FRAMES_BYTES long and `bytes` at most that; the helper writes at most
+    // `bytes` and zero-fills what it leaves of them.
+    let ret = unsafe { bpf_get_stack(ctx.as_ptr(), buf.frames.as_mut_ptr().cast(), bytes, flags) };
+    (ret >= 0).then_some(ret as u64 / size_of::<u64>() as u64)
+}
+
+/// Frames of a waker's kernel stack asked for first. The interrupt entry lies within ~10 for
+/// a wakeup arriving as an IPI (the profiler's own 4 included), ~18 for a timer, 22–26 for a
+/// packet woken up to its socket by softirq processing — a network server's usual waker — and
+/// a thread's syscall is complete within ~12. Unwinding costs ~0.25 µs a frame here.
+const WAKER_FIRST_FRAMES: u32 = 28;
+/// Asked for next, when the first try found neither an entry nor the end of the stack.
+const WAKER_SECOND_FRAMES: u32 = 64;
+
+/// A waker's kernel stack, ending at the interrupt entry if it ran in an interrupt: what the
+/// interrupted task was doing is no part of the wakeup (user space drops it too), and
+/// unwinding through it was most of the cost: ~16 µs per wakeup of an nginx worker under wrk,
+/// against ~3.5 µs for the first 12 frames. Stacks are asked for in growing sizes until one
+/// holds an interrupt entry or is complete.
+#[inline(always)]
+fn waker_kernel_stack<C: EbpfContext>(ctx: &C, scratch: Scratch) -> u64 {
+    for asked in [
+        WAKER_FIRST_FRAMES,
+        WAKER_SECOND_FRAMES,
+        MAX_STACK_DEPTH as u32,
+    ] {
+        let Some(len) = fetch(ctx, scratch, 0, asked) else {
+            return stack_id::LOST_FETCH;
+        };
+        if let Some(entry) = interrupt_entry(scratch, len) {
+            return store(scratch, entry + 1);
         }
-        return stack_id::LOST_FETCH;
+        if len < u64::from(asked) {
+            return store(scratch, len);
+        }
     }
-    store(scratch, ret as u64 / size_of::<u64>() as u64)
+    store(scratch, MAX_STACK_DEPTH as u64)
+}
+
+/// Interrupt entry text, `[start, end)` pairs from kallsyms (zero pairs unused).
+#[unsafe(no_mangle)]
+static IRQ_ENTRY: Global<[u64; 2 * IRQ_ENTRY_RANGES]> = Global::new([0; 2 * IRQ_ENTRY_RANGES]);
+
+/// Index of the first frame of `SCRATCH[scratch].frames[..len]` inside interrupt entry code.
+#[inline(always)]
+fn interrupt_entry(scratch: Scratch, len: u64) -> Option<u64> {
+    let mut scan = EntryScan {
+        scratch: scratch as u32,
+        found: u32::MAX,
+    };
+    let len = if len > MAX_STACK_DEPTH as u64 {
+        MAX_STACK_DEPTH as u64
+    } else {
+        len
+    };
+    // SAFETY: `entry_frame` has bpf_loop's callback signature; `scan` outlives the call.
+    unsafe {
+        bpf_loop(
+            len as u32,
+            entry_frame as *mut c_void,
+            (&mut scan as *mut EntryScan).cast(),
+            0,
+        );
+    }
+    (scan.found != u32::MAX).then_some(u64::from(scan.found))
+}
+
+#[repr(C)]
+struct EntryScan {
+    scratch: u32,
+    found: u32,
+}
+
+#[inline(never)]
+extern "C" fn entry_frame(index: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop hands back `interrupt_entry`'s `EntryScan`.
+    let scan = unsafe { &mut *(ctx as *mut EntryScan) };
+    let Some(buf) = SCRATCH.get(scan.scratch) else {
+        return 1;
+    };
+    let Some(&frame) = buf.frames.get(index as usize) else {
+        return 1;
+    };
+    // A return address belongs to the function holding the call just before it.
+    let pc = frame.wrapping_sub(1);
+    let ranges = &IRQ_ENTRY as *const Global<[u64; 2 * IRQ_ENTRY_RANGES]> as *const u64;
+    for r in 0..IRQ_ENTRY_RANGES {
+        // SAFETY: `Global` is a transparent wrapper of the array; constant in-bounds indices.
+        let (start, end) = unsafe {
+            (
+                core::ptr::read_volatile(ranges.add(2 * r)),
+                core::ptr::read_volatile(ranges.add(2 * r + 1)),
+            )
+        };
+        if start <= pc && pc < end {
+            scan.found = index as u32;
+            return 1;
+        }
+    }
+    0
 }
 
 /// Hashes `SCRATCH[scratch].frames[..len]` and makes sure the stack table holds it. Returns

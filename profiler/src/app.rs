@@ -150,6 +150,9 @@ pub async fn run(args: Args) -> Result<()> {
         max_keys: args.max_keys,
         max_threads: args.max_threads,
         verbose: args.verbose,
+        irq_entry: std::fs::read_to_string("/proc/kallsyms")
+            .map(|text| kernel::interrupt_entry_ranges(&text))
+            .unwrap_or_default(),
     })?;
     let loaded = load_started.elapsed();
     if dwarf {

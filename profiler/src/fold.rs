@@ -8,6 +8,7 @@ use profiler_common::stack_id;
 
 use crate::{
     cli::Mode,
+    kernel::is_interrupt_entry,
     profile::{Entry, Kind, Profile, Waker},
     symbolize::Name,
 };
@@ -127,14 +128,6 @@ pub struct WakerIdentity {
     pub tid: u32,
     pub pid: u32,
     pub interrupt: bool,
-}
-
-/// Interrupt entry frames: a wakeup below one of these ran in interrupt context.
-fn is_interrupt_entry(frame: &str) -> bool {
-    frame.starts_with("asm_sysvec_")
-        || frame.starts_with("asm_common_interrupt")
-        || frame.starts_with("handle_softirqs")
-        || frame.starts_with("__do_softirq")
 }
 
 /// A waker's frames root→leaf. An interrupt's stack starts at its entry: what the CPU was

@@ -14,7 +14,7 @@ use aya::{
 };
 use profiler_common::{
     Config, Control, Counter, TaskSnapshot, WaitStart, config_flags,
-    names::{self, GLOBAL_CONFIG},
+    names::{self, GLOBAL_CONFIG, GLOBAL_IRQ_ENTRY},
     unwind::{ProcMappings, RowChunk},
 };
 use thiserror::Error;
@@ -74,6 +74,8 @@ pub struct ProbeConfig {
     pub max_keys: u32,
     pub max_threads: u32,
     pub verbose: u8,
+    /// Interrupt entry text, from [`crate::kernel::interrupt_entry_ranges`].
+    pub irq_entry: [u64; 2 * profiler_common::IRQ_ENTRY_RANGES],
 }
 
 fn flags(cfg: &ProbeConfig) -> u32 {
@@ -121,6 +123,7 @@ impl Probes {
         };
         let mut ebpf = EbpfLoader::new()
             .override_global(GLOBAL_CONFIG, &config, true)
+            .override_global(GLOBAL_IRQ_ENTRY, &cfg.irq_entry, true)
             .override_global(aya_log::LEVEL, &log_level, false)
             .map_max_entries(names::MAP_STACKS, cfg.max_stacks)
             .map_max_entries(names::MAP_SAMPLES, cfg.max_keys)
