@@ -68,6 +68,46 @@ fn finish(child: Child, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Where one wall-mode capture of a demo writes: `<name>-wall.{folded,svg}`,
+/// `<name>-report.md`, and the printed summary in `<name>-summary.txt`.
+struct WallCapture {
+    folded: PathBuf,
+    svg: PathBuf,
+    report: PathBuf,
+    summary: PathBuf,
+}
+
+impl WallCapture {
+    fn new(out: &Path, name: &str) -> Self {
+        Self {
+            folded: out.join(format!("{name}-wall.folded")),
+            svg: out.join(format!("{name}-wall.svg")),
+            report: out.join(format!("{name}-report.md")),
+            summary: out.join(format!("{name}-summary.txt")),
+        }
+    }
+}
+
+/// Our profiler in wall mode on `pid` for `secs`, writing the SVG, folded stacks and report.
+fn wall_command(
+    profiler: &Path,
+    pid: u32,
+    secs: u64,
+    svg: &Path,
+    folded: &Path,
+    report: &Path,
+) -> Command {
+    let mut cmd = Command::new(profiler);
+    cmd.args(["--pid", &pid.to_string(), "--secs", &secs.to_string()])
+        .args(["--mode", "wall", "-o"])
+        .arg(svg)
+        .arg("--folded")
+        .arg(folded)
+        .arg("--report")
+        .arg(report);
+    cmd
+}
+
 /// Share (0..1) of the counts of folded lines in `text` that `keep`, that also hold `frame`.
 fn folded_share(text: &str, frame: &str, keep: impl Fn(&[&str]) -> bool) -> (f64, u64) {
     let (mut with, mut total) = (0u64, 0u64);
@@ -175,28 +215,17 @@ fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
     let wrk = spawn(&mut bench::wrk_command(nginx.port, secs + 8), None, "wrk")?;
     thread::sleep(Duration::from_secs(2));
 
-    let folded = out.join("nginx-wall.folded");
-    let svg = out.join("nginx-wall.svg");
-    let report = out.join("nginx-report.md");
+    let WallCapture {
+        folded,
+        svg,
+        report,
+        summary,
+    } = WallCapture::new(out, "nginx");
     let offcpu = out.join("nginx-offcputime.txt");
     let perf_data = out.join("nginx-perf.data");
     let ours = spawn(
-        Command::new(&profiler)
-            .args([
-                "--pid",
-                &worker.to_string(),
-                "--secs",
-                &secs.to_string(),
-                "--mode",
-                "wall",
-            ])
-            .arg("-o")
-            .arg(&svg)
-            .arg("--folded")
-            .arg(&folded)
-            .arg("--report")
-            .arg(&report),
-        Some(&out.join("nginx-summary.txt")),
+        &mut wall_command(&profiler, worker, secs, &svg, &folded, &report),
+        Some(&summary),
         "our profiler",
     )?;
     let offcputime = spawn(
@@ -262,10 +291,7 @@ fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
     );
     fs::write(out.join("nginx.md"), &table)?;
     println!("{table}");
-    print!(
-        "{}",
-        fs::read_to_string(out.join("nginx-summary.txt")).unwrap_or_default()
-    );
+    print!("{}", fs::read_to_string(&summary).unwrap_or_default());
     drop(nginx);
     Ok(())
 }
@@ -393,26 +419,15 @@ fn postgres(root: &Path, out: &Path, secs: u64) -> Result<()> {
     say(&format!(
         "profiling PostgreSQL backend {backend} for {secs} s under pgbench -c 4"
     ));
-    let folded = out.join("postgres-wall.folded");
-    let svg = out.join("postgres-wall.svg");
-    let report = out.join("postgres-report.md");
+    let WallCapture {
+        folded,
+        svg,
+        report,
+        summary,
+    } = WallCapture::new(out, "postgres");
     let ours = spawn(
-        Command::new(&profiler)
-            .args([
-                "--pid",
-                &backend.to_string(),
-                "--secs",
-                &secs.to_string(),
-                "--mode",
-                "wall",
-            ])
-            .arg("-o")
-            .arg(&svg)
-            .arg("--folded")
-            .arg(&folded)
-            .arg("--report")
-            .arg(&report),
-        Some(&out.join("postgres-summary.txt")),
+        &mut wall_command(&profiler, backend, secs, &svg, &folded, &report),
+        Some(&summary),
         "our profiler",
     )?;
     finish(ours, "our profiler")?;
@@ -431,10 +446,7 @@ fn postgres(root: &Path, out: &Path, secs: u64) -> Result<()> {
     );
     fs::write(out.join("postgres.md"), &summary)?;
     println!("{summary}");
-    print!(
-        "{}",
-        fs::read_to_string(out.join("postgres-summary.txt")).unwrap_or_default()
-    );
+    print!("{}", fs::read_to_string(&summary).unwrap_or_default());
     drop(pg);
     Ok(())
 }
