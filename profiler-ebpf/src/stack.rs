@@ -205,10 +205,7 @@ struct EntryScan {
 extern "C" fn entry_frame(index: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: bpf_loop hands back `interrupt_entry`'s `EntryScan`.
     let scan = unsafe { &mut *(ctx as *mut EntryScan) };
-    let Some(buf) = SCRATCH.get(scan.scratch) else {
-        return 1;
-    };
-    let Some(&frame) = buf.frames.get(index as usize) else {
+    let Some(frame) = scratch_frame(scan.scratch, index) else {
         return 1;
     };
     // A return address belongs to the function holding the call just before it.
@@ -305,13 +302,17 @@ struct Hashing {
 extern "C" fn hash_frame(index: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: bpf_loop hands back `store`'s `Hashing`.
     let hashing = unsafe { &mut *(ctx as *mut Hashing) };
-    let Some(buf) = SCRATCH.get(hashing.scratch) else {
-        return 1;
-    };
-    // `get`, not indexing: 127 frames, and a bounds-check panic cannot be verified.
-    let Some(&frame) = buf.frames.get(index as usize) else {
+    let Some(frame) = scratch_frame(hashing.scratch, index) else {
         return 1;
     };
     hashing.hash = hash_step(hashing.hash, frame);
     0
+}
+
+/// Frame `index` of scratch stack `scratch`, for the bpf_loop callbacks that walk one.
+#[inline(always)]
+fn scratch_frame(scratch: u32, index: u64) -> Option<u64> {
+    let buf = SCRATCH.get(scratch)?;
+    // `get`, not indexing: 127 frames, and a bounds-check panic cannot be verified.
+    buf.frames.get(index as usize).copied()
 }
