@@ -61,15 +61,24 @@ fn wall_mode_accounts_every_thread_for_the_whole_capture() {
     );
     assert_close("sleeper off-CPU", off as f64, WINDOW_US, 0.03);
 
-    // (c) write + fsync shows uninterruptible I/O under fsync.
+    // (c) write + fsync shows uninterruptible I/O, under fsync. How long a flush takes is
+    // the disk's business (1.5 s of 5 s on one run here, 0.14 s on another, the rest of the
+    // thread's time going to the run queue behind the spinners), so the test asks for a
+    // floor and for the attribution, not for a share of the window.
     let syncer = thread_lines(&lines, "syncer");
+    let io_all = total(&syncer, |l| l.state() == Some("io"));
     let io = total(&syncer, |l| {
         l.state() == Some("io") && l.has_in_order(&["sync_loop", "fsync"])
     });
-    assert!(
-        io as f64 > 0.05 * WINDOW_US,
-        "syncer: only {io} µs of io under fsync"
+    let split = |state: &str| total(&syncer, |l| l.state() == Some(state));
+    let why = format!(
+        "syncer: {io} µs of io under fsync, {io_all} µs of io in all, {} µs sleep, {} µs runqueue, {} µs on-CPU",
+        split("sleep"),
+        split("runqueue"),
+        total(&syncer, |l| l.state().is_none())
     );
+    assert!(io as f64 > 0.01 * WINDOW_US, "{why}");
+    assert!(io as f64 >= 0.9 * io_all as f64, "{why}");
 
     // (d) More spinners than cores: each waits on the run queue.
     for name in ["spinner-0", "spinner-1", "spinner-2"] {
