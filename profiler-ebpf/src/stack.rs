@@ -63,14 +63,14 @@ pub fn user_stack<C: EbpfContext>(
     // or preemption on the way back from it) has the same stack if the words that stack was
     // unwound from are unchanged: recognise it instead of walking it again.
     let key = unwind::MemoKey::new(bpf_get_current_pid_tgid() as u32, ip, sp);
-    let copy_len = unwind::copy_stack(scratch, sp);
     if memo {
-        if let Some(id) = unwind::memo_lookup(&key, bp, scratch, copy_len) {
+        if let Some(id) = unwind::memo_lookup(&key, bp, scratch) {
             count(Counter::UnwindMemoHits);
             return id;
         }
         count(Counter::UnwindMemoMisses);
     }
+    let copy_len = unwind::copy_stack(scratch, sp, unwind::COPY_WORDS as u32);
     let (n, hash) = unwind::unwind(scratch, ip, sp, bp, copy_len, memo);
     add(Counter::UnwindFrames, n);
     let id = store_hashed(scratch, n, hash);

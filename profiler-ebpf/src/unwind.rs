@@ -87,7 +87,7 @@ const BP_RECORDED: u32 = 2;
 
 /// Words of stack copied at once (4 KiB: nginx's request path is 24 frames in about 2.1 KiB;
 /// deeper stacks are read word by word beyond it).
-const COPY_WORDS: usize = 512;
+pub const COPY_WORDS: usize = 512;
 
 /// The copy of the top of the stack being unwound, one per scratch slot.
 #[map]
@@ -112,14 +112,19 @@ struct RowSlot {
 #[map]
 static ROW_CACHE: PerCpuArray<[RowSlot; ROW_CACHE_SLOTS]> = PerCpuArray::with_max_entries(1, 0);
 
-/// Copies the top of the stack (up to `COPY_WORDS` words from `sp`) for the unwind about to
-/// run in `scratch`. Returns the bytes copied; 0 means every read goes to user memory.
+/// Copies the top of the stack (`words` words from `sp`, at most `COPY_WORDS`) for the unwind
+/// or memo check about to run in `scratch`. Returns the bytes copied; 0 means every read goes
+/// to user memory.
 #[inline(always)]
-pub fn copy_stack(scratch: Scratch, sp: u64) -> u32 {
+pub fn copy_stack(scratch: Scratch, sp: u64, words: u32) -> u32 {
     let Some(copy) = STACK_COPY.get_ptr_mut(scratch as u32) else {
         return 0;
     };
-    let full = (COPY_WORDS * 8) as u32;
+    let full = if words == 0 || words >= COPY_WORDS as u32 {
+        (COPY_WORDS * 8) as u32
+    } else {
+        words * 8
+    };
     // SAFETY: copies at most sizeof(*copy) bytes of the current task's stack.
     if unsafe { bpf_probe_read_user(copy.cast(), full, sp as *const c_void) } == 0 {
         return full;
@@ -175,6 +180,8 @@ pub struct UnwindMemo {
     /// While recording, with `BP_PENDING`: the stack word (index from `sp`) rbp was restored
     /// from, or `u32::MAX` if a memo cannot replay it, and its value.
     bp_word: u32,
+    /// One past the highest recorded word: what a check must copy of the stack.
+    span: u32,
     bp_value: u64,
     /// Word index from `sp` of each recorded word.
     offsets: [u16; MEMO_WORDS],
@@ -240,12 +247,18 @@ pub unsafe fn user_regs(sample: Option<*const bpf_perf_event_data>) -> Option<(u
     }
     // SAFETY: the current task always exists; the helper returns its saved user registers.
     let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs };
-    // SAFETY: `regs` is a kernel pt_regs; probe reads fault safely.
+    if regs.is_null() {
+        return None;
+    }
+    // Plain loads: the helper returns a BTF pointer, which the verifier lets us read
+    // directly (as fault-safe loads) instead of through three probe-read calls.
+    // SAFETY: `regs` is the task's pt_regs, checked non-null above.
     unsafe {
-        let ip = bpf_probe_read_kernel(&(*regs).rip).ok()?;
-        let sp = bpf_probe_read_kernel(&(*regs).rsp).ok()?;
-        let bp = bpf_probe_read_kernel(&(*regs).rbp).ok()?;
-        Some((ip, sp, bp))
+        Some((
+            core::ptr::read_volatile(&(*regs).rip),
+            core::ptr::read_volatile(&(*regs).rsp),
+            core::ptr::read_volatile(&(*regs).rbp),
+        ))
     }
 }
 
@@ -270,6 +283,7 @@ pub fn unwind(
         rec.bp_used = 0;
         rec.bp_from = BP_INITIAL;
         rec.count = 0;
+        rec.span = 0;
     }
     let generation = PROC_MAPPINGS.get(0).map_or(0, |m| m.generation);
     if let Some(rec) = MEMO_SCRATCH.get_ptr_mut(scratch as u32) {
@@ -517,12 +531,16 @@ fn record(scratch: u32, word: Option<u32>, v: u64) {
     rec.offsets[i] = word as u16;
     rec.values[i] = v;
     rec.count = n + 1;
+    if word >= rec.span {
+        rec.span = word + 1;
+    }
 }
 
 /// The stack id of this thread's last switch-out unwind, if registers and every recorded
-/// word are unchanged. `copy_len` bytes of the stack are in `STACK_COPY[scratch]`.
+/// word are unchanged. Copies the part of the stack the memo covers into
+/// `STACK_COPY[scratch]` (not the whole `COPY_WORDS`: the copy is a third of a hit's cost).
 #[inline(always)]
-pub fn memo_lookup(key: &MemoKey, bp: u64, scratch: Scratch, copy_len: u32) -> Option<u64> {
+pub fn memo_lookup(key: &MemoKey, bp: u64, scratch: Scratch) -> Option<u64> {
     // SAFETY: read-only use of the LRU entry for the duration of the check.
     let memo = unsafe { UNWIND_MEMO.get(key) }?;
     let generation = PROC_MAPPINGS.get(0).map_or(0, |m| m.generation);
@@ -532,20 +550,25 @@ pub fn memo_lookup(key: &MemoKey, bp: u64, scratch: Scratch, copy_len: u32) -> O
     {
         return None;
     }
+    let copy_len = if memo.span == 0 {
+        0
+    } else {
+        copy_stack(scratch, key.sp, memo.span)
+    };
     let mut check = MemoCheck {
         memo: memo as *const UnwindMemo,
         sp: key.sp,
         scratch: scratch as u32,
         copy_words: copy_len / 8,
+        count: memo.count,
         mismatch: 0,
-        _pad: 0,
     };
-    // SAFETY: `memo_word` has bpf_loop's callback signature; `check` outlives the call and
+    // SAFETY: `memo_words` has bpf_loop's callback signature; `check` outlives the call and
     // the memo entry stays valid while this program runs.
     unsafe {
         bpf_loop(
-            memo.count,
-            memo_word as *mut c_void,
+            memo.count.div_ceil(MEMO_WORDS_PER_STEP),
+            memo_words as *mut c_void,
             (&mut check as *mut MemoCheck).cast(),
             0,
         );
@@ -556,6 +579,10 @@ pub fn memo_lookup(key: &MemoKey, bp: u64, scratch: Scratch, copy_len: u32) -> O
     Some(memo.stack_id)
 }
 
+/// Recorded words one step of a memo check compares: a step's fixed cost (the callback, the
+/// copy's lookup) is then paid once per four words.
+const MEMO_WORDS_PER_STEP: u32 = 4;
+
 #[repr(C)]
 struct MemoCheck {
     memo: *const UnwindMemo,
@@ -563,30 +590,39 @@ struct MemoCheck {
     scratch: u32,
     /// Words from `sp` in the stack copy.
     copy_words: u32,
+    /// Words recorded in the memo.
+    count: u32,
     mismatch: u32,
-    _pad: u32,
 }
 
-/// Compares recorded word `index` of a memo with the stack copy; stops at the first difference.
+/// Compares recorded words `step * 4 ..` of a memo with the stack copy; stops at the first
+/// difference.
 #[inline(never)]
-extern "C" fn memo_word(index: u64, ctx: *mut c_void) -> i64 {
+extern "C" fn memo_words(step: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: bpf_loop hands back `memo_lookup`'s `MemoCheck`.
     let check = unsafe { &mut *(ctx as *mut MemoCheck) };
     let Some(copy) = STACK_COPY.get(check.scratch) else {
         check.mismatch = 1;
         return 1;
     };
-    let i = index as usize & (MEMO_WORDS - 1);
-    // SAFETY: the memo pointer was taken from the map by the caller, which is still running.
-    let (word, value) = unsafe { ((*check.memo).offsets[i], (*check.memo).values[i]) };
-    let now = if u32::from(word) < check.copy_words {
-        Some(copy[word as usize & (COPY_WORDS - 1)])
-    } else {
-        read_user(check.sp.wrapping_add(u64::from(word) * 8))
-    };
-    if now != Some(value) {
-        check.mismatch = 1;
-        return 1;
+    for j in 0..MEMO_WORDS_PER_STEP {
+        let n = step as u32 * MEMO_WORDS_PER_STEP + j;
+        if n >= check.count {
+            return 1;
+        }
+        let i = n as usize & (MEMO_WORDS - 1);
+        // SAFETY: the memo pointer was taken from the map by the caller, which is still
+        // running.
+        let (word, value) = unsafe { ((*check.memo).offsets[i], (*check.memo).values[i]) };
+        let now = if u32::from(word) < check.copy_words {
+            Some(copy[word as usize & (COPY_WORDS - 1)])
+        } else {
+            read_user(check.sp.wrapping_add(u64::from(word) * 8))
+        };
+        if now != Some(value) {
+            check.mismatch = 1;
+            return 1;
+        }
     }
     0
 }
