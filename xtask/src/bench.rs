@@ -47,6 +47,8 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+use crate::packages::{self, Package};
+
 const WRK_THREADS: u32 = 2;
 const WRK_CONNECTIONS: u32 = 64;
 const NGINX_WORKERS: usize = 2;
@@ -207,13 +209,7 @@ impl Options {
 // ---------------------------------------------------------------------------------------------
 // Packages
 
-struct Package {
-    binary: &'static str,
-    name: &'static str,
-    why: &'static str,
-}
-
-const PACKAGES: &[Package] = &[
+pub(crate) const PACKAGES: &[Package] = &[
     Package {
         binary: "/usr/sbin/nginx",
         name: "nginx",
@@ -241,34 +237,9 @@ const PACKAGES: &[Package] = &[
     },
 ];
 
+/// Installs what the bench needs.
 pub(crate) fn ensure_packages() -> Result<()> {
-    let missing: Vec<&Package> = PACKAGES
-        .iter()
-        .filter(|p| !Path::new(p.binary).exists())
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    for p in &missing {
-        say(&format!(
-            "{} is missing: installing the Debian package {} ({})",
-            p.binary, p.name, p.why
-        ));
-    }
-    output(Command::new("apt-get").arg("update"), "apt-get update")?;
-    output(
-        Command::new("apt-get")
-            .args(["install", "-y"])
-            .args(missing.iter().map(|p| p.name))
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-        "apt-get install",
-    )?;
-    for p in &missing {
-        if !Path::new(p.binary).exists() {
-            bail!("{} was installed but {} is not there", p.name, p.binary);
-        }
-    }
-    Ok(())
+    packages::ensure(PACKAGES)
 }
 
 fn package_version(name: &str) -> String {

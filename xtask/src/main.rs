@@ -8,6 +8,7 @@
 mod bench;
 mod demo;
 mod fuzz;
+mod packages;
 mod toolchain;
 
 use std::{
@@ -202,6 +203,9 @@ fn test(root: &Path, test_args: &[OsString]) -> Result<ExitCode> {
         "cargo clippy",
     )?;
 
+    if is_root() {
+        packages::ensure(packages::TEST_PACKAGES)?;
+    }
     eprintln!("xtask: cargo test (privileged end-to-end tests included)");
     let mut cmd = if is_root() {
         cargo()

@@ -1,0 +1,165 @@
+//! End-to-end, privileged: a JIT runtime. A JVM run with `-XX:+PreserveFramePointer` keeps
+//! frame pointers in compiled Java code, which has no `.eh_frame`, and names it in
+//! `/tmp/perf-<pid>.map` when asked (`jcmd <pid> Compiler.perfmap`). Stacks must cross from
+//! the JVM's own C++ frames (unwound from `.eh_frame`) into interpreted and compiled Java
+//! frames (frame pointers) and end in the right Java method, on and off the CPU.
+
+mod common;
+
+use std::{
+    io::{BufRead as _, BufReader},
+    path::Path,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use common::*;
+
+const SECS: u64 = 4;
+const WINDOW_US: f64 = SECS as f64 * 1e6;
+
+/// Every one of `wanted` is a substring of some frame, in this order.
+fn has_in_order_containing(line: &Line, wanted: &[&str]) -> bool {
+    let mut frames = line.frames.iter();
+    wanted.iter().all(|w| frames.any(|f| f.contains(w)))
+}
+
+/// A JVM's perf map is named after its pid; removed when the test ends.
+struct PerfMap(String);
+
+impl Drop for PerfMap {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn java_stacks_reach_thread_start_through_jit_and_interpreter_frames() {
+    require_root();
+    let _serial = serial();
+    assert!(
+        Path::new("/usr/bin/javac").exists(),
+        "javac not found: `cargo xtask test` installs openjdk-17-jdk-headless when run as root"
+    );
+    let dir = scratch_dir().join(format!("jit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the Java build directory");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/JitWork.java");
+    let status = Command::new("javac")
+        .arg("-d")
+        .arg(&dir)
+        .arg(&source)
+        .status()
+        .expect("run javac");
+    assert!(status.success(), "javac failed on {}", source.display());
+
+    let mut child = Command::new("java")
+        .args([
+            "-XX:+PreserveFramePointer",
+            "-XX:CompileCommand=quiet",
+            // Keep leaf() and middle() as frames of their own.
+            "-XX:CompileCommand=dontinline,JitWork::*",
+            "-cp",
+        ])
+        .arg(&dir)
+        .arg("JitWork")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start java");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let jvm = Workload { child };
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read the JVM's ready line");
+    assert_eq!(line.trim(), "ready");
+    let pid = jvm.pid().to_string();
+    let _map = PerfMap(format!("/tmp/perf-{pid}.map"));
+
+    let out = outputs("jit");
+    let secs = SECS.to_string();
+    let capturing = Capturing::start(&[
+        "--pid",
+        &pid,
+        "--secs",
+        &secs,
+        "--per-thread",
+        "-o",
+        out.svg.to_str().unwrap(),
+        "--folded",
+        out.folded.to_str().unwrap(),
+    ]);
+    // The map is written inside the window, so methods the JIT compiled or moved up to now
+    // are in it when the profiler symbolizes at the end.
+    std::thread::sleep(Duration::from_secs(1));
+    let jcmd = Command::new("jcmd")
+        .args([&pid, "Compiler.perfmap"])
+        .output()
+        .expect("run jcmd");
+    assert!(
+        jcmd.status.success(),
+        "jcmd Compiler.perfmap failed: {}",
+        String::from_utf8_lossy(&jcmd.stderr)
+    );
+    let result = capturing.finish();
+    assert_success(&result);
+    let lines = read_folded(&out.folded);
+    let threads = per_thread(&lines);
+
+    // The spinner: on the CPU in leaf() called by middle(), below the JVM's thread start.
+    let spinner: Vec<&Line> = lines.iter().filter(|l| l.thread() == "spinner").collect();
+    let on: u64 = spinner
+        .iter()
+        .filter(|l| l.state().is_none())
+        .map(|l| l.count)
+        .sum();
+    let whole: u64 = spinner
+        .iter()
+        .filter(|l| {
+            l.state().is_none()
+                && has_in_order_containing(
+                    l,
+                    &[
+                        "start_thread",
+                        "JavaCalls::call_helper",
+                        "JitWork.middle",
+                        "JitWork.leaf",
+                    ],
+                )
+        })
+        .map(|l| l.count)
+        .sum();
+    assert!(
+        whole as f64 >= 0.95 * on as f64,
+        "spinner: {whole} of {on} µs on the CPU under start_thread → … → middle → leaf"
+    );
+    assert!(
+        on as f64 > 0.5 * WINDOW_US,
+        "spinner: only {on} µs on the CPU"
+    );
+
+    // The sleeper: off the CPU in Thread.sleep, below the JVM's thread start.
+    let sleeper: Vec<&Line> = lines.iter().filter(|l| l.thread() == "sleeper").collect();
+    let sleep: u64 = sleeper
+        .iter()
+        .filter(|l| l.state() == Some("sleep"))
+        .map(|l| l.count)
+        .sum();
+    let under: u64 = sleeper
+        .iter()
+        .filter(|l| {
+            l.state() == Some("sleep")
+                && has_in_order_containing(l, &["start_thread", "java.lang.Thread.sleep"])
+        })
+        .map(|l| l.count)
+        .sum();
+    assert!(
+        under as f64 >= 0.95 * sleep as f64,
+        "sleeper: {under} of {sleep} µs asleep under start_thread → … → Thread.sleep"
+    );
+    for name in ["spinner", "sleeper"] {
+        let us = *threads
+            .get(name)
+            .unwrap_or_else(|| panic!("no lines for thread {name}: {threads:?}"));
+        assert_close(&format!("on+off of {name}"), us as f64, WINDOW_US, 0.03);
+    }
+}

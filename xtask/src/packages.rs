@@ -1,0 +1,53 @@
+//! Debian packages the bench, the demos and the tests run: each is checked by one path (well
+//! under a second when all are present) and installed with apt-get when missing, saying why.
+
+use std::{path::Path, process::Command};
+
+use anyhow::{Result, bail};
+
+use crate::bench::output;
+
+pub(crate) struct Package {
+    /// Present when the package is installed.
+    pub binary: &'static str,
+    pub name: &'static str,
+    pub why: &'static str,
+}
+
+/// What the end-to-end tests run besides the profiler and the C fixtures.
+pub(crate) const TEST_PACKAGES: &[Package] = &[Package {
+    binary: "/usr/bin/javac",
+    name: "openjdk-17-jdk-headless",
+    why: "the JIT test builds and profiles a Java program",
+}];
+
+/// Installs whichever of `packages` is missing.
+pub(crate) fn ensure(packages: &[Package]) -> Result<()> {
+    let missing: Vec<&Package> = packages
+        .iter()
+        .filter(|p| !Path::new(p.binary).exists())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    for p in &missing {
+        eprintln!(
+            "xtask: {} is missing: installing the Debian package {} ({})",
+            p.binary, p.name, p.why
+        );
+    }
+    output(Command::new("apt-get").arg("update"), "apt-get update")?;
+    output(
+        Command::new("apt-get")
+            .args(["install", "-y"])
+            .args(missing.iter().map(|p| p.name))
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+        "apt-get install",
+    )?;
+    for p in &missing {
+        if !Path::new(p.binary).exists() {
+            bail!("{} was installed but {} is not there", p.name, p.binary);
+        }
+    }
+    Ok(())
+}
