@@ -178,20 +178,7 @@ fn interrupt_entry(scratch: Scratch, len: u64) -> Option<u64> {
         scratch: scratch as u32,
         found: u32::MAX,
     };
-    let len = if len > MAX_STACK_DEPTH as u64 {
-        MAX_STACK_DEPTH as u64
-    } else {
-        len
-    };
-    // SAFETY: `entry_frame` has bpf_loop's callback signature; `scan` outlives the call.
-    unsafe {
-        bpf_loop(
-            len as u32,
-            entry_frame as *mut c_void,
-            (&mut scan as *mut EntryScan).cast(),
-            0,
-        );
-    }
+    each_frame(len, entry_frame, &mut scan);
     (scan.found != u32::MAX).then_some(u64::from(scan.found))
 }
 
@@ -239,22 +226,8 @@ pub fn store(scratch: Scratch, len: u64) -> u64 {
         scratch: scratch as u32,
         _pad: 0,
     };
-    let len = if len > MAX_STACK_DEPTH as u64 {
-        MAX_STACK_DEPTH as u64
-    } else {
-        len
-    };
-    // A bpf_loop rather than a plain loop: the verifier then checks one step once, instead of
-    // 127 steps on every path that reaches here (which blows its instruction budget).
-    // SAFETY: `hash_frame` has bpf_loop's callback signature; `hashing` outlives the call.
-    unsafe {
-        bpf_loop(
-            len as u32,
-            hash_frame as *mut c_void,
-            (&mut hashing as *mut Hashing).cast(),
-            0,
-        );
-    }
+    let len = clamp_depth(len);
+    each_frame(len, hash_frame, &mut hashing);
     store_hashed(scratch, len, hashing.hash)
 }
 
@@ -265,11 +238,7 @@ pub fn store_hashed(scratch: Scratch, len: u64, hash: u64) -> u64 {
     if len == 0 {
         return stack_id::EMPTY;
     }
-    let len = if len > MAX_STACK_DEPTH as u64 {
-        MAX_STACK_DEPTH as u64
-    } else {
-        len
-    };
+    let len = clamp_depth(len);
     let id = stack_id::from_hash(hash_finish(hash));
     // SAFETY: read-only lookup; the value is not kept.
     if unsafe { STACKS.get(&id) }.is_some() {
@@ -307,6 +276,34 @@ extern "C" fn hash_frame(index: u64, ctx: *mut c_void) -> i64 {
     };
     hashing.hash = hash_step(hashing.hash, frame);
     0
+}
+
+/// `len` frames, at most `MAX_STACK_DEPTH`.
+#[inline(always)]
+fn clamp_depth(len: u64) -> u64 {
+    if len > MAX_STACK_DEPTH as u64 {
+        MAX_STACK_DEPTH as u64
+    } else {
+        len
+    }
+}
+
+/// Calls `step` (a bpf_loop callback) for frames `0..len` of a scratch stack, with `state`.
+/// A bpf_loop rather than a plain loop: the verifier then checks one step once, instead of
+/// 127 steps on every path that reaches here (which blows its instruction budget). Inlined,
+/// so the verifier sees `step` as the constant callback it must be.
+#[inline(always)]
+fn each_frame<T>(len: u64, step: extern "C" fn(u64, *mut c_void) -> i64, state: &mut T) {
+    // SAFETY: `step` has bpf_loop's callback signature and expects a `T`; `state` outlives
+    // the call.
+    unsafe {
+        bpf_loop(
+            clamp_depth(len) as u32,
+            step as *mut c_void,
+            (state as *mut T).cast(),
+            0,
+        );
+    }
 }
 
 /// Frame `index` of scratch stack `scratch`, for the bpf_loop callbacks that walk one.

@@ -77,17 +77,7 @@ fn java_stacks_reach_thread_start_through_jit_and_interpreter_frames() {
 
     let out = outputs("jit");
     let secs = SECS.to_string();
-    let capturing = Capturing::start(&[
-        "--pid",
-        &pid,
-        "--secs",
-        &secs,
-        "--per-thread",
-        "-o",
-        out.svg.to_str().unwrap(),
-        "--folded",
-        out.folded.to_str().unwrap(),
-    ]);
+    let capturing = Capturing::start(&capture_args(&pid, &secs, &out));
     // The map is written inside the window, so methods the JIT compiled or moved up to now
     // are in it when the profiler symbolizes at the end.
     std::thread::sleep(Duration::from_secs(1));

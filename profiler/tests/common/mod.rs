@@ -305,21 +305,26 @@ pub fn capture(workload: &Workload, name: &str, secs: u64, extra: &[&str]) -> (O
     let out = outputs(name);
     let pid = workload.pid().to_string();
     let secs = secs.to_string();
-    let mut args = vec![
+    let mut args = capture_args(&pid, &secs, &out);
+    args.extend_from_slice(extra);
+    let result = profile(&args);
+    assert_success(&result);
+    (result, out)
+}
+
+/// The arguments of a `--per-thread` capture of `pid` for `secs` seconds into `out`.
+pub fn capture_args<'a>(pid: &'a str, secs: &'a str, out: &'a Outputs) -> Vec<&'a str> {
+    vec![
         "--pid",
-        &pid,
+        pid,
         "--secs",
-        &secs,
+        secs,
         "--per-thread",
         "-o",
         out.svg.to_str().unwrap(),
         "--folded",
         out.folded.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let result = profile(&args);
-    assert_success(&result);
-    (result, out)
+    ]
 }
 
 /// Paths for one capture's outputs.
