@@ -29,9 +29,11 @@ pub mod names {
     pub const PROG_SWITCH: &str = "sched_switch";
     /// Task iterator: the state and stacks of every target thread when the capture starts.
     pub const PROG_SNAPSHOT: &str = "snapshot_tasks";
-    /// tp_btf programs on `sched_wakeup` / `sched_wakeup_new`: end of a sleep, start of the
-    /// wait for a CPU, and who woke the thread.
-    pub const PROG_WAKEUP: &str = "sched_wakeup";
+    /// tp_btf programs on `sched_waking` / `sched_wakeup_new`: end of a sleep, start of the
+    /// wait for a CPU, and who woke the thread. `sched_waking` fires in the waker's context;
+    /// `sched_wakeup` may fire later on the wakee's CPU, from an IPI or the idle loop, where
+    /// the waker is no longer known.
+    pub const PROG_WAKEUP: &str = "sched_waking";
     pub const PROG_WAKEUP_NEW: &str = "sched_wakeup_new";
 
     /// `HashMap<SampleKey, SampleValue>`: on-CPU samples aggregated in the kernel.
@@ -82,6 +84,16 @@ pub struct Config {
     /// `offsetof(struct task_struct, se.sum_exec_runtime)`: the thread's CPU time, kept by the
     /// scheduler itself.
     pub task_exec_offset: u32,
+    /// `offsetof(struct task_struct, se.cfs_rq)`: the CFS run queue a task is on (this
+    /// CPU's, or its task group's on this CPU, for the current task).
+    pub task_cfs_rq_offset: u32,
+    /// `offsetof(struct cfs_rq, rq)`: the CPU's run queue.
+    pub cfs_rq_rq_offset: u32,
+    /// Offsets of the per-CPU variables `runqueues` and `__preempt_count` in the per-CPU area
+    /// (`.data..percpu` in BTF): `rq - runqueues + __preempt_count` is this CPU's preempt
+    /// count, which says whether a wakeup runs in a task or in an interrupt.
+    pub percpu_runqueues: u32,
+    pub percpu_preempt_count: u32,
     /// Bit set of [`config_flags`].
     pub flags: u32,
     pub _pad: u32,
@@ -104,6 +116,40 @@ pub mod config_flags {
     pub const WAKER_STACKS: u32 = 1 << 2;
     /// Unwind user stacks with the `.eh_frame` rows (frame pointers where there are none).
     pub const DWARF_UNWIND: u32 = 1 << 3;
+    /// The preempt-count offsets in [`super::Config`] are valid.
+    pub const PREEMPT_COUNT: u32 = 1 << 4;
+}
+
+/// Where a wakeup ran (`WaitStart::waker_context`, `WakerKey::waker_context`).
+pub mod waker_context {
+    /// Not known (the preempt count could not be read): the waker's kernel stack decides.
+    pub const UNKNOWN: u32 = 0;
+    /// A thread woke the sleeper.
+    pub const TASK: u32 = 1;
+    /// Softirq processing (packets, timer wheel, block completions) on whatever task the CPU
+    /// was running: that task did not wake anyone.
+    pub const SOFTIRQ: u32 = 2;
+    /// A hard interrupt or NMI (hrtimers expire here: nanosleep, epoll timeouts).
+    pub const HARDIRQ: u32 = 3;
+
+    /// `include/linux/preempt.h`: bits 8–15 count softirqs (bit 8: one is being served, the
+    /// rest: bottom halves disabled), 16–19 hard interrupts, 20–23 NMIs. x86 keeps an inverted
+    /// need-resched flag in bit 31, ignored here.
+    const SOFTIRQ_OFFSET: u32 = 1 << 8;
+    const HARDIRQ_MASK: u32 = 0xf << 16;
+    const NMI_MASK: u32 = 0xf << 20;
+
+    /// The context a preempt count stands for.
+    #[inline(always)]
+    pub const fn from_preempt_count(count: u32) -> u32 {
+        if count & (HARDIRQ_MASK | NMI_MASK) != 0 {
+            HARDIRQ
+        } else if count & SOFTIRQ_OFFSET != 0 {
+            SOFTIRQ
+        } else {
+            TASK
+        }
+    }
 }
 
 #[cfg(feature = "user")]
@@ -416,16 +462,20 @@ pub struct WaitStart {
     pub state: u32,
     /// Bit set of [`wait_flags`].
     pub flags: u32,
-    /// When `sched_wakeup` made the thread runnable again (0 = not seen: preempted, or the
-    /// wakeup was missed); from here until switch-in it waits for a CPU.
+    /// When `sched_waking` began to make the thread runnable again (0 = not seen: preempted,
+    /// or the wakeup was missed); from here until switch-in it waits for a CPU.
     pub wake_ts_ns: u64,
-    /// Which thread woke it (0: an interrupt on an idle CPU).
+    /// Which thread woke it (0: an interrupt).
     pub waker_tid: u32,
     pub waker_tgid: u32,
     pub waker_comm: [u8; COMM_LEN],
-    /// The waker's stacks (with `--wakers`; otherwise `stack_id::EMPTY`).
+    /// The waker's stacks (with `--wakers`; otherwise `stack_id::EMPTY`, but for a short
+    /// kernel stack of a hard interrupt, which tells a timer).
     pub waker_user_stack: u64,
     pub waker_kernel_stack: u64,
+    /// A [`waker_context`] value.
+    pub waker_context: u32,
+    pub _pad: u32,
 }
 
 pub mod wait_flags {
@@ -446,6 +496,9 @@ pub struct WakerKey {
     pub waker_tgid: u32,
     pub waker_user_stack: u64,
     pub waker_kernel_stack: u64,
+    /// A [`waker_context`] value.
+    pub waker_context: u32,
+    pub _pad: u32,
 }
 
 /// Value of [`names::MAP_WAKERS`].
@@ -709,6 +762,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn preempt_count_tells_task_softirq_and_hardirq() {
+        use waker_context::*;
+        // Preemption or bottom halves disabled in a task, need-resched clear (bit 31 set).
+        assert_eq!(from_preempt_count(0), TASK);
+        assert_eq!(from_preempt_count(0x8000_0002), TASK);
+        assert_eq!(from_preempt_count(0x200), TASK);
+        // Serving a softirq (bit 8), possibly with more disable levels on top.
+        assert_eq!(from_preempt_count(0x100), SOFTIRQ);
+        assert_eq!(from_preempt_count(0x8000_0301), SOFTIRQ);
+        // A hard interrupt, or an NMI, over anything.
+        assert_eq!(from_preempt_count(0x1_0000), HARDIRQ);
+        assert_eq!(from_preempt_count(0x1_0101), HARDIRQ);
+        assert_eq!(from_preempt_count(0x10_0000), HARDIRQ);
+    }
+
+    #[test]
     fn log2_floor_is_exact() {
         for b in 0..64 {
             assert_eq!(log2_floor(1u64 << b), b);
@@ -787,12 +856,12 @@ mod tests {
     #[test]
     fn wire_sizes_are_fixed() {
         use core::mem::size_of;
-        assert_eq!(size_of::<Config>(), 48);
+        assert_eq!(size_of::<Config>(), 64);
         assert_eq!(size_of::<SampleKey>(), 24);
         assert_eq!(size_of::<WaitKey>(), 24);
         assert_eq!(size_of::<WaitValue>(), 24 + 4 * WAIT_HIST_BUCKETS);
-        assert_eq!(size_of::<WaitStart>(), 80);
-        assert_eq!(size_of::<WakerKey>(), 48);
+        assert_eq!(size_of::<WaitStart>(), 88);
+        assert_eq!(size_of::<WakerKey>(), 56);
         assert_eq!(size_of::<WakerValue>(), 32);
         assert_eq!(size_of::<ThreadStats>(), 56);
         assert_eq!(size_of::<Stack>(), 8 * (MAX_STACK_DEPTH + 1));

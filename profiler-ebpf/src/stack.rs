@@ -36,6 +36,20 @@ pub fn kernel_stack<C: EbpfContext>(ctx: &C, scratch: Scratch) -> u64 {
     from_helper(ctx, scratch, 0, Some(Counter::KernelStackFailed))
 }
 
+/// Frames asked for of a hard interrupt's wakeup stack when only the waker's name is wanted:
+/// `hrtimer_wakeup` (a timer expired) lies within the first six here, after the profiler's own
+/// frames and `try_to_wake_up`.
+pub const TIMER_WAKEUP_FRAMES: u32 = 8;
+
+/// The first `frames` frames of the current task's kernel stack.
+#[inline(always)]
+pub fn kernel_stack_frames<C: EbpfContext>(ctx: &C, scratch: Scratch, frames: u32) -> u64 {
+    match fetch(ctx, scratch, 0, frames) {
+        Some(len) => store(scratch, len),
+        None => stack_id::LOST_FETCH,
+    }
+}
+
 /// The current task's user stack: from `.eh_frame` rows when the loader provided them
 /// (`--unwind dwarf`, the default), else from frame pointers. `sample` is the perf_event
 /// context when called from the sampler.

@@ -300,6 +300,8 @@ fn add_waker(site: &WaitKey, slot: &WaitStart, blocked: u64) {
         waker_tgid: slot.waker_tgid,
         waker_user_stack: slot.waker_user_stack,
         waker_kernel_stack: slot.waker_kernel_stack,
+        waker_context: slot.waker_context,
+        _pad: 0,
     };
     match WAKERS.get_ptr_mut(&key) {
         // SAFETY: keyed by the wakee's tid, which switches in on one CPU at a time.

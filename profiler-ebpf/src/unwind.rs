@@ -18,9 +18,8 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     bindings::{bpf_perf_event_data, pt_regs},
-    helpers::{
-        bpf_probe_read_kernel,
-        generated::{bpf_get_current_task_btf, bpf_loop, bpf_probe_read_user, bpf_task_pt_regs},
+    helpers::generated::{
+        bpf_get_current_task_btf, bpf_loop, bpf_probe_read_user, bpf_task_pt_regs,
     },
     macros::map,
     maps::{Array, LruHashMap, PerCpuArray},

@@ -1,13 +1,22 @@
-//! Wakeups (tp_btf `sched_wakeup`, `sched_wakeup_new`): the moment a target thread's sleep
+//! Wakeups (tp_btf `sched_waking`, `sched_wakeup_new`): the moment a target thread's sleep
 //! ends and its wait for a CPU begins, and who ended it. Recorded in the thread's wait slot;
 //! `switch` splits the wait and credits the waker when the thread runs again.
+//!
+//! `sched_waking`, not `sched_wakeup`: it fires in `try_to_wake_up` on the waker's CPU, in the
+//! waker's context. `sched_wakeup` fires where the wakee is enqueued, which for a wakee on an
+//! idle CPU is that CPU's IPI handler or idle loop, long after the waker has gone.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
+    },
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
-use profiler_common::{COMM_LEN, Counter, WaitStart, WaitState, config_flags};
+use profiler_common::{
+    COMM_LEN, Config, Counter, WaitStart, WaitState, config_flags, stack_id, waker_context,
+};
 
 use crate::{
     config,
@@ -21,8 +30,8 @@ const NOEXIST: u64 = 1;
 /// `TP_PROTO(struct task_struct *p)` for both tracepoints.
 const ARG_TASK: usize = 0;
 
-#[btf_tracepoint(function = "sched_wakeup")]
-pub fn sched_wakeup(ctx: BtfTracePointContext) -> u32 {
+#[btf_tracepoint(function = "sched_waking")]
+pub fn sched_waking(ctx: BtfTracePointContext) -> u32 {
     on_wakeup(&ctx, false);
     0
 }
@@ -49,36 +58,27 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     count(Counter::Wakeups);
-    let waker = bpf_get_current_pid_tgid();
-    let waker_comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
-    // The kernel stack always: it tells a timer or an interrupt from a thread that really
-    // woke the target (the "current" task then is just whatever the CPU was running).
-    let (waker_user_stack, waker_kernel_stack) = stack::waker_stacks(
-        ctx,
-        Scratch::Wakeup,
-        cfg.flags & config_flags::WAKER_STACKS != 0,
-    );
 
     if new {
+        let waker = waker(ctx, &cfg);
         let start = WaitStart {
             ts_ns: now,
             state: WaitState::RunqueueWoken as u32,
             wake_ts_ns: now,
-            waker_tid: waker as u32,
-            waker_tgid: (waker >> 32) as u32,
-            waker_comm,
-            waker_user_stack,
-            waker_kernel_stack,
             ..WaitStart::default()
         };
+        let start = waker.recorded_in(start);
         let _ = WAIT_START.insert(&tid, &start, NOEXIST);
         return;
     }
     let Some(slot) = WAIT_START.get_ptr_mut(&tid) else {
         return;
     };
-    // SAFETY: the wakee is off the CPU; only its wakeup and its next switch-in touch the slot,
-    // and the scheduler orders those.
+    // SAFETY: only the wakee's switch events and its wakeups touch the slot. `sched_waking`
+    // can run while the wakee is still switching out on another CPU (try_to_wake_up waits
+    // for that switch to finish only after the tracepoint); then the slot is not open yet, or
+    // the switch-out rewrites it, and the wait counts as blocked until switch-in: a wakeup
+    // lost, never a wrong one (`close_wait` ignores a wakeup before the wait began).
     let slot = unsafe { &mut *slot };
     let sleeping = slot.state == WaitState::Sleep as u32
         || slot.state == WaitState::Io as u32
@@ -86,10 +86,109 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
     if slot.ts_ns == 0 || slot.wake_ts_ns != 0 || !sleeping {
         return;
     }
-    slot.wake_ts_ns = now;
-    slot.waker_tid = waker as u32;
-    slot.waker_tgid = (waker >> 32) as u32;
-    slot.waker_comm = waker_comm;
-    slot.waker_user_stack = waker_user_stack;
-    slot.waker_kernel_stack = waker_kernel_stack;
+    let waker = waker(ctx, &cfg);
+    *slot = waker.recorded_in(WaitStart {
+        wake_ts_ns: now,
+        ..*slot
+    });
+}
+
+/// Who is waking a target thread.
+struct Waker {
+    pid_tgid: u64,
+    comm: [u8; COMM_LEN],
+    user_stack: u64,
+    kernel_stack: u64,
+    context: u32,
+}
+
+impl Waker {
+    #[inline(always)]
+    fn recorded_in(&self, slot: WaitStart) -> WaitStart {
+        WaitStart {
+            waker_tid: self.pid_tgid as u32,
+            waker_tgid: (self.pid_tgid >> 32) as u32,
+            waker_comm: self.comm,
+            waker_user_stack: self.user_stack,
+            waker_kernel_stack: self.kernel_stack,
+            waker_context: self.context,
+            ..slot
+        }
+    }
+}
+
+#[inline(always)]
+fn waker(ctx: &BtfTracePointContext, cfg: &Config) -> Waker {
+    let context = context(cfg);
+    let in_task = context == waker_context::TASK || context == waker_context::UNKNOWN;
+    // An interrupt runs on whatever task the CPU was running: that task woke no one.
+    let (pid_tgid, comm) = if in_task {
+        (
+            bpf_get_current_pid_tgid(),
+            bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
+        )
+    } else {
+        (0, [0; COMM_LEN])
+    };
+    let (user_stack, kernel_stack) = waker_stacks(ctx, cfg, context);
+    Waker {
+        pid_tgid,
+        comm,
+        user_stack,
+        kernel_stack,
+        context,
+    }
+}
+
+/// The waker's stacks. With `--wakers`, whole (the user stack only for a thread). Without,
+/// only what names the waker: nothing for a thread or a softirq, and for a hard interrupt the
+/// few frames that show whether a timer expired. The preempt count makes this cheap: telling
+/// an interrupt by its kernel stack meant unwinding to the interrupt entry, 22–26 frames at
+/// ~0.3 µs each for a packet waking a socket reader.
+#[inline(always)]
+fn waker_stacks(ctx: &BtfTracePointContext, cfg: &Config, context: u32) -> (u64, u64) {
+    let in_task = context == waker_context::TASK || context == waker_context::UNKNOWN;
+    if cfg.flags & config_flags::WAKER_STACKS != 0 {
+        return stack::waker_stacks(ctx, Scratch::Wakeup, in_task);
+    }
+    match context {
+        waker_context::HARDIRQ => (
+            stack_id::EMPTY,
+            stack::kernel_stack_frames(ctx, Scratch::Wakeup, stack::TIMER_WAKEUP_FRAMES),
+        ),
+        // Unknown: the kernel stack tells (and user space reads it as before).
+        waker_context::UNKNOWN => stack::waker_stacks(ctx, Scratch::Wakeup, false),
+        _ => (stack_id::EMPTY, stack_id::EMPTY),
+    }
+}
+
+/// Where this wakeup runs, from this CPU's preempt count. There is no helper for it and this
+/// loader has no typed ksyms, so it is found through a per-CPU variable whose address the
+/// current task leads to: `current->se.cfs_rq->rq` is this CPU's `runqueues`, and the per-CPU
+/// area's layout (BTF `.data..percpu`) puts `__preempt_count` at a known distance from it.
+#[inline(always)]
+fn context(cfg: &Config) -> u32 {
+    if cfg.flags & config_flags::PREEMPT_COUNT == 0 {
+        return waker_context::UNKNOWN;
+    }
+    // SAFETY: the current task; the helper faults safely on a bad address.
+    let task = unsafe { bpf_get_current_task() };
+    let read = |addr: u64| -> Option<u64> {
+        // SAFETY: as above.
+        unsafe { bpf_probe_read_kernel(addr as *const u64) }.ok()
+    };
+    let Some(cfs_rq) = read(task.wrapping_add(u64::from(cfg.task_cfs_rq_offset))) else {
+        return waker_context::UNKNOWN;
+    };
+    let Some(rq) = read(cfs_rq.wrapping_add(u64::from(cfg.cfs_rq_rq_offset))) else {
+        return waker_context::UNKNOWN;
+    };
+    let count = rq
+        .wrapping_sub(u64::from(cfg.percpu_runqueues))
+        .wrapping_add(u64::from(cfg.percpu_preempt_count));
+    // SAFETY: as above.
+    match unsafe { bpf_probe_read_kernel(count as *const u32) } {
+        Ok(count) => waker_context::from_preempt_count(count),
+        Err(_) => waker_context::UNKNOWN,
+    }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use profiler_common::stack_id;
+use profiler_common::{stack_id, waker_context};
 
 use crate::{
     cli::Mode,
@@ -146,7 +146,13 @@ pub fn waker_frames(w: &Waker, who: &WakerIdentity, names: &StackNames) -> Vec<S
 pub fn waker_identity(w: &Waker, names: &StackNames) -> WakerIdentity {
     let kernel = names.kernel.get(&w.waker_kernel_stack);
     let has = |pred: &dyn Fn(&str) -> bool| kernel.is_some_and(|k| k.iter().any(|f| pred(f)));
-    if has(&is_interrupt_entry) {
+    // The probe read the preempt count; without it, an interrupt shows by its entry frame.
+    let interrupt = match w.waker_context {
+        waker_context::TASK => false,
+        waker_context::SOFTIRQ | waker_context::HARDIRQ => true,
+        _ => has(&is_interrupt_entry),
+    };
+    if interrupt {
         let name = if has(&|f| f.starts_with("hrtimer_wakeup")) {
             "[timer interrupt]"
         } else {

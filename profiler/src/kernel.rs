@@ -30,6 +30,23 @@ pub struct TaskOffsets {
     pub state: u32,
     /// `se.sum_exec_runtime`.
     pub exec: u32,
+    /// How to reach this CPU's preempt count; `None` on a kernel whose BTF lacks a piece of
+    /// it (no `cfs_rq.rq` without CONFIG_FAIR_GROUP_SCHED): wakers are then told apart by
+    /// their kernel stacks, at a higher cost.
+    pub preempt_count: Option<PreemptCountPath>,
+}
+
+/// `current->se.cfs_rq->rq` is the current CPU's `runqueues`, a per-CPU variable; the per-CPU
+/// area's layout gives `__preempt_count`'s distance from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PreemptCountPath {
+    /// `offsetof(struct task_struct, se.cfs_rq)`.
+    pub task_cfs_rq: u32,
+    /// `offsetof(struct cfs_rq, rq)`.
+    pub cfs_rq_rq: u32,
+    /// Offsets of `runqueues` and `__preempt_count` in `.data..percpu`.
+    pub percpu_runqueues: u32,
+    pub percpu_preempt_count: u32,
 }
 
 pub fn task_offsets(btf_path: &Path) -> Result<TaskOffsets, KernelError> {
@@ -46,21 +63,32 @@ pub fn task_offsets(btf_path: &Path) -> Result<TaskOffsets, KernelError> {
                 field: name,
             })
     };
-    let exec = {
-        let missing = KernelError::NoField {
-            ty: "task_struct",
-            field: "se.sum_exec_runtime",
-        };
-        let (se_off, se) = member_offset(&btf, &task, "se").ok_or(KernelError::NoField {
-            ty: "task_struct",
-            field: "se",
-        })?;
-        let Ok(Type::Struct(entity)) = btf.resolve_chained_type(&se) else {
-            return Err(missing);
-        };
-        let (off, _) = member_offset(&btf, &entity, "sum_exec_runtime").ok_or(missing)?;
-        se_off + off
+    let (se_off, se) = member_offset(&btf, &task, "se").ok_or(KernelError::NoField {
+        ty: "task_struct",
+        field: "se",
+    })?;
+    let entity = match btf.resolve_chained_type(&se) {
+        Ok(Type::Struct(entity)) => Some(entity),
+        _ => None,
     };
+    let in_entity = |name: &str| {
+        let (off, _) = member_offset(&btf, entity.as_ref()?, name)?;
+        Some(se_off + off)
+    };
+    let exec = in_entity("sum_exec_runtime").ok_or(KernelError::NoField {
+        ty: "task_struct",
+        field: "se.sum_exec_runtime",
+    })?;
+    let preempt_count = (|| {
+        let cfs_rq = find_struct(&btf, "cfs_rq").ok()?;
+        let percpu = percpu_offsets(&btf, &["runqueues", "__preempt_count"])?;
+        Some(PreemptCountPath {
+            task_cfs_rq: in_entity("cfs_rq")?,
+            cfs_rq_rq: member_offset(&btf, &cfs_rq, "rq")?.0,
+            percpu_runqueues: percpu[0],
+            percpu_preempt_count: percpu[1],
+        })
+    })();
     Ok(TaskOffsets {
         pid: field("pid")?,
         tgid: field("tgid")?,
@@ -68,7 +96,35 @@ pub fn task_offsets(btf_path: &Path) -> Result<TaskOffsets, KernelError> {
         // Renamed from `state` in 5.14.
         state: field("__state").or_else(|_| field("state"))?,
         exec,
+        preempt_count,
     })
+}
+
+/// Offsets of the named per-CPU variables in the per-CPU area, in the order asked.
+fn percpu_offsets<const N: usize>(btf: &Btf, names: &[&str; N]) -> Option<[u32; N]> {
+    let section = btf
+        .resolve_types_by_name(".data..percpu")
+        .ok()?
+        .into_iter()
+        .find_map(|t| match t {
+            Type::Datasec(d) => Some(d),
+            _ => None,
+        })?;
+    let mut found = [None; N];
+    for var in &section.variables {
+        let Ok(Type::Var(v)) = btf.resolve_chained_type(var) else {
+            continue;
+        };
+        let name = btf.resolve_name(&v).unwrap_or_default();
+        if let Some(i) = names.iter().position(|n| *n == name) {
+            found[i] = Some(var.offset());
+        }
+    }
+    let mut offsets = [0; N];
+    for (o, f) in offsets.iter_mut().zip(found) {
+        *o = f?;
+    }
+    Some(offsets)
 }
 
 /// Interrupt entry frames: a wakeup below one of these ran in interrupt context (a timer
@@ -232,5 +288,12 @@ ffffffffc0000000 t helper\t[some_module]
             off.exec > off.state && off.exec.is_multiple_of(8),
             "{off:?}"
         );
+        // This machine's kernel has CONFIG_FAIR_GROUP_SCHED: the preempt count is reachable.
+        let p = off.preempt_count.expect("a path to the preempt count");
+        assert!(
+            p.task_cfs_rq > off.state && p.task_cfs_rq.is_multiple_of(8),
+            "{p:?}"
+        );
+        assert!(p.percpu_runqueues != p.percpu_preempt_count, "{p:?}");
     }
 }

@@ -20,7 +20,10 @@ use profiler_common::{
 use thiserror::Error;
 
 use crate::{
-    cli::Mode, kernel::TaskOffsets, symbolize::procmap::ProcessMaps, unwind::tables::UnwindTables,
+    cli::Mode,
+    kernel::{PreemptCountPath, TaskOffsets},
+    symbolize::procmap::ProcessMaps,
+    unwind::tables::UnwindTables,
 };
 
 /// The eBPF object built by build.rs.
@@ -89,6 +92,9 @@ fn flags(cfg: &ProbeConfig) -> u32 {
     if cfg.dwarf_chunks.is_some() {
         flags |= config_flags::DWARF_UNWIND;
     }
+    if cfg.offsets.preempt_count.is_some() {
+        flags |= config_flags::PREEMPT_COUNT;
+    }
     flags
 }
 
@@ -103,6 +109,12 @@ pub struct Probes {
 
 impl Probes {
     pub fn load(cfg: &ProbeConfig) -> Result<Self, ProbeError> {
+        let preempt = cfg.offsets.preempt_count.unwrap_or(PreemptCountPath {
+            task_cfs_rq: 0,
+            cfs_rq_rq: 0,
+            percpu_runqueues: 0,
+            percpu_preempt_count: 0,
+        });
         let config = Config {
             target_tgid: cfg.target_pid,
             task_pid_offset: cfg.offsets.pid,
@@ -110,6 +122,10 @@ impl Probes {
             task_comm_offset: cfg.offsets.comm,
             task_state_offset: cfg.offsets.state,
             task_exec_offset: cfg.offsets.exec,
+            task_cfs_rq_offset: preempt.task_cfs_rq,
+            cfs_rq_rq_offset: preempt.cfs_rq_rq,
+            percpu_runqueues: preempt.percpu_runqueues,
+            percpu_preempt_count: preempt.percpu_preempt_count,
             flags: flags(cfg),
             min_block_ns: cfg.min_block_ns,
             max_block_ns: cfg.max_block_ns,

@@ -125,6 +125,8 @@ pub struct Waker {
     pub waker_name: String,
     pub waker_user_stack: u64,
     pub waker_kernel_stack: u64,
+    /// Where the wakeup ran: a `profiler_common::waker_context` value.
+    pub waker_context: u32,
     pub count: u64,
     /// Blocked time those wakeups ended.
     pub time_ns: u64,
@@ -303,6 +305,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
                         stack_id::FOREIGN
                     },
                     waker_kernel_stack: k.waker_kernel_stack,
+                    waker_context: k.waker_context,
                     count: v.count,
                     time_ns: v.total_ns,
                 })

@@ -107,6 +107,53 @@ fn wait_distributions_and_wakers_match_the_workload() {
     assert!(svg.contains("pipe_writer_loop"));
 }
 
+/// Share of a site's wakeups credited to the waker named `name`, and the wakers.
+fn woken_by(site: &Value, name: &str) -> (f64, String) {
+    let wakers = site["wakers"].as_array().expect("wakers");
+    let total: u64 = wakers.iter().filter_map(|w| w["wakeups"].as_u64()).sum();
+    let named: u64 = wakers
+        .iter()
+        .filter(|w| w["name"] == name)
+        .filter_map(|w| w["wakeups"].as_u64())
+        .sum();
+    (
+        named as f64 / total.max(1) as f64,
+        format!("{:#}", site["wakers"]),
+    )
+}
+
+/// Without `--wakers` no waker stacks are taken (a packet waking a socket reader no longer
+/// costs an unwind to the interrupt entry), yet wakers keep their names: a thread by its
+/// name, a timer as `[timer interrupt]`, told apart by the CPU's preempt count.
+#[test]
+fn wakers_are_named_without_their_stacks() {
+    require_root();
+    let _serial = serial();
+    let workload = Workload::spawn(Build::FramePointers, &["latency"]);
+    let (report, _) = capture_report(&workload, "wakers-default", &["--mode", "off"]);
+    validate_against_schema(&report);
+
+    let sleeper = sites_with(&report, "sleeper_loop");
+    assert_eq!(sleeper.len(), 1, "{sleeper:#?}");
+    let (share, wakers) = woken_by(sleeper[0], "[timer interrupt]");
+    assert!(share >= 0.95, "sleeper: {share} by a timer: {wakers}");
+
+    let reader = sites_with(&report, "pipe_reader_loop");
+    assert_eq!(reader.len(), 1, "{reader:#?}");
+    let (share, wakers) = woken_by(reader[0], "writer");
+    assert!(
+        share >= 0.95,
+        "pipe reader: {share} by the writer: {wakers}"
+    );
+    // Told by the preempt count, not by unwinding the writer's kernel stack.
+    assert!(
+        reader[0]["wakers"][0]["stack"]
+            .as_array()
+            .is_some_and(|s| s.is_empty()),
+        "a thread waker's stack was taken without --wakers: {wakers}"
+    );
+}
+
 #[test]
 fn run_queue_delay_shows_on_the_spinners_and_the_markdown_report_reads_well() {
     require_root();

@@ -1791,7 +1791,7 @@ mod tests {
     #[test]
     fn goal_programs_come_first() {
         let mut keys = vec![
-            "ours sched_wakeup",
+            "ours sched_waking",
             "ours on_cpu_sample",
             "ours sched_switch",
         ];
@@ -1801,7 +1801,7 @@ mod tests {
             [
                 "ours sched_switch",
                 "ours on_cpu_sample",
-                "ours sched_wakeup"
+                "ours sched_waking"
             ]
         );
     }
