@@ -730,10 +730,15 @@ pub enum Counter {
     UnwindFrames,
     /// Row lookups the per-CPU row cache did not answer (each a binary search).
     RowCacheMisses,
+    /// Switch-outs to sleep whose kernel stack was recognised from the thread's last one in
+    /// the same syscall (same return addresses at the same places) instead of unwound.
+    KernelMemoHits,
+    /// Switch-outs to sleep whose kernel stack was unwound.
+    KernelMemoMisses,
 }
 
 impl Counter {
-    pub const COUNT: u32 = 18;
+    pub const COUNT: u32 = 20;
 
     pub const ALL: [Counter; Self::COUNT as usize] = [
         Counter::Samples,
@@ -754,6 +759,8 @@ impl Counter {
         Counter::UnwindMemoMisses,
         Counter::UnwindFrames,
         Counter::RowCacheMisses,
+        Counter::KernelMemoHits,
+        Counter::KernelMemoMisses,
     ];
 }
 

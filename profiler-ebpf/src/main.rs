@@ -5,13 +5,15 @@
 //!   time per thread.
 //! - `snapshot`: task iterator → state, registers and kernel stack of every target thread at
 //!   capture start (threads already blocked have no switch-out event to learn them from).
-//! - `stack`: one place that turns "the current task's stack" into a stack id.
+//! - `stack`: one place that turns "the current task's stack" into a stack id; `unwind` walks
+//!   user stacks from `.eh_frame` rows, `kstack` recognises a sleeping thread's kernel stack.
 //!
 //! Every program filters foreign processes first with one comparison, aggregates in maps, and
 //! counts each loss in `COUNTERS`. Nothing is sent per event to user space.
 #![no_std]
 #![no_main]
 
+mod kstack;
 mod maps;
 mod sample;
 mod snapshot;

@@ -36,6 +36,19 @@ pub fn kernel_stack<C: EbpfContext>(ctx: &C, scratch: Scratch) -> u64 {
     from_helper(ctx, scratch, 0, Some(Counter::KernelStackFailed))
 }
 
+/// The current task's kernel stack, and its number of frames, which stay in `SCRATCH[scratch]`
+/// for the caller to look at.
+#[inline(always)]
+pub fn kernel_stack_kept<C: EbpfContext>(ctx: &C, scratch: Scratch) -> (u64, u64) {
+    match fetch(ctx, scratch, 0, MAX_STACK_DEPTH as u32) {
+        Some(len) => (store(scratch, len), len),
+        None => {
+            count(Counter::KernelStackFailed);
+            (stack_id::LOST_FETCH, 0)
+        }
+    }
+}
+
 /// Frames asked for of a hard interrupt's wakeup stack when only the waker's name is wanted:
 /// `hrtimer_wakeup` (a timer expired) lies within the first six here, after the profiler's own
 /// frames and `try_to_wake_up`.

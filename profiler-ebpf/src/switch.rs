@@ -26,7 +26,7 @@ use profiler_common::{
 };
 
 use crate::{
-    config,
+    config, kstack,
     maps::{SCRATCH_WAIT, Scratch, THREADS, WAIT_START, WAITS, WAKERS, capture_start, count},
     stack,
 };
@@ -148,10 +148,14 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     // scheduler running on the way back to user mode (or a yield): its kernel stack is always
     // that same return path, and taking it costs more than everything else here together.
     let returning_to_user = !out.preempt && out.prev_state == task_state::RUNNING;
-    let kernel_stack = if cfg.flags & config_flags::KERNEL_STACKS != 0 && !returning_to_user {
+    let kernel_stack = if cfg.flags & config_flags::KERNEL_STACKS == 0 || returning_to_user {
+        stack_id::EMPTY
+    } else if out.preempt {
+        // Preempted anywhere in the kernel: rare, and seldom twice at the same place.
         stack::kernel_stack(ctx, Scratch::Switch)
     } else {
-        stack_id::EMPTY
+        // Going to sleep: again and again at the same few places.
+        kstack::sleep_stack(ctx, out.tid)
     };
     let user_stack = if cfg.flags & config_flags::USER_STACKS != 0 {
         // Threads of a service stop at a handful of places (the syscalls of their loop, and

@@ -152,3 +152,61 @@ fn off_mode_shows_only_waits_and_honours_the_block_limits() {
         .sum();
     assert!(runq > 0);
 }
+
+/// Kernel stacks of sleeps are recognised from the thread's last one in the same syscall
+/// (`kstack.rs`) rather than unwound each time; a thread that sleeps in `read` on a pipe three
+/// times and then on a unix socket must still get each sleep's own kernel path.
+#[test]
+fn recognised_kernel_stacks_follow_the_path_taken() {
+    require_root();
+    let _serial = serial();
+    let workload = Workload::spawn(Build::FramePointers, &["kpaths"]);
+    let (output, out) = capture(&workload, "kpaths", SECS, &["--mode", "off", "-v"]);
+    let lines = read_folded(&out.folded);
+    let sleeps = |caller: &str| -> Vec<&Line> {
+        lines
+            .iter()
+            .filter(|l| l.thread() == "twopaths" && l.state() == Some("sleep") && l.has(caller))
+            .collect()
+    };
+    let kernel_path = |l: &Line, function: &str| l.frames.iter().any(|f| f.starts_with(function));
+    for (caller, own, other) in [
+        (
+            "read_from_pipe",
+            "anon_pipe_read",
+            "unix_stream_read_generic",
+        ),
+        (
+            "read_from_socket",
+            "unix_stream_read_generic",
+            "anon_pipe_read",
+        ),
+    ] {
+        let waits = sleeps(caller);
+        let all = total(&waits, |_| true);
+        let right = total(&waits, |l| kernel_path(l, own) && !kernel_path(l, other));
+        assert!(
+            all > 0 && right == all,
+            "{caller}: {right} of {all} µs under {own}: {waits:#?}"
+        );
+    }
+    // And the memo was used: most sleeps repeat the previous one's path.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let counter = |name: &str| -> u64 {
+        stderr
+            .lines()
+            .find_map(|l| {
+                l.split_once(&format!("counter {name}: "))?
+                    .1
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no {name} counter in:\n{stderr}"))
+    };
+    let (hits, misses) = (counter("KernelMemoHits"), counter("KernelMemoMisses"));
+    assert!(
+        hits > misses,
+        "kernel stack memo: {hits} hits, {misses} misses"
+    );
+}

@@ -1,0 +1,362 @@
+//! Kernel stacks of threads going to sleep, recognised instead of unwound again.
+//!
+//! The kernel's own unwinder (ORC, behind `bpf_get_stack`) costs 7–15 µs here for the dozen
+//! frames of an nginx worker sleeping in `epoll_wait`: with the waker stacks gone, half of what
+//! `sched_switch` costs under load. But a thread sleeps again and again in the same syscall
+//! along the same path, and the frames the unwinder reports are the return addresses on the
+//! thread's kernel stack. So the first unwind at a place records where on the stack each frame's
+//! return address lay; the next time, if those words hold the same values, the stack is the same.
+//!
+//! Where "on the stack" is measured from matters, because CONFIG_RANDOMIZE_KSTACK_OFFSET (on
+//! here, as in most distributions) moves everything below `do_syscall_64` by a random amount
+//! at each syscall. Two fixed points survive it:
+//! - the tracepoint's argument array: `ctx` of a tp_btf program is `bpf_trace_run4`'s local
+//!   `args[]`, on the sleeping thread's kernel stack, so every frame between it and the random
+//!   gap (all of them but the root) sits at a fixed distance above it for a given path;
+//! - the user registers at the top of the stack: the root frame, the return into the entry
+//!   code (pushed by its `call do_syscall_64`, above the gap), lies right below them.
+//!
+//! A frame the check does not find where it was is a miss, never a wrong stack; the memo only
+//! decides between "the same stack" and "unwind".
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    EbpfContext,
+    bindings::pt_regs,
+    helpers::generated::{
+        bpf_get_current_task_btf, bpf_loop, bpf_probe_read_kernel, bpf_task_pt_regs,
+    },
+    macros::map,
+    maps::{LruHashMap, PerCpuArray},
+};
+use profiler_common::{Counter, stack_id};
+
+use crate::{
+    maps::{SCRATCH, Scratch, count},
+    stack,
+};
+
+/// Frames between the tracepoint and the syscall entry a memo can hold (a sleep in a syscall
+/// has about ten).
+const MEMO_FRAMES: usize = 32;
+/// How far above `ctx` frames are looked for: 4 KiB, a quarter of the kernel stack.
+const REGION_WORDS: usize = 512;
+/// Frames at the start of the unwind that lie below `ctx` (this program's own, and the return
+/// into `bpf_trace_run4`): the same for every call, so a memo need not find them.
+const MAX_PREFIX: u32 = 2;
+/// Words compared per `bpf_loop` step.
+const WORDS_PER_STEP: u32 = 4;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MemoKey {
+    tid: u32,
+    /// `orig_ax` of the user registers: the syscall (or -1 for a fault).
+    syscall: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct KernelMemo {
+    stack_id: u64,
+    /// The root frame, read right below the user registers.
+    root: u64,
+    /// Frames recorded above `ctx`.
+    count: u32,
+    /// One past the highest recorded word: what a check copies.
+    span: u32,
+    /// Word index above `ctx` of each recorded frame.
+    words: [u16; MEMO_FRAMES],
+    values: [u64; MEMO_FRAMES],
+}
+
+/// The last unwind at each (thread, syscall). LRU: a forgotten memo only costs an unwind.
+/// 8192 entries of ~0.3 KiB.
+#[map]
+static KERNEL_MEMO: LruHashMap<MemoKey, KernelMemo> = LruHashMap::with_max_entries(8192, 0);
+
+/// Per-CPU working space: the copy of the stack above `ctx`, and a scan's progress. The scan
+/// state lives here, in map memory, so that the verifier sees unknown values rather than
+/// constants it would follow through every iteration.
+#[repr(C)]
+struct Work {
+    /// `ctx` and the user registers' address as plain numbers (stored here and read back, so
+    /// the verifier treats them as numbers, not pointers it would forbid arithmetic on).
+    ctx: u64,
+    regs: u64,
+    /// Frames of the unwind being recorded, and the next one to find.
+    frames: u32,
+    next: u32,
+    /// Frames skipped at the start because they lie below `ctx`.
+    skipped: u32,
+    /// Words being copied.
+    copy_words: u32,
+    memo: KernelMemo,
+    copy: [u64; REGION_WORDS],
+}
+
+#[map]
+static WORK: PerCpuArray<Work> = PerCpuArray::with_max_entries(1, 0);
+
+/// Where the current thread is going to sleep.
+struct Place {
+    key: MemoKey,
+    /// Address of `ctx` (the tracepoint's argument array).
+    ctx: u64,
+    /// Address of the user registers at the top of the kernel stack.
+    regs: u64,
+}
+
+/// The kernel stack of the current thread, switching out to sleep in the kernel.
+#[inline(always)]
+pub fn sleep_stack<C: EbpfContext>(ctx: &C, tid: u32) -> u64 {
+    let Some(place) = place(ctx, tid) else {
+        return stack::kernel_stack(ctx, Scratch::Switch);
+    };
+    if let Some(id) = recognise(&place) {
+        count(Counter::KernelMemoHits);
+        return id;
+    }
+    count(Counter::KernelMemoMisses);
+    let (id, frames) = stack::kernel_stack_kept(ctx, Scratch::Switch);
+    if id & stack_id::RESERVED == 0 {
+        remember(&place, id, frames);
+    }
+    id
+}
+
+#[inline(always)]
+fn place<C: EbpfContext>(ctx: &C, tid: u32) -> Option<Place> {
+    // SAFETY: the current task always exists; the helper returns where its user registers are
+    // saved, at the top of its kernel stack.
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs };
+    if regs.is_null() {
+        return None;
+    }
+    // SAFETY: a BTF pointer the verifier lets us read (faults read as zero).
+    let syscall = unsafe { core::ptr::read_volatile(&(*regs).orig_rax) } as u32;
+    let work = WORK.get_ptr_mut(0)?;
+    // SAFETY: per-CPU working space owned by this program while it runs.
+    let (ctx_addr, regs) = unsafe {
+        core::ptr::write_volatile(&mut (*work).ctx, ctx.as_ptr() as u64);
+        core::ptr::write_volatile(&mut (*work).regs, regs as u64);
+        (
+            core::ptr::read_volatile(&(*work).ctx),
+            core::ptr::read_volatile(&(*work).regs),
+        )
+    };
+    // The argument array lies below the registers on the same stack; anything else is not a
+    // place this scheme understands.
+    if ctx_addr >= regs || regs - ctx_addr > 16 * 1024 {
+        return None;
+    }
+    Some(Place {
+        key: MemoKey { tid, syscall },
+        ctx: ctx_addr,
+        regs,
+    })
+}
+
+/// The memo's stack id if the root frame and every recorded word are unchanged.
+#[inline(always)]
+fn recognise(place: &Place) -> Option<u64> {
+    // SAFETY: read-only use of the LRU entry while this program runs.
+    let memo = unsafe { KERNEL_MEMO.get(&place.key) }?;
+    if memo.count == 0 || memo.count > MEMO_FRAMES as u32 || memo.span > REGION_WORDS as u32 {
+        return None;
+    }
+    if read_kernel(place.regs.wrapping_sub(8)) != Some(memo.root) {
+        return None;
+    }
+    let work = WORK.get_ptr_mut(0)?;
+    // SAFETY: per-CPU working space owned by this program while it runs.
+    let work = unsafe { &mut *work };
+    copy_region(work, place.ctx, memo.span)?;
+    let mut check = Check {
+        memo: memo as *const KernelMemo,
+        count: memo.count,
+        mismatch: 0,
+    };
+    // SAFETY: `compare` has bpf_loop's callback signature; `check` outlives the call and the
+    // memo entry stays valid while this program runs.
+    unsafe {
+        bpf_loop(
+            memo.count.div_ceil(WORDS_PER_STEP),
+            compare as *mut c_void,
+            (&mut check as *mut Check).cast(),
+            0,
+        );
+    }
+    (check.mismatch == 0).then_some(memo.stack_id)
+}
+
+#[repr(C)]
+struct Check {
+    memo: *const KernelMemo,
+    count: u32,
+    mismatch: u32,
+}
+
+#[inline(never)]
+extern "C" fn compare(step: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop hands back `recognise`'s `Check`.
+    let check = unsafe { &mut *(ctx as *mut Check) };
+    let Some(work) = WORK.get(0) else {
+        check.mismatch = 1;
+        return 1;
+    };
+    for j in 0..WORDS_PER_STEP {
+        let n = step as u32 * WORDS_PER_STEP + j;
+        if n >= check.count {
+            return 1;
+        }
+        let i = n as usize & (MEMO_FRAMES - 1);
+        // SAFETY: the memo entry stays valid while the caller runs.
+        let (word, value) = unsafe { ((*check.memo).words[i], (*check.memo).values[i]) };
+        if work.copy[word as usize & (REGION_WORDS - 1)] != value {
+            check.mismatch = 1;
+            return 1;
+        }
+    }
+    0
+}
+
+/// Records where the frames of the unwind just left in `SCRATCH[Switch]` lie, as this
+/// thread's memo for this syscall. Gives up (keeping no memo) unless the root frame is right
+/// below the user registers and every other frame but a short prefix is found above `ctx`, in
+/// order.
+#[inline(always)]
+fn remember(place: &Place, stack_id: u64, frames: u64) {
+    if frames < 2 || frames > (MEMO_FRAMES as u64 + MAX_PREFIX as u64 + 1) {
+        return;
+    }
+    let Some(root) = frame(frames - 1) else {
+        return;
+    };
+    if read_kernel(place.regs.wrapping_sub(8)) != Some(root) {
+        return;
+    }
+    let Some(work) = WORK.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU working space owned by this program while it runs.
+    let work = unsafe { &mut *work };
+    let words = ((place.regs - place.ctx) / 8) as u32;
+    let Some(words) = copy_region(work, place.ctx, words) else {
+        return;
+    };
+    work.frames = (frames - 1) as u32;
+    work.next = 0;
+    work.skipped = 0;
+    work.memo.count = 0;
+    work.memo.span = 0;
+    // SAFETY: `scan` has bpf_loop's callback signature and takes no state of ours.
+    unsafe {
+        bpf_loop(
+            words.div_ceil(WORDS_PER_STEP),
+            scan as *mut c_void,
+            core::ptr::null_mut(),
+            0,
+        );
+    }
+    if work.next != work.frames || work.memo.count == 0 {
+        return;
+    }
+    work.memo.stack_id = stack_id;
+    work.memo.root = root;
+    let _ = KERNEL_MEMO.insert(&place.key, &work.memo, 0);
+}
+
+/// Looks for the next frames in words `step * 4 ..` of the copy, lowest first.
+#[inline(never)]
+extern "C" fn scan(step: u64, _ctx: *mut c_void) -> i64 {
+    let (Some(work), Some(unwound)) = (WORK.get_ptr_mut(0), SCRATCH.get(Scratch::Switch as u32))
+    else {
+        return 1;
+    };
+    // SAFETY: per-CPU working space owned by this program while it runs.
+    let work = unsafe { &mut *work };
+    for j in 0..WORDS_PER_STEP {
+        let word = step as u32 * WORDS_PER_STEP + j;
+        if work.next >= work.frames {
+            return 1;
+        }
+        let value = work.copy[word as usize & (REGION_WORDS - 1)];
+        // The first frames may lie below `ctx`: until a frame is found, a later one found
+        // first means those before it are that prefix.
+        let mut k = 0;
+        while k <= MAX_PREFIX {
+            let candidate = work.next + k;
+            if (k > 0 && (work.memo.count != 0 || work.skipped + k > MAX_PREFIX))
+                || candidate >= work.frames
+            {
+                break;
+            }
+            // The mask proves the bound on the register used for the access.
+            if unwound.frames.get(candidate as usize & 127) == Some(&value) {
+                let n = work.memo.count;
+                // Masked, and checked only after: a check first would let LLVM drop the mask
+                // the verifier needs.
+                let i = n as usize & (MEMO_FRAMES - 1);
+                work.memo.words[i] = word as u16;
+                work.memo.values[i] = value;
+                if n >= MEMO_FRAMES as u32 {
+                    // More frames than a memo holds: give up.
+                    work.next = u32::MAX;
+                    return 1;
+                }
+                work.memo.count = n + 1;
+                work.memo.span = word + 1;
+                work.skipped += k;
+                work.next = candidate + 1;
+                break;
+            }
+            k += 1;
+        }
+    }
+    0
+}
+
+/// Copies `words` words from `from` into the working copy (at most `REGION_WORDS`); the words
+/// copied.
+#[inline(always)]
+fn copy_region(work: &mut Work, from: u64, words: u32) -> Option<u32> {
+    let words = if words > REGION_WORDS as u32 {
+        REGION_WORDS as u32
+    } else {
+        words
+    };
+    if words == 0 {
+        return None;
+    }
+    // Through map memory, so LLVM cannot drop the mask as redundant: it proves the size to the
+    // verifier on the very register the call uses (1..=4096 either way).
+    // SAFETY: a field of the per-CPU working space.
+    let words = unsafe {
+        core::ptr::write_volatile(&mut work.copy_words, words);
+        core::ptr::read_volatile(&work.copy_words)
+    };
+    let bytes = ((words.wrapping_mul(8).wrapping_sub(1)) & (REGION_WORDS as u32 * 8 - 1)) + 1;
+    // SAFETY: at most sizeof(copy) bytes into it; the helper faults safely.
+    let ret = unsafe {
+        bpf_probe_read_kernel(work.copy.as_mut_ptr().cast(), bytes, from as *const c_void)
+    };
+    (ret == 0).then_some(words)
+}
+
+/// Frame `index` of the unwind in `SCRATCH[Switch]`.
+#[inline(always)]
+fn frame(index: u64) -> Option<u64> {
+    let buf = SCRATCH.get(Scratch::Switch as u32)?;
+    buf.frames.get(index as usize).copied()
+}
+
+#[inline(always)]
+fn read_kernel(addr: u64) -> Option<u64> {
+    let mut v = 0u64;
+    // SAFETY: 8 bytes into `v`; the helper faults safely.
+    let ret =
+        unsafe { bpf_probe_read_kernel((&mut v as *mut u64).cast(), 8, addr as *const c_void) };
+    (ret == 0).then_some(v)
+}
