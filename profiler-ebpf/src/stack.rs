@@ -2,8 +2,10 @@
 //! keys stay 24 bytes and a stack table collision never loses a stack (a hash map chains where
 //! `BPF_MAP_TYPE_STACK_TRACE` would answer -EEXIST).
 //!
-//! User stacks come from frame pointers (`bpf_get_stack`) today; the in-kernel `.eh_frame`
-//! unwinder plugs in at [`user_stack`], filling the same scratch stack before [`store`].
+//! Kernel stacks come from the kernel's unwinder (`bpf_get_stack`); user stacks from the
+//! `.eh_frame` unwinder (`unwind`), or frame pointers with `--unwind fp`. Both fill a per-CPU
+//! scratch stack before [`store`]; `kstack` and the user memo skip the unwind when they
+//! recognise a stack.
 
 use core::{ffi::c_void, mem::size_of};
 
@@ -33,20 +35,20 @@ const FRAMES_BYTES: u32 = (size_of::<u64>() * MAX_STACK_DEPTH) as u32;
 /// The current task's kernel stack.
 #[inline(always)]
 pub fn kernel_stack<C: EbpfContext>(ctx: &C, scratch: Scratch) -> u64 {
-    from_helper(ctx, scratch, 0, Some(Counter::KernelStackFailed))
+    kernel_stack_kept(ctx, scratch).0
 }
 
 /// The current task's kernel stack, and its number of frames, which stay in `SCRATCH[scratch]`
 /// for the caller to look at.
 #[inline(always)]
 pub fn kernel_stack_kept<C: EbpfContext>(ctx: &C, scratch: Scratch) -> (u64, u64) {
-    match fetch(ctx, scratch, 0, MAX_STACK_DEPTH as u32) {
-        Some(len) => (store(scratch, len), len),
-        None => {
-            count(Counter::KernelStackFailed);
-            (stack_id::LOST_FETCH, 0)
-        }
-    }
+    from_helper(
+        ctx,
+        scratch,
+        0,
+        MAX_STACK_DEPTH as u32,
+        Some(Counter::KernelStackFailed),
+    )
 }
 
 /// Frames asked for of a hard interrupt's wakeup stack when only the waker's name is wanted:
@@ -54,13 +56,10 @@ pub fn kernel_stack_kept<C: EbpfContext>(ctx: &C, scratch: Scratch) -> (u64, u64
 /// frames and `try_to_wake_up`.
 pub const TIMER_WAKEUP_FRAMES: u32 = 8;
 
-/// The first `frames` frames of the current task's kernel stack.
+/// The first `frames` frames of the current task's kernel stack (a waker's: no loss counted).
 #[inline(always)]
 pub fn kernel_stack_frames<C: EbpfContext>(ctx: &C, scratch: Scratch, frames: u32) -> u64 {
-    match fetch(ctx, scratch, 0, frames) {
-        Some(len) => store(scratch, len),
-        None => stack_id::LOST_FETCH,
-    }
+    from_helper(ctx, scratch, 0, frames, None).0
 }
 
 /// The current task's user stack: from `.eh_frame` rows when the loader provided them
@@ -78,8 +77,10 @@ pub fn user_stack<C: EbpfContext>(
             ctx,
             scratch,
             BPF_F_USER_STACK as u64,
+            MAX_STACK_DEPTH as u32,
             Some(Counter::UserStackFailed),
-        );
+        )
+        .0;
     }
     // SAFETY: `sample` is the perf_event context when given.
     let Some((ip, sp, bp)) = (unsafe { unwind::user_regs(sample) }) else {
@@ -125,20 +126,23 @@ pub fn waker_stacks<C: EbpfContext>(ctx: &C, scratch: Scratch, user: bool) -> (u
     (user, kernel)
 }
 
+/// Up to `frames` frames of the current stack through the kernel's helper, stored: the stack
+/// id and the number of frames.
 #[inline(always)]
 fn from_helper<C: EbpfContext>(
     ctx: &C,
     scratch: Scratch,
     flags: u64,
+    frames: u32,
     failed: Option<Counter>,
-) -> u64 {
-    match fetch(ctx, scratch, flags, MAX_STACK_DEPTH as u32) {
-        Some(len) => store(scratch, len),
+) -> (u64, u64) {
+    match fetch(ctx, scratch, flags, frames) {
+        Some(len) => (store(scratch, len), len),
         None => {
             if let Some(failed) = failed {
                 count(failed);
             }
-            stack_id::LOST_FETCH
+            (stack_id::LOST_FETCH, 0)
         }
     }
 }
