@@ -42,9 +42,8 @@ pub mod names {
     pub const MAP_STACKS: &str = "STACKS";
     /// `HashMap<WaitKey, WaitValue>`: finished off-CPU waits aggregated in the kernel.
     pub const MAP_WAITS: &str = "WAITS";
-    /// `HashMap<u32 tid, WaitStart>`: the wait each switched-out thread is in right now.
-    pub const MAP_WAIT_START: &str = "WAIT_START";
-    /// `HashMap<u32 tid, ThreadStats>`: name and exact on-CPU time per thread.
+    /// `HashMap<u32 tid, Thread>`: per thread, its name and exact on-CPU time, and the wait
+    /// it is in right now.
     pub const MAP_THREADS: &str = "THREADS";
     /// `PerCpuArray<u64>` indexed by [`super::Counter`].
     pub const MAP_COUNTERS: &str = "COUNTERS";
@@ -450,7 +449,7 @@ pub const fn log2_floor(v: u64) -> u32 {
     b
 }
 
-/// Value of [`names::MAP_WAIT_START`]: the wait a thread is in right now.
+/// The wait a thread is in right now ([`Thread::wait`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WaitStart {
@@ -529,7 +528,21 @@ unsafe impl aya::Pod for WaitValue {}
 // SAFETY: repr(C), only integer fields, explicit padding.
 unsafe impl aya::Pod for WaitStart {}
 
-/// Value of [`names::MAP_THREADS`].
+/// Value of [`names::MAP_THREADS`]: everything kept per thread, in one entry so that each side
+/// of a context switch looks a thread up once.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Thread {
+    pub stats: ThreadStats,
+    /// Open while `wait.ts_ns != 0`.
+    pub wait: WaitStart,
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C) of two Pod structs whose sizes are multiples of 8: no padding.
+unsafe impl aya::Pod for Thread {}
+
+/// A thread's name and on-CPU time ([`Thread::stats`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadStats {
@@ -708,8 +721,6 @@ pub enum Counter {
     Waits,
     /// Waits dropped because the wait map was full.
     WaitsMapFull,
-    /// Switch-outs not remembered because the start table was full.
-    WaitStartFull,
     /// Waits outside `--min-block-us`/`--max-block-us`.
     WaitsFiltered,
     /// Threads not tracked because the thread table was full.
@@ -738,7 +749,7 @@ pub enum Counter {
 }
 
 impl Counter {
-    pub const COUNT: u32 = 20;
+    pub const COUNT: u32 = 19;
 
     pub const ALL: [Counter; Self::COUNT as usize] = [
         Counter::Samples,
@@ -749,7 +760,6 @@ impl Counter {
         Counter::SwitchesOut,
         Counter::Waits,
         Counter::WaitsMapFull,
-        Counter::WaitStartFull,
         Counter::WaitsFiltered,
         Counter::ThreadsFull,
         Counter::MissedSwitchIns,
@@ -871,6 +881,7 @@ mod tests {
         assert_eq!(size_of::<WakerKey>(), 56);
         assert_eq!(size_of::<WakerValue>(), 32);
         assert_eq!(size_of::<ThreadStats>(), 56);
+        assert_eq!(size_of::<Thread>(), 144);
         assert_eq!(size_of::<Stack>(), 8 * (MAX_STACK_DEPTH + 1));
         assert_eq!(size_of::<TaskSnapshot>(), 56 + 8 * MAX_STACK_DEPTH);
         assert_eq!(size_of::<unwind::UnwindRow>(), 12);

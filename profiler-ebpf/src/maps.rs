@@ -6,8 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
 };
 use profiler_common::{
-    Control, Counter, SampleKey, SampleValue, Stack, ThreadStats, WaitKey, WaitStart, WaitValue,
-    WakerKey, WakerValue,
+    Control, Counter, SampleKey, SampleValue, Stack, Thread, WaitKey, WaitValue, WakerKey,
+    WakerValue,
 };
 
 // Every hash map is preallocated: an insert from sched_switch (IRQs off, run-queue lock held)
@@ -23,11 +23,10 @@ pub static STACKS: HashMap<u64, Stack> = HashMap::with_max_entries(32_768, 0);
 #[map]
 pub static WAITS: HashMap<WaitKey, WaitValue> = HashMap::with_max_entries(32_768, 0);
 
+/// Per thread, one entry for its stats and its open wait: each side of a context switch looks
+/// the thread up once.
 #[map]
-pub static WAIT_START: HashMap<u32, WaitStart> = HashMap::with_max_entries(65_536, 0);
-
-#[map]
-pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(65_536, 0);
+pub static THREADS: HashMap<u32, Thread> = HashMap::with_max_entries(65_536, 0);
 
 #[map]
 pub static WAKERS: HashMap<WakerKey, WakerValue> = HashMap::with_max_entries(32_768, 0);

@@ -7,7 +7,9 @@ use aya_ebpf::{
     programs::PerfEventContext,
 };
 use aya_log_ebpf::debug;
-use profiler_common::{Counter, SampleKey, SampleValue, ThreadStats, config_flags, stack_id};
+use profiler_common::{
+    Counter, SampleKey, SampleValue, Thread, ThreadStats, config_flags, stack_id,
+};
 
 use crate::{
     config,
@@ -87,13 +89,16 @@ fn remember_thread_name(tid: u32) {
     };
     match THREADS.get_ptr_mut(&tid) {
         // SAFETY: only this thread's own events write its entry's name.
-        Some(stats) => unsafe { (*stats).comm = comm },
+        Some(thread) => unsafe { (*thread).stats.comm = comm },
         None => {
-            let stats = ThreadStats {
-                comm,
-                ..ThreadStats::default()
+            let thread = Thread {
+                stats: ThreadStats {
+                    comm,
+                    ..ThreadStats::default()
+                },
+                ..Thread::default()
             };
-            if THREADS.insert(&tid, &stats, NOEXIST).is_err() {
+            if THREADS.insert(&tid, &thread, NOEXIST).is_err() {
                 count(Counter::ThreadsFull);
             }
         }

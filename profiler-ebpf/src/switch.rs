@@ -21,13 +21,13 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use profiler_common::{
-    COMM_LEN, Config, Counter, ThreadStats, WaitKey, WaitStart, WaitState, WakerKey, WakerValue,
-    classify_switch, config_flags, hist_bucket, stack_id, task_state,
+    COMM_LEN, Config, Counter, Thread, ThreadStats, WaitKey, WaitStart, WaitState, WakerKey,
+    WakerValue, classify_switch, config_flags, hist_bucket, stack_id, task_state,
 };
 
 use crate::{
     config, kstack,
-    maps::{SCRATCH_WAIT, Scratch, THREADS, WAIT_START, WAITS, WAKERS, capture_start, count},
+    maps::{SCRATCH_WAIT, Scratch, THREADS, WAITS, WAKERS, capture_start, count},
     stack,
 };
 
@@ -125,12 +125,36 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
             "first switch-out of the target on this CPU (tid {})", out.tid
         );
     }
-    let missed_in = account_on_cpu(out);
-    let slot = WAIT_START.get_ptr_mut(&out.tid);
-    if let (Some(missed_in), Some(slot)) = (missed_in, slot) {
+    // None: exiting, it never switches back in.
+    let state = classify_switch(out.preempt, out.prev_state);
+    let wait = match state {
+        Some(state) => wait_start(ctx, cfg, out, state),
+        None => WaitStart::default(),
+    };
+    let Some(thread) = THREADS.get_ptr_mut(&out.tid) else {
+        // Not seen yet: on the CPU since the capture began.
+        let thread = Thread {
+            stats: ThreadStats {
+                comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
+                on_cpu_ns: out.now.saturating_sub(out.start_ns),
+                last_in_ns: 0,
+                last_out_ns: out.now,
+                switches: 1,
+                last_exec_ns: out.exec_ns,
+            },
+            wait,
+        };
+        if THREADS.insert(&out.tid, &thread, NOEXIST).is_err() && count(Counter::ThreadsFull) == 0 {
+            debug!(ctx, "thread table full: raise --max-threads");
+        }
+        return;
+    };
+    // SAFETY: only this thread's events write its stats, one at a time; its wait is shared
+    // with its wakeups only (see `wakeup`).
+    let thread = unsafe { &mut *thread };
+    if let Some(missed_in) = account_on_cpu(&mut thread.stats, out, state.is_none()) {
         // The wait that began at the previous switch-out ended at the unreported switch-in.
-        // SAFETY: only this thread's switch events touch its slot, one at a time.
-        unsafe { close_wait(cfg, out.tid, &mut *slot, missed_in) };
+        close_wait(cfg, out.tid, &mut thread.wait, missed_in);
         if count(Counter::MissedSwitchIns) == 0 {
             debug!(
                 ctx,
@@ -138,12 +162,18 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
             );
         }
     }
+    // In place: no allocation or free per switch.
+    thread.wait = wait;
+}
 
-    let Some(state) = classify_switch(out.preempt, out.prev_state) else {
-        // Exiting: it never switches back in; drop its pending wait slot.
-        let _ = WAIT_START.remove(&out.tid);
-        return;
-    };
+/// The wait a thread enters at this switch-out: when, why, and its stacks.
+#[inline(always)]
+fn wait_start(
+    ctx: &BtfTracePointContext,
+    cfg: &Config,
+    out: &SwitchOut,
+    state: WaitState,
+) -> WaitStart {
     // A switch-out with the task still runnable and not preempted inside the kernel is the
     // scheduler running on the way back to user mode (or a yield): its kernel stack is always
     // that same return path, and taking it costs more than everything else here together.
@@ -164,50 +194,25 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     } else {
         stack_id::EMPTY
     };
-    let start = WaitStart {
+    WaitStart {
         ts_ns: out.now,
         user_stack,
         kernel_stack,
         state: state as u32,
         ..WaitStart::default()
-    };
-    match slot {
-        // Reuse the thread's slot in place: no allocation or free per switch.
-        // SAFETY: only this thread's switch events touch its slot, one at a time.
-        Some(slot) => unsafe { *slot = start },
-        None => {
-            if WAIT_START.insert(&out.tid, &start, NOEXIST).is_err()
-                && count(Counter::WaitStartFull) == 0
-            {
-                debug!(ctx, "wait start table full: raise --max-threads");
-            }
-        }
     }
 }
 
+/// Switch-outs between refreshes of a thread's name: threads rarely rename themselves after
+/// their first moments, on-CPU samples refresh it too, and its last switch-out (exit) always
+/// does.
+const COMM_REFRESH_SWITCHES: u64 = 32;
+
 /// Adds the time since this thread's switch-in (or since the capture began) to its on-CPU
-/// total and refreshes its name. Returns when the thread really switched in if the kernel did
-/// not report that switch-in.
+/// total. Returns when the thread really switched in if the kernel did not report that
+/// switch-in.
 #[inline(always)]
-fn account_on_cpu(out: &SwitchOut) -> Option<u64> {
-    let comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
-    let Some(stats) = THREADS.get_ptr_mut(&out.tid) else {
-        // Not seen yet: on the CPU since the capture began.
-        let stats = ThreadStats {
-            comm,
-            on_cpu_ns: out.now.saturating_sub(out.start_ns),
-            last_in_ns: 0,
-            last_out_ns: out.now,
-            switches: 1,
-            last_exec_ns: out.exec_ns,
-        };
-        if THREADS.insert(&out.tid, &stats, NOEXIST).is_err() {
-            count(Counter::ThreadsFull);
-        }
-        return None;
-    };
-    // SAFETY: only this thread's events write its entry, one at a time.
-    let stats = unsafe { &mut *stats };
+fn account_on_cpu(stats: &mut ThreadStats, out: &SwitchOut, exiting: bool) -> Option<u64> {
     let missed_in = stats.last_out_ns != 0 && stats.last_out_ns >= stats.last_in_ns;
     let since = if missed_in && stats.last_exec_ns != 0 && out.exec_ns >= stats.last_exec_ns {
         let ran = out.exec_ns - stats.last_exec_ns;
@@ -226,35 +231,45 @@ fn account_on_cpu(out: &SwitchOut) -> Option<u64> {
     stats.last_out_ns = out.now;
     stats.last_exec_ns = out.exec_ns;
     stats.switches += 1;
-    stats.comm = comm;
+    if exiting || stats.switches % COMM_REFRESH_SWITCHES == 0 {
+        stats.comm = bpf_get_current_comm().unwrap_or(stats.comm);
+    }
     missed_in.then_some(since)
 }
 
 #[inline(always)]
 fn switch_in(cfg: &Config, next: *const u8, tid: u32, now: u64) {
-    match THREADS.get_ptr_mut(&tid) {
-        // SAFETY: only this thread's events write its entry, one at a time.
-        Some(stats) => unsafe { (*stats).last_in_ns = now },
-        None => {
-            // First sight of this thread (it was created, or blocked since before the capture):
-            // learn its name from the task itself.
-            // SAFETY: `comm` is a TASK_COMM_LEN array inside the live task_struct.
-            let comm = unsafe { read::<[u8; COMM_LEN]>(next, cfg.task_comm_offset) }
-                .unwrap_or([0; COMM_LEN]);
-            let stats = ThreadStats {
-                comm,
+    let Some(thread) = THREADS.get_ptr_mut(&tid) else {
+        // First sight of this thread (blocked since before the capture and not found by the
+        // start snapshot).
+        let thread = Thread {
+            stats: ThreadStats {
+                comm: comm_of(cfg, next),
                 last_in_ns: now,
                 ..ThreadStats::default()
-            };
-            if THREADS.insert(&tid, &stats, NOEXIST).is_err() {
-                count(Counter::ThreadsFull);
-            }
+            },
+            ..Thread::default()
+        };
+        if THREADS.insert(&tid, &thread, NOEXIST).is_err() {
+            count(Counter::ThreadsFull);
         }
+        return;
+    };
+    // SAFETY: as in `switch_out`.
+    let thread = unsafe { &mut *thread };
+    thread.stats.last_in_ns = now;
+    if thread.stats.comm[0] == 0 {
+        // Created during the capture, or seeded by the start snapshot: named on first run.
+        thread.stats.comm = comm_of(cfg, next);
     }
-    if let Some(slot) = WAIT_START.get_ptr_mut(&tid) {
-        // SAFETY: only this thread's switch events touch its slot, one at a time.
-        unsafe { close_wait(cfg, tid, &mut *slot, now) };
-    }
+    close_wait(cfg, tid, &mut thread.wait, now);
+}
+
+/// The name of a task that is not the current one.
+#[inline(always)]
+fn comm_of(cfg: &Config, task: *const u8) -> [u8; COMM_LEN] {
+    // SAFETY: `comm` is a TASK_COMM_LEN array inside the live task_struct.
+    unsafe { read::<[u8; COMM_LEN]>(task, cfg.task_comm_offset) }.unwrap_or([0; COMM_LEN])
 }
 
 /// Ends the wait in `slot` at `end`, if one is open, and aggregates it. A wait that a wakeup

@@ -15,12 +15,12 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use profiler_common::{
-    COMM_LEN, Config, Counter, WaitStart, WaitState, config_flags, stack_id, waker_context,
+    COMM_LEN, Config, Counter, Thread, WaitStart, WaitState, config_flags, stack_id, waker_context,
 };
 
 use crate::{
     config,
-    maps::{Scratch, WAIT_START, capture_start, count},
+    maps::{Scratch, THREADS, capture_start, count},
     stack,
     switch::load,
 };
@@ -67,11 +67,25 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
             wake_ts_ns: now,
             ..WaitStart::default()
         };
-        let start = waker.recorded_in(start);
-        let _ = WAIT_START.insert(&tid, &start, NOEXIST);
+        let wait = waker.recorded_in(start);
+        match THREADS.get_ptr_mut(&tid) {
+            // A reused tid: the entry of the thread that had it stays for the report.
+            // SAFETY: a new thread has no other events yet.
+            Some(thread) => unsafe { (*thread).wait = wait },
+            None => {
+                // Its name is read at its first switch-in.
+                let thread = Thread {
+                    wait,
+                    ..Thread::default()
+                };
+                if THREADS.insert(&tid, &thread, NOEXIST).is_err() {
+                    count(Counter::ThreadsFull);
+                }
+            }
+        }
         return;
     }
-    let Some(slot) = WAIT_START.get_ptr_mut(&tid) else {
+    let Some(thread) = THREADS.get_ptr_mut(&tid) else {
         return;
     };
     // SAFETY: only the wakee's switch events and its wakeups touch the slot. `sched_waking`
@@ -79,7 +93,7 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
     // for that switch to finish only after the tracepoint); then the slot is not open yet, or
     // the switch-out rewrites it, and the wait counts as blocked until switch-in: a wakeup
     // lost, never a wrong one (`close_wait` ignores a wakeup before the wait began).
-    let slot = unsafe { &mut *slot };
+    let slot = unsafe { &mut (*thread).wait };
     let sleeping = slot.state == WaitState::Sleep as u32
         || slot.state == WaitState::Io as u32
         || slot.state == WaitState::Other as u32;

@@ -8,7 +8,7 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData},
 };
 use profiler_common::{
-    SampleKey, SampleValue, Stack, ThreadStats, WaitKey, WaitStart, WaitValue, WakerKey,
+    SampleKey, SampleValue, Stack, Thread, ThreadStats, WaitKey, WaitStart, WaitValue, WakerKey,
     WakerValue, names,
 };
 
@@ -51,13 +51,15 @@ pub fn drain(probes: &Probes, pid: u32) -> Result<Drained, ProbeError> {
     let samples = entries::<SampleKey, SampleValue>(read(names::MAP_SAMPLES)?, names::MAP_SAMPLES)?;
     let waits = entries::<WaitKey, WaitValue>(read(names::MAP_WAITS)?, names::MAP_WAITS)?;
     let wakers = entries::<WakerKey, WakerValue>(read(names::MAP_WAKERS)?, names::MAP_WAKERS)?;
-    let open_waits: Vec<(u32, WaitStart)> =
-        entries::<u32, WaitStart>(read(names::MAP_WAIT_START)?, names::MAP_WAIT_START)?
-            .into_iter()
-            .filter(|(_, w)| w.ts_ns != 0)
-            .collect();
-    let threads = entries::<u32, ThreadStats>(read(names::MAP_THREADS)?, names::MAP_THREADS)?
+    let per_thread = entries::<u32, Thread>(read(names::MAP_THREADS)?, names::MAP_THREADS)?;
+    let open_waits: Vec<(u32, WaitStart)> = per_thread
+        .iter()
+        .filter(|(_, t)| t.wait.ts_ns != 0)
+        .map(|(tid, t)| (*tid, t.wait))
+        .collect();
+    let threads = per_thread
         .into_iter()
+        .map(|(tid, t)| (tid, t.stats))
         .collect();
     let stacks = entries::<u64, Stack>(read(names::MAP_STACKS)?, names::MAP_STACKS)?
         .into_iter()

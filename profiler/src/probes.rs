@@ -13,7 +13,7 @@ use aya::{
     util::online_cpus,
 };
 use profiler_common::{
-    Config, Control, Counter, TaskSnapshot, WaitStart, config_flags,
+    COMM_LEN, Config, Control, Counter, TaskSnapshot, Thread, ThreadStats, WaitStart, config_flags,
     names::{self, GLOBAL_CONFIG, GLOBAL_IRQ_ENTRY},
     unwind::{ProcMappings, RowChunk},
 };
@@ -147,7 +147,6 @@ impl Probes {
             .map_max_entries(names::MAP_WAKERS, cfg.max_keys)
             .map_max_entries(names::MAP_UNWIND_ROWS, cfg.dwarf_chunks.unwrap_or(1).max(1))
             .map_max_entries(names::MAP_THREADS, cfg.max_threads)
-            .map_max_entries(names::MAP_WAIT_START, cfg.max_threads)
             .load(EBPF_OBJECT)
             .map_err(ProbeError::Load)?;
 
@@ -362,20 +361,33 @@ impl Probes {
         Ok(parse_snapshots(&bytes))
     }
 
-    /// Seeds the wait slot of a thread found blocked at capture start, unless the thread has
-    /// already switched out since (then the kernel's own record is better).
-    pub fn seed_wait(&mut self, tid: u32, start: &WaitStart) -> Result<SeedOutcome, ProbeError> {
+    /// Seeds the entry of a thread found blocked at capture start with its name and wait,
+    /// unless a program has recorded the thread since (then the kernel's own record is
+    /// better).
+    pub fn seed_wait(
+        &mut self,
+        tid: u32,
+        comm: [u8; COMM_LEN],
+        wait: &WaitStart,
+    ) -> Result<SeedOutcome, ProbeError> {
         let map = self
             .ebpf
-            .map_mut(names::MAP_WAIT_START)
-            .ok_or(ProbeError::MissingMap(names::MAP_WAIT_START))?;
-        let mut hash: HashMap<&mut MapData, u32, WaitStart> =
+            .map_mut(names::MAP_THREADS)
+            .ok_or(ProbeError::MissingMap(names::MAP_THREADS))?;
+        let mut hash: HashMap<&mut MapData, u32, Thread> =
             HashMap::try_from(map).map_err(|source| ProbeError::Map {
-                name: names::MAP_WAIT_START,
+                name: names::MAP_THREADS,
                 source,
             })?;
+        let thread = Thread {
+            stats: ThreadStats {
+                comm,
+                ..ThreadStats::default()
+            },
+            wait: *wait,
+        };
         const BPF_NOEXIST: u64 = 1;
-        match hash.insert(tid, start, BPF_NOEXIST) {
+        match hash.insert(tid, thread, BPF_NOEXIST) {
             Ok(()) => Ok(SeedOutcome::Seeded),
             Err(aya::maps::MapError::SyscallError(e))
                 if e.io_error.raw_os_error() == Some(libc::EEXIST) =>
@@ -388,7 +400,7 @@ impl Probes {
                 Ok(SeedOutcome::TableFull)
             }
             Err(source) => Err(ProbeError::Map {
-                name: names::MAP_WAIT_START,
+                name: names::MAP_THREADS,
                 source,
             }),
         }
@@ -415,9 +427,9 @@ where
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SeedOutcome {
     Seeded,
-    /// The thread switched out since: the kernel's record wins.
+    /// A program recorded the thread since: the kernel's record wins.
     AlreadyRecorded,
-    /// The wait start table is full (`--max-threads`).
+    /// The thread table is full (`--max-threads`).
     TableFull,
 }
 

@@ -87,7 +87,7 @@ pub struct Seeds {
     pub names: HashMap<u32, String>,
     /// Threads found blocked at capture start.
     pub blocked: u64,
-    /// Threads found blocked whose wait could not be seeded (wait start table full).
+    /// Threads found blocked whose wait could not be seeded (thread table full).
     pub lost: u64,
 }
 
@@ -411,11 +411,6 @@ impl Profile {
                 "waits: wait table full",
                 c.get(Counter::WaitsMapFull),
                 "--max-keys",
-            ),
-            (
-                "switch-outs: thread table full",
-                c.get(Counter::WaitStartFull),
-                "--max-threads",
             ),
             (
                 "waits in progress at start: thread table full",

@@ -69,7 +69,7 @@ pub fn seed_blocked_threads(
             flags: wait_flags::SNAPSHOT,
             ..WaitStart::default()
         };
-        match probes.seed_wait(snap.tid, &seed)? {
+        match probes.seed_wait(snap.tid, snap.comm, &seed)? {
             SeedOutcome::Seeded => seeds.blocked += 1,
             SeedOutcome::AlreadyRecorded => {}
             SeedOutcome::TableFull => seeds.lost += 1,
