@@ -13,9 +13,7 @@
 //! (`se.sum_exec_runtime` is brought up to date before the tracepoint fires).
 
 use aya_ebpf::{
-    helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
-    },
+    helpers::{bpf_get_current_comm, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
@@ -43,10 +41,14 @@ const ARG_PREV_STATE: usize = 3;
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     let cfg = config();
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let prev_is_target = (pid_tgid >> 32) as u32 == cfg.target_tgid;
+    // `prev` is the current task. Plain loads from both task arguments, no helper call: this
+    // runs for every context switch on the machine.
+    let prev: *const u8 = ctx.arg(ARG_PREV);
     let next: *const u8 = ctx.arg(ARG_NEXT);
-    // SAFETY: `next` is a live task_struct; the offset comes from this kernel's BTF.
+    // SAFETY: both are live task_structs; the offset comes from this kernel's BTF.
+    let prev_tgid: u32 = unsafe { load(prev, cfg.task_tgid_offset) };
+    let prev_is_target = prev_tgid == cfg.target_tgid;
+    // SAFETY: as above.
     let next_tgid: u32 = unsafe { load(next, cfg.task_tgid_offset) };
     let next_is_target = next_tgid == cfg.target_tgid;
     // Every context switch on the machine comes here: foreign ones leave now.
@@ -62,11 +64,15 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     if prev_is_target {
         let preempt: u64 = ctx.arg(ARG_PREEMPT);
         let prev_state: u64 = ctx.arg(ARG_PREV_STATE);
-        let prev: *const u8 = ctx.arg(ARG_PREV);
         // SAFETY: `prev` is the live current task.
-        let exec_ns: u64 = unsafe { load(prev, cfg.task_exec_offset) };
+        let (tid, exec_ns): (u32, u64) = unsafe {
+            (
+                load(prev, cfg.task_pid_offset),
+                load(prev, cfg.task_exec_offset),
+            )
+        };
         let out = SwitchOut {
-            tid: pid_tgid as u32,
+            tid,
             now,
             start_ns,
             exec_ns,
