@@ -44,7 +44,7 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
         stack_id::EMPTY
     };
     let user_stack = if cfg.flags & config_flags::USER_STACKS != 0 {
-        stack::user_stack(&ctx, Scratch::Sample, Some(ctx.ctx), false)
+        stack::user_stack(&ctx, Scratch::Sample, Some(ctx.ctx), None)
     } else {
         stack_id::EMPTY
     };

@@ -12,7 +12,6 @@ use core::{ffi::c_void, mem::size_of};
 use aya_ebpf::{
     EbpfContext, Global,
     bindings::{BPF_F_USER_STACK, bpf_perf_event_data},
-    helpers::bpf_get_current_pid_tgid,
     helpers::generated::{bpf_get_stack, bpf_loop},
 };
 use profiler_common::{
@@ -64,13 +63,14 @@ pub fn kernel_stack_frames<C: EbpfContext>(ctx: &C, scratch: Scratch, frames: u3
 
 /// The current task's user stack: from `.eh_frame` rows when the loader provided them
 /// (`--unwind dwarf`, the default), else from frame pointers. `sample` is the perf_event
-/// context when called from the sampler.
+/// context when called from the sampler; `memo_tid` the current thread's id when the stop
+/// should be remembered (switch-outs).
 #[inline(always)]
 pub fn user_stack<C: EbpfContext>(
     ctx: &C,
     scratch: Scratch,
     sample: Option<*const bpf_perf_event_data>,
-    memo: bool,
+    memo_tid: Option<u32>,
 ) -> u64 {
     if crate::config().flags & config_flags::DWARF_UNWIND == 0 {
         return from_helper(
@@ -90,7 +90,8 @@ pub fn user_stack<C: EbpfContext>(
     // A thread switching out again where it stopped before (the same syscall of the same loop,
     // or preemption on the way back from it) has the same stack if the words that stack was
     // unwound from are unchanged: recognise it instead of walking it again.
-    let key = unwind::MemoKey::new(bpf_get_current_pid_tgid() as u32, ip, sp);
+    let memo = memo_tid.is_some();
+    let key = unwind::MemoKey::new(memo_tid.unwrap_or(0), ip, sp);
     if memo {
         if let Some(id) = unwind::memo_lookup(&key, bp, scratch) {
             count(Counter::UnwindMemoHits);
@@ -114,7 +115,7 @@ pub fn user_stack<C: EbpfContext>(
 pub fn waker_stacks<C: EbpfContext>(ctx: &C, scratch: Scratch, user: bool) -> (u64, u64) {
     let kernel = waker_kernel_stack(ctx, scratch);
     let user = if user {
-        user_stack(ctx, scratch, None, false)
+        user_stack(ctx, scratch, None, None)
     } else {
         stack_id::EMPTY
     };

@@ -196,7 +196,7 @@ fn wait_start(
     let user_stack = if cfg.flags & config_flags::USER_STACKS != 0 {
         // Threads of a service stop at a handful of places (the syscalls of their loop, and
         // preemption on the way back from them): each place's last unwind is remembered.
-        stack::user_stack(ctx, Scratch::Switch, None, true)
+        stack::user_stack(ctx, Scratch::Switch, None, Some(out.tid))
     } else {
         stack_id::EMPTY
     };
