@@ -75,7 +75,9 @@ const GOAL_COST_FACTOR: f64 = 0.7;
 const GOAL_POST_SECS: f64 = 1.0;
 const GOAL_RSS_MB: f64 = 150.0;
 
-/// `cargo xtask bench [--rounds N] [--secs S] [--quick]`.
+mod compare;
+
+/// `cargo xtask bench [--rounds N] [--secs S] [--quick] [--against PROFILER_BINARY]`.
 pub fn run(root: &Path, args: &[OsString]) -> Result<ExitCode> {
     let opts = Options::parse(args)?;
     if !crate::is_root() {
@@ -108,6 +110,10 @@ pub fn run(root: &Path, args: &[OsString]) -> Result<ExitCode> {
     ));
     // Warm-up: first requests fault in nginx's pages and fill the page cache.
     run_wrk(bench.port, if opts.quick { 1 } else { 3 })?;
+    if let Some(other) = &opts.against {
+        compare::run(&bench, other, opts.rounds, opts.secs)?;
+        return Ok(ExitCode::SUCCESS);
+    }
 
     let throughput = throughput_rounds(&bench, &opts)?;
     let costs = bpf_costs(&bench, &opts)?;
@@ -152,6 +158,8 @@ struct Options {
     rounds: usize,
     secs: u64,
     quick: bool,
+    /// `--against BINARY`: only compare BPF cost per event with that profiler build.
+    against: Option<PathBuf>,
     /// As typed, for the report.
     command: String,
 }
@@ -164,6 +172,7 @@ impl Options {
             rounds: 7,
             secs: 10,
             quick: false,
+            against: None,
             command: "cargo xtask bench".to_string(),
         };
         let mut it = args.iter();
@@ -187,9 +196,13 @@ impl Options {
                 "--rounds" => opts.rounds = value("--rounds")? as usize,
                 "--secs" => opts.secs = value("--secs")?,
                 "--quick" => opts.quick = true,
+                "--against" => {
+                    let path = it.next().context("--against needs a profiler binary")?;
+                    opts.against = Some(PathBuf::from(path));
+                }
                 other => bail!(
                     "unknown bench option {other:?} (usage: cargo xtask bench [--rounds N] \
-                     [--secs S] [--quick])"
+                     [--secs S] [--quick] [--against PROFILER_BINARY])"
                 ),
             }
         }
