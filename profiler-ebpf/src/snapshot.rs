@@ -3,7 +3,8 @@
 //!
 //! A thread blocked since before the capture produces no switch-out event, so without this its
 //! wait would be invisible (BCC's offcputime shows nothing for it). User space unwinds the user
-//! stack from the saved registers and seeds `WAIT_START` with what this program reports.
+//! stack from the saved registers and seeds the thread's `THREADS` entry with what this
+//! program reports.
 
 use core::{ffi::c_void, mem::size_of};
 

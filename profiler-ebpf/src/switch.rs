@@ -1,10 +1,10 @@
 //! Off-CPU waits from `sched_switch` (tp_btf; this kernel has no kprobes).
 //!
 //! Switch-out of a target thread: account its on-CPU time, remember when and why it left
-//! (state) and its stacks in `WAIT_START`. Switch-in of a target thread: the interval since
-//! that switch-out is one wait, added to `WAITS` under (tid, state, stacks) with its duration
-//! in a log2 histogram. At `sched_switch` the current task is still `prev`, so `prev`'s stacks
-//! are the current task's stacks.
+//! (state) and its stacks in its `THREADS` entry. Switch-in of a target thread: the interval
+//! since that switch-out is one wait, added to `WAITS` under (tid, state, stacks) with its
+//! duration in a log2 histogram. At `sched_switch` the current task is still `prev`, so
+//! `prev`'s stacks are the current task's stacks.
 //!
 //! The kernel does not report every switch: on this machine switches away from some tasks
 //! (PID 1's threads) produce no `sched_switch` at all, so a target thread can switch out twice

@@ -160,7 +160,7 @@ const MEMO_POISONED: u32 = u32::MAX;
 ///
 /// The words' values are kept as one 64-bit hash ([`memo_hash`]), like the stack ids
 /// themselves: a check then reads the memo's header and offsets, two or three cache lines,
-/// where comparing values read eight more, cold ones — the check was a sixth of sched_switch's
+/// where comparing values read eight more — the check was a sixth of sched_switch's
 /// time (A/B of two profilers on one nginx worker, `bpf_stats`).
 #[repr(C)]
 #[derive(Clone, Copy)]
