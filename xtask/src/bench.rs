@@ -160,6 +160,9 @@ struct Options {
     quick: bool,
     /// `--against BINARY`: only compare BPF cost per event with that profiler build.
     against: Option<PathBuf>,
+    /// `--only wall,offcputime`: the conditions run next to the baseline (all when empty).
+    /// Fewer conditions per round put each one closer in time to its baseline.
+    only: Vec<Condition>,
     /// As typed, for the report.
     command: String,
 }
@@ -173,6 +176,7 @@ impl Options {
             secs: 10,
             quick: false,
             against: None,
+            only: Vec::new(),
             command: "cargo xtask bench".to_string(),
         };
         let mut it = args.iter();
@@ -196,13 +200,31 @@ impl Options {
                 "--rounds" => opts.rounds = value("--rounds")? as usize,
                 "--secs" => opts.secs = value("--secs")?,
                 "--quick" => opts.quick = true,
+                "--only" => {
+                    let list = it
+                        .next()
+                        .and_then(|v| v.to_str())
+                        .context("--only needs a list such as wall,offcputime")?;
+                    opts.command.push(' ');
+                    opts.command.push_str(list);
+                    for name in list.split(',') {
+                        let cond = Condition::ALL
+                            .into_iter()
+                            .find(|c| c.name() == Some(name))
+                            .with_context(|| {
+                                format!("--only: {name:?} is none of wall, cpu, offcputime, perf")
+                            })?;
+                        opts.only.push(cond);
+                    }
+                }
                 "--against" => {
                     let path = it.next().context("--against needs a profiler binary")?;
                     opts.against = Some(PathBuf::from(path));
                 }
                 other => bail!(
                     "unknown bench option {other:?} (usage: cargo xtask bench [--rounds N] \
-                     [--secs S] [--quick] [--against PROFILER_BINARY])"
+                     [--secs S] [--quick] [--only wall,cpu,offcputime,perf] \
+                     [--against PROFILER_BINARY])"
                 ),
             }
         }
@@ -211,6 +233,14 @@ impl Options {
             opts.secs = 3;
         }
         Ok(opts)
+    }
+
+    /// The conditions measured: the baseline and what `--only` names (all by default).
+    fn conditions(&self) -> Vec<Condition> {
+        Condition::ALL
+            .into_iter()
+            .filter(|c| *c == Condition::Baseline || self.only.is_empty() || self.only.contains(c))
+            .collect()
     }
 
     /// The post-processing capture: 20 s as in the goal, shortened with `--quick`.
@@ -475,6 +505,17 @@ impl Condition {
             Condition::Cpu => "ours `--mode cpu`",
             Condition::Offcputime => "offcputime (libbpf-tools)",
             Condition::Perf => "`perf record -F 99 --call-graph dwarf`",
+        }
+    }
+
+    /// For `--only`.
+    fn name(self) -> Option<&'static str> {
+        match self {
+            Condition::Baseline => None,
+            Condition::Wall => Some("wall"),
+            Condition::Cpu => Some("cpu"),
+            Condition::Offcputime => Some("offcputime"),
+            Condition::Perf => Some("perf"),
         }
     }
 
@@ -823,16 +864,16 @@ struct Throughput {
 
 impl Throughput {
     fn ratios(&self, cond: Condition) -> Vec<f64> {
-        self.rps
-            .iter()
-            .map(|r| r[&cond] / r[&Condition::Baseline])
-            .collect()
+        self.paired(cond, Condition::Baseline)
     }
 
     /// `a ÷ b` round by round: both ran minutes apart under the same conditions, so this
     /// cancels the drift between rounds that dominates the ratios to the baseline.
     fn paired(&self, a: Condition, b: Condition) -> Vec<f64> {
-        self.rps.iter().map(|r| r[&a] / r[&b]).collect()
+        self.rps
+            .iter()
+            .filter_map(|r| Some(r.get(&a)? / r.get(&b)?))
+            .collect()
     }
 
     fn baseline(&self) -> Vec<f64> {
@@ -847,8 +888,8 @@ fn throughput_rounds(bench: &Bench, opts: &Options) -> Result<Throughput> {
     };
     for round in 0..opts.rounds {
         // Rotate the order so that no condition always runs first or after the same one.
-        let order =
-            (0..Condition::ALL.len()).map(|i| Condition::ALL[(i + round) % Condition::ALL.len()]);
+        let conditions = opts.conditions();
+        let order = (0..conditions.len()).map(|i| conditions[(i + round) % conditions.len()]);
         let mut rps = HashMap::new();
         for cond in order {
             let run = run_undisturbed(bench, cond, opts.secs, false)?;
@@ -902,7 +943,10 @@ fn bpf_costs(bench: &Bench, opts: &Options) -> Result<Costs> {
     let _stats = BpfStats::enable()?;
     let mut costs = Costs::default();
     for round in 0..opts.rounds {
-        let mut order = [Condition::Wall, Condition::Offcputime];
+        let mut order: Vec<Condition> = [Condition::Wall, Condition::Offcputime]
+            .into_iter()
+            .filter(|c| opts.conditions().contains(c))
+            .collect();
         if round % 2 == 1 {
             order.reverse();
         }
@@ -1459,6 +1503,9 @@ impl Report<'_> {
             Condition::Perf,
         ] {
             let ratios = t.ratios(cond);
+            if ratios.is_empty() {
+                continue;
+            }
             let (lo, hi) = min_max(&ratios);
             let mid = median(&ratios);
             let (goal, met) = if cond == Condition::Wall {
@@ -1476,6 +1523,9 @@ impl Report<'_> {
             );
         }
         let paired = t.paired(Condition::Wall, Condition::Offcputime);
+        if paired.is_empty() {
+            return;
+        }
         let (lo, hi) = min_max(&paired);
         let _ = writeln!(
             md,
