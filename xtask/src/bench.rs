@@ -77,7 +77,8 @@ const GOAL_RSS_MB: f64 = 150.0;
 
 mod compare;
 
-/// `cargo xtask bench [--rounds N] [--secs S] [--quick] [--against PROFILER_BINARY]`.
+/// `cargo xtask bench [--rounds N] [--secs S] [--quick] [--only wall,cpu,offcputime,perf]
+/// [--against PROFILER_BINARY]`.
 pub fn run(root: &Path, args: &[OsString]) -> Result<ExitCode> {
     let opts = Options::parse(args)?;
     if !crate::is_root() {
