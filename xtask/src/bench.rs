@@ -3,9 +3,11 @@
 //! private nginx under wrk load.
 //!
 //! Three measurements, each in its own phase:
-//! 1. **Throughput.** Rounds of wrk, one run per condition (baseline, ours wall, ours cpu,
-//!    offcputime, perf) with the order rotating each round; every condition's requests/s is
-//!    divided by the baseline of its own round, so slow drift of the machine affects all alike.
+//! 1. **Throughput.** A profiled nginx worker against an unprofiled one within the same
+//!    10 ms: both under their own wrk on one CPU, taking turns (see `throughput.rs`, which
+//!    says why one-after-the-other runs cannot resolve a few percent on this machine). One
+//!    run per condition (ours wall, ours cpu, offcputime, perf, and nothing at all as the
+//!    noise floor) per round, the order rotating and the profiled side alternating.
 //!    bpf_stats stays off here: its two clock reads per program run would tax the BPF tools.
 //! 2. **BPF cost per event.** With `kernel.bpf_stats_enabled=1`, ours (wall) and offcputime
 //!    run under the same wrk load; `run_time_ns / run_cnt` of each program is taken as the
@@ -17,8 +19,9 @@
 //!    keeps running through the post-processing, as on a loaded server); the time comes from
 //!    the profiler's own `-v` log line, the peak RSS from `wait4`'s rusage.
 //!
-//! nginx runs two workers and both our profiler and offcputime take a single PID, so **every
-//! tool runs one instance per worker**, all attached before wrk starts. That measures the
+//! Phases 2 and 3 use one nginx with two workers under `wrk -t2 -c64`, unpinned. Both our
+//! profiler and offcputime take a single PID, so there **every tool runs one instance per
+//! worker**, all attached before wrk starts. That measures the
 //! overhead of profiling everything that serves the requests; profiling only the busiest
 //! worker would leave about half the traffic unprofiled and flatter every tool alike.
 //!
@@ -51,7 +54,7 @@ use crate::packages::{self, Package};
 
 const WRK_THREADS: u32 = 2;
 const WRK_CONNECTIONS: u32 = 64;
-const NGINX_WORKERS: usize = 2;
+pub(crate) const NGINX_WORKERS: usize = 2;
 /// After every tool reports it is attached: lets start-up work (symbol loading, the task
 /// snapshot) finish so it is not charged to the throughput of the run.
 const SETTLE: Duration = Duration::from_secs(1);
@@ -76,6 +79,7 @@ const GOAL_POST_SECS: f64 = 1.0;
 const GOAL_RSS_MB: f64 = 150.0;
 
 mod compare;
+mod throughput;
 
 /// `cargo xtask bench [--rounds N] [--secs S] [--quick] [--only wall,cpu,offcputime,perf]
 /// [--against PROFILER_BINARY]`.
@@ -93,7 +97,7 @@ pub fn run(root: &Path, args: &[OsString]) -> Result<ExitCode> {
     let binary = crate::build(root, false)?;
 
     let scratch = Scratch::create()?;
-    let nginx = Nginx::start(&scratch.0)?;
+    let nginx = Nginx::start(&scratch.0, NGINX_WORKERS)?;
     let bench = Bench {
         binary,
         dir: scratch.0.clone(),
@@ -116,7 +120,11 @@ pub fn run(root: &Path, args: &[OsString]) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let throughput = throughput_rounds(&bench, &opts)?;
+    let throughput = {
+        let sides = throughput::Sides::start(&scratch.0)?;
+        say(&format!("throughput: {}", sides.describe()));
+        throughput::rounds(&bench, &sides, &opts)?
+    };
     let costs = bpf_costs(&bench, &opts)?;
     let post = post_processing(&bench, &opts)?;
     drop(nginx);
@@ -322,10 +330,11 @@ impl Drop for Scratch {
 pub(crate) struct Nginx {
     master: Child,
     pub(crate) port: u16,
+    worker_count: usize,
 }
 
 impl Nginx {
-    pub(crate) fn start(dir: &Path) -> Result<Self> {
+    pub(crate) fn start(dir: &Path, workers: usize) -> Result<Self> {
         let port = free_port()?;
         fs::write(
             dir.join("www/index.html"),
@@ -333,7 +342,7 @@ impl Nginx {
              <body><p>A small static page for the profiler bench.</p></body></html>\n",
         )?;
         let conf = dir.join("nginx.conf");
-        fs::write(&conf, nginx_config(dir, port))?;
+        fs::write(&conf, nginx_config(dir, port, workers))?;
         let error_log = dir.join("error.log");
         let master = Command::new("/usr/sbin/nginx")
             .arg("-p")
@@ -347,14 +356,18 @@ impl Nginx {
             .stderr(Stdio::null())
             .spawn()
             .context("cannot start nginx")?;
-        let nginx = Nginx { master, port };
+        let nginx = Nginx {
+            master,
+            port,
+            worker_count: workers,
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err()
-            || children(nginx.master.id()).len() < NGINX_WORKERS
+            || children(nginx.master.id()).len() < workers
         {
             if Instant::now() > deadline {
                 bail!(
-                    "nginx did not start listening on 127.0.0.1:{port} with {NGINX_WORKERS} \
+                    "nginx did not start listening on 127.0.0.1:{port} with {workers} \
                      workers within 10 s; its error log ends with: {}",
                     tail_of_file(&error_log)
                 );
@@ -370,8 +383,12 @@ impl Nginx {
             .map(|(pid, _)| pid)
             .collect();
         pids.sort_unstable();
-        if pids.len() != NGINX_WORKERS {
-            bail!("nginx has {} workers, expected {NGINX_WORKERS}", pids.len());
+        if pids.len() != self.worker_count {
+            bail!(
+                "nginx has {} workers, expected {}",
+                pids.len(),
+                self.worker_count
+            );
         }
         Ok(pids)
     }
@@ -396,11 +413,11 @@ impl Drop for Nginx {
     }
 }
 
-fn nginx_config(dir: &Path, port: u16) -> String {
+fn nginx_config(dir: &Path, port: u16, workers: usize) -> String {
     let d = dir.display();
     format!(
         "# Written by cargo xtask bench; private to this run.
-worker_processes {NGINX_WORKERS};
+worker_processes {workers};
 daemon off;
 pid {d}/nginx.pid;
 error_log {d}/error.log warn;
@@ -430,12 +447,6 @@ fn free_port() -> Result<u16> {
 // ---------------------------------------------------------------------------------------------
 // wrk
 
-struct Load {
-    requests_per_sec: f64,
-    /// "Socket errors" and "Non-2xx or 3xx responses" lines, if any.
-    errors: Vec<String>,
-}
-
 pub(crate) fn wrk_command(port: u16, secs: u64) -> Command {
     let mut cmd = Command::new("wrk");
     cmd.arg(format!("-t{WRK_THREADS}"))
@@ -445,23 +456,13 @@ pub(crate) fn wrk_command(port: u16, secs: u64) -> Command {
     cmd
 }
 
-fn run_wrk(port: u16, secs: u64) -> Result<Load> {
+/// A load of `secs` (phases 2 and 3, and the warm-up); fails if wrk reports no rate.
+fn run_wrk(port: u16, secs: u64) -> Result<()> {
     let out = output(&mut wrk_command(port, secs), "wrk")?;
-    let requests_per_sec = out
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .with_context(|| format!("wrk printed no Requests/sec line: {}", tail(&out, 5)))?;
-    let errors = out
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("Socket errors") || l.starts_with("Non-2xx"))
-        .map(str::to_string)
-        .collect();
-    Ok(Load {
-        requests_per_sec,
-        errors,
-    })
+    if !out.lines().any(|l| l.trim().starts_with("Requests/sec:")) {
+        bail!("wrk printed no Requests/sec line: {}", tail(&out, 5));
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -592,9 +593,8 @@ struct Bench {
 
 /// One wrk run under one condition.
 struct Run {
-    load: Load,
     /// Per program name: (run_time_ns, run_cnt) accumulated during the wrk run, summed over
-    /// the instances. Empty unless asked for.
+    /// the instances.
     bpf: HashMap<String, (u64, u64)>,
     load_secs: f64,
     /// CPU time other processes took during the wrk run, as a fraction of all CPUs.
@@ -603,10 +603,10 @@ struct Run {
 
 /// [`run_condition`], repeated (up to [`MAX_ATTEMPTS`] times) while other processes took
 /// more than [`FOREIGN_MAX`] of the CPUs during the load: such a run measures them, not us.
-fn run_undisturbed(bench: &Bench, cond: Condition, secs: u64, bpf_stats: bool) -> Result<Run> {
+fn run_undisturbed(bench: &Bench, cond: Condition, secs: u64) -> Result<Run> {
     for attempt in 1.. {
         quiet_gate(bench);
-        let run = run_condition(bench, cond, secs, bpf_stats)?;
+        let run = run_condition(bench, cond, secs)?;
         let mut quiet = bench.quiet.borrow_mut();
         if run.foreign <= FOREIGN_MAX || attempt == MAX_ATTEMPTS {
             if run.foreign > FOREIGN_MAX {
@@ -624,8 +624,9 @@ fn run_undisturbed(bench: &Bench, cond: Condition, secs: u64, bpf_stats: bool) -
     unreachable!("the loop returns at the last attempt")
 }
 
-/// Starts one instance per worker, waits until all are attached, runs wrk, stops them.
-fn run_condition(bench: &Bench, cond: Condition, secs: u64, bpf_stats: bool) -> Result<Run> {
+/// Starts one instance per worker, waits until all are attached, runs wrk between two
+/// bpf_stats snapshots, stops them.
+fn run_condition(bench: &Bench, cond: Condition, secs: u64) -> Result<Run> {
     let mut tools = Vec::new();
     for &pid in &bench.workers {
         if let Some(cmd) = cond.command(bench, pid) {
@@ -640,26 +641,14 @@ fn run_condition(bench: &Bench, cond: Condition, secs: u64, bpf_stats: bool) -> 
     }
     thread::sleep(SETTLE);
 
-    let prog_ids: HashSet<u32> = if bpf_stats {
-        tools.iter().flat_map(|t| bpf_prog_ids(t.pid())).collect()
-    } else {
-        HashSet::new()
-    };
-    let before = if bpf_stats {
-        bpf_prog_stats(&prog_ids)?
-    } else {
-        HashMap::new()
-    };
+    let prog_ids: HashSet<u32> = tools.iter().flat_map(|t| bpf_prog_ids(t.pid())).collect();
+    let before = bpf_prog_stats(&prog_ids)?;
     let others = ForeignCpu::start();
     let load_started = Instant::now();
-    let load = run_wrk(bench.port, secs)?;
+    run_wrk(bench.port, secs)?;
     let load_secs = load_started.elapsed().as_secs_f64();
     let foreign = others.fraction(load_secs);
-    let after = if bpf_stats {
-        bpf_prog_stats(&prog_ids)?
-    } else {
-        HashMap::new()
-    };
+    let after = bpf_prog_stats(&prog_ids)?;
 
     for tool in &tools {
         tool.interrupt();
@@ -685,7 +674,6 @@ fn run_condition(bench: &Bench, cond: Condition, secs: u64, bpf_stats: bool) -> 
         entry.1 += cnt_after.saturating_sub(cnt_before);
     }
     Ok(Run {
-        load,
         bpf,
         load_secs,
         foreign,
@@ -853,68 +841,6 @@ fn cpu_busy(interval: Duration) -> f64 {
     busy1.saturating_sub(busy0) as f64 / total as f64
 }
 
-// ---------------------------------------------------------------------------------------------
-// Phase 1: throughput
-
-/// Requests/s per condition and round, in run order within each round.
-struct Throughput {
-    /// `rps[round][condition]`.
-    rps: Vec<HashMap<Condition, f64>>,
-    errors: Vec<String>,
-}
-
-impl Throughput {
-    fn ratios(&self, cond: Condition) -> Vec<f64> {
-        self.paired(cond, Condition::Baseline)
-    }
-
-    /// `a ÷ b` round by round: both ran minutes apart under the same conditions, so this
-    /// cancels the drift between rounds that dominates the ratios to the baseline.
-    fn paired(&self, a: Condition, b: Condition) -> Vec<f64> {
-        self.rps
-            .iter()
-            .filter_map(|r| Some(r.get(&a)? / r.get(&b)?))
-            .collect()
-    }
-
-    fn baseline(&self) -> Vec<f64> {
-        self.rps.iter().map(|r| r[&Condition::Baseline]).collect()
-    }
-}
-
-fn throughput_rounds(bench: &Bench, opts: &Options) -> Result<Throughput> {
-    let mut result = Throughput {
-        rps: Vec::new(),
-        errors: Vec::new(),
-    };
-    for round in 0..opts.rounds {
-        // Rotate the order so that no condition always runs first or after the same one.
-        let conditions = opts.conditions();
-        let order = (0..conditions.len()).map(|i| conditions[(i + round) % conditions.len()]);
-        let mut rps = HashMap::new();
-        for cond in order {
-            let run = run_undisturbed(bench, cond, opts.secs, false)?;
-            say(&format!(
-                "round {}/{}: {:<22} {:>9.0} requests/s (other processes: {:.1} % CPU)",
-                round + 1,
-                opts.rounds,
-                cond.tool(),
-                run.load.requests_per_sec,
-                run.foreign * 100.0
-            ));
-            for e in &run.load.errors {
-                result
-                    .errors
-                    .push(format!("round {}, {}: wrk: {e}", round + 1, cond.tool()));
-            }
-            rps.insert(cond, run.load.requests_per_sec);
-            nginx_log_reset(bench);
-        }
-        result.rps.push(rps);
-    }
-    Ok(result)
-}
-
 /// The access log grows by about 100 bytes a request; nginx appends (O_APPEND), so
 /// truncating it between runs keeps the disk use small without a reload.
 fn nginx_log_reset(bench: &Bench) {
@@ -952,7 +878,7 @@ fn bpf_costs(bench: &Bench, opts: &Options) -> Result<Costs> {
             order.reverse();
         }
         for cond in order {
-            let run = run_undisturbed(bench, cond, opts.secs, true)?;
+            let run = run_undisturbed(bench, cond, opts.secs)?;
             nginx_log_reset(bench);
             let owner = if cond == Condition::Offcputime {
                 "offcputime"
@@ -1436,7 +1362,7 @@ impl Machine {
 struct Report<'a> {
     opts: &'a Options,
     machine: Machine,
-    throughput: &'a Throughput,
+    throughput: &'a throughput::Throughput,
     costs: &'a Costs,
     post: &'a Post,
     quiet: &'a Quiet,
@@ -1469,10 +1395,14 @@ impl Report<'_> {
             "### Overhead next to the anchors (`{}`)\n\n\
              {} · Linux {} · {} CPUs ({}) · {:.1} GiB RAM · profiler at {}  \n\
              {}  \n\
-             nginx with {NGINX_WORKERS} workers serving a small static file on loopback, load \
-             `wrk -t{WRK_THREADS} -c{WRK_CONNECTIONS} -d{}s`, {} round(s) with the order of \
-             conditions rotating; every profiler runs one instance per nginx worker, attached \
-             before wrk starts and stopped when it ends. The whole bench took {}.",
+             Throughput: two nginx instances (one worker each) and their two `wrk -t1 -c32` \
+             share one CPU, the wrks taking turns every 10 ms; each tool profiles one side \
+             (alternating) and its figure is that side's requests/s ÷ the other side's, \
+             {} round(s) of {} s with the order of conditions rotating. BPF cost, \
+             post-processing: one nginx with {NGINX_WORKERS} workers under \
+             `wrk -t{WRK_THREADS} -c{WRK_CONNECTIONS} -d{}s`, one profiler instance per \
+             worker, attached before wrk starts and stopped when it ends. The whole bench \
+             took {}.",
             o.command,
             date.trim(),
             m.kernel,
@@ -1481,21 +1411,30 @@ impl Report<'_> {
             m.memory_gib,
             m.revision,
             m.versions,
-            o.secs,
             o.rounds,
+            o.secs,
+            o.secs,
             minutes(self.took),
         );
     }
 
     fn throughput_rows(&self, md: &mut String) {
         let t = self.throughput;
-        let base = t.baseline();
+        let base = t.unprofiled();
         let (lo, hi) = min_max(&base);
         let _ = writeln!(
             md,
-            "| requests/s, {} | {:.0} | {lo:.0}–{hi:.0} | | |",
-            Condition::Baseline.label(),
+            "| requests/s of one side, nothing attached (per second of its turns) | {:.0} | \
+             {lo:.0}–{hi:.0} | | |",
             median(&base)
+        );
+        let floor = t.ratios(Condition::Baseline);
+        let (lo, hi) = min_max(&floor);
+        let _ = writeln!(
+            md,
+            "| throughput, one side ÷ the other, nothing attached (the noise floor) | {:.3} | \
+             {lo:.3}–{hi:.3} | | |",
+            median(&floor)
         );
         for cond in [
             Condition::Wall,
@@ -1519,7 +1458,8 @@ impl Report<'_> {
             };
             let _ = writeln!(
                 md,
-                "| throughput vs baseline, {} | {mid:.3} | {lo:.3}–{hi:.3} | {goal} | {met} |",
+                "| throughput, profiled ÷ unprofiled side, {} | {mid:.3} | {lo:.3}–{hi:.3} | \
+                 {goal} | {met} |",
                 cond.label()
             );
         }
@@ -1648,12 +1588,23 @@ impl Report<'_> {
                 }
             ));
         }
-        let (lo, hi) = min_max(&self.throughput.baseline());
-        if lo > 0.0 && hi / lo > 1.05 {
+        let means: Vec<String> = Condition::ALL
+            .into_iter()
+            .filter_map(|cond| {
+                let (mean, se) = mean_se(&self.throughput.ratios(cond))?;
+                Some(format!(
+                    "{} {mean:.3} ± {se:.3}",
+                    cond.name().unwrap_or("nothing attached")
+                ))
+            })
+            .collect();
+        if !means.is_empty() {
             notes.push(format!(
-                "The baseline varied by {:.0} % between rounds: throughput differences smaller \
-                 than that are within the noise of this machine.",
-                (hi / lo - 1.0) * 100.0
+                "Throughput ratios as mean ± standard error over the rounds: {}. The unprofiled \
+                 side's context switches still run each tool's programs up to its PID filter, \
+                 and the tools' user space runs on the other CPUs: neither is charged to the \
+                 profiled side.",
+                means.join(", ")
             ));
         }
         if q.repeated > 0 || q.worst_foreign > 0.005 {
@@ -1667,7 +1618,6 @@ impl Report<'_> {
                 q.worst_foreign * 100.0
             ));
         }
-        notes.extend(self.throughput.errors.iter().cloned());
         md.push('\n');
         for n in notes {
             let _ = writeln!(md, "- {n}");
@@ -1722,6 +1672,17 @@ fn sign_test_p(wins: usize, n: usize) -> f64 {
 fn minutes(d: Duration) -> String {
     let s = d.as_secs();
     format!("{} min {:02} s", s / 60, s % 60)
+}
+
+/// Mean and its standard error (sample standard deviation ÷ √n); None below two values.
+fn mean_se(values: &[f64]) -> Option<(f64, f64)> {
+    if values.len() < 2 {
+        return None;
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    Some((mean, (var / n).sqrt()))
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -1823,6 +1784,9 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(min_max(&[0.99, 1.01, 0.97]), (0.97, 1.01));
+        let (mean, se) = mean_se(&[1.0, 3.0]).unwrap();
+        assert_eq!((mean, se), (2.0, 1.0));
+        assert!(mean_se(&[1.0]).is_none());
     }
 
     #[test]
@@ -1845,7 +1809,7 @@ mod tests {
 
     #[test]
     fn nginx_config_stays_in_its_directory() {
-        let conf = nginx_config(Path::new("/tmp/x"), 8080);
+        let conf = nginx_config(Path::new("/tmp/x"), 8080, 2);
         assert!(conf.contains("listen 127.0.0.1:8080;"));
         assert!(conf.contains("pid /tmp/x/nginx.pid;"));
         assert!(conf.contains("daemon off;"));

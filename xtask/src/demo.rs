@@ -206,7 +206,7 @@ fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
     bench::ensure_packages()?;
     let profiler = crate::build(root, false)?;
     let scratch = Scratch::create()?;
-    let nginx = Nginx::start(&scratch.0)?;
+    let nginx = Nginx::start(&scratch.0, bench::NGINX_WORKERS)?;
     let worker = nginx.workers()?[0];
     say(&format!(
         "nginx on 127.0.0.1:{}, profiling worker {worker} for {secs} s under wrk",

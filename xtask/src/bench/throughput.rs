@@ -1,0 +1,481 @@
+//! Phase 1: throughput, profiled against unprofiled within the same 10 ms.
+//!
+//! This machine's CPU speed swings by tens of percent from one second to the next (a plain
+//! busy loop here varies by up to 60 % between 0.1 s runs; consecutive 3 s wrk runs by
+//! ~10 %), so a profiled run and an unprofiled run taken one after the other differ by more
+//! than any profiler costs. Here both run at once instead, on one CPU, taking turns:
+//!
+//! - Two private nginx instances ("sides"), one worker each, and two wrk (`-t1`), one per
+//!   side, all four pinned to the same CPU. A wrk and its nginx share the CPU as a load
+//!   generator and a server do on a busy host: the worker is preempted by wrk's wakeups tens
+//!   of thousands of times a second, the worst case for a profiler that works at every
+//!   context switch. (With nginx alone on its CPU it would seldom switch at all, and every
+//!   tool would look free.)
+//! - The bench lets one wrk run at a time and swaps them every [`SLICE`] (SIGSTOP/SIGCONT),
+//!   so both sides see the same machine, 10 ms apart, for the whole run.
+//! - The tool under test profiles one side's worker; which side alternates from run to run.
+//!   Each side's requests come from its access log (nginx writes one line per request), its
+//!   time from the slices it ran. The ratio of the two rates is the tool's throughput factor.
+//!
+//! Two things stay uncancelled, both small and both named in the report: the unprofiled
+//! side's context switches still enter each tool's programs (which filter them out by PID,
+//! as they would for any other process on a profiled host), and the tools' user-space
+//! processes run on other CPUs.
+
+use std::{
+    collections::HashMap,
+    fs,
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::{
+    Bench, Condition, EXIT_TIMEOUT, FOREIGN_MAX, ForeignCpu, Instance, MAX_ATTEMPTS, Nginx,
+    Options, SETTLE, cleanup_outputs, quiet_gate, say, signal, tail_of_lines,
+};
+
+/// How long one side's wrk runs before the other's. Short enough that the machine's speed
+/// does not change much within two slices, long enough that a slice holds hundreds of
+/// requests and signal latency (microseconds) is noise.
+const SLICE: Duration = Duration::from_millis(10);
+/// Taking turns before the counting starts: connections opened, caches warm.
+const WARMUP: Duration = Duration::from_millis(500);
+/// Connections per side's wrk.
+const CONNECTIONS: u32 = 32;
+/// After both wrk stop: nginx answers what it already received and logs it.
+const DRAIN: Duration = Duration::from_millis(50);
+
+/// One private nginx with one worker pinned to the load CPU.
+struct Side {
+    nginx: Nginx,
+    dir: PathBuf,
+    worker: u32,
+}
+
+impl Side {
+    fn start(parent: &Path, name: &str, cpu: usize) -> Result<Self> {
+        let dir = parent.join(name);
+        fs::create_dir_all(dir.join("www"))
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let nginx = Nginx::start(&dir, 1)?;
+        let worker = nginx.workers()?[0];
+        pin_pid(worker, cpu)
+            .with_context(|| format!("cannot pin nginx worker {worker} to CPU {cpu}"))?;
+        Ok(Side { nginx, dir, worker })
+    }
+
+    fn access_log(&self) -> PathBuf {
+        self.dir.join("access.log")
+    }
+}
+
+/// Both sides and the CPU they share. While it lives, the bench's own thread stays off that
+/// CPU (see [`Sides::start`]).
+pub(super) struct Sides {
+    sides: [Side; 2],
+    cpu: usize,
+    /// The bench's affinity before, restored on drop for the phases after this one.
+    previous: libc::cpu_set_t,
+}
+
+impl Sides {
+    pub(super) fn start(dir: &Path) -> Result<Self> {
+        let cpu = load_cpu()?;
+        let sides = [
+            Side::start(dir, "side-a", cpu)?,
+            Side::start(dir, "side-b", cpu)?,
+        ];
+        // The bench itself (the slice timer, reading logs) stays off the load CPU, where it
+        // would wait behind nginx and wrk and stretch the slices; the tools it starts inherit
+        // that, so their user-space work is not split between the two sides either.
+        let previous = cpu_set(allowed_cpus()?);
+        let rest = allowed_cpus()?.into_iter().filter(|c| *c != cpu);
+        set_affinity(0, &cpu_set(rest)).context("cannot move the bench off the load CPU")?;
+        Ok(Sides {
+            sides,
+            cpu,
+            previous,
+        })
+    }
+
+    pub(super) fn describe(&self) -> String {
+        format!(
+            "nginx workers {} and {} with their wrk on CPU {}",
+            self.sides[0].worker, self.sides[1].worker, self.cpu
+        )
+    }
+}
+
+impl Drop for Sides {
+    fn drop(&mut self) {
+        let _ = set_affinity(0, &self.previous);
+    }
+}
+
+/// Per round, per condition: (the profiled side's requests/s, the other side's), each per
+/// second that side's wrk ran.
+pub(super) struct Throughput {
+    pub(super) rounds: Vec<HashMap<Condition, (f64, f64)>>,
+}
+
+impl Throughput {
+    /// Profiled ÷ unprofiled, one value per round. For the baseline (nothing attached) this is
+    /// one side ÷ the other: the noise floor of the method.
+    pub(super) fn ratios(&self, cond: Condition) -> Vec<f64> {
+        self.rounds
+            .iter()
+            .filter_map(|r| r.get(&cond).map(|(p, u)| p / u))
+            .collect()
+    }
+
+    /// `a`'s ratio ÷ `b`'s, round by round.
+    pub(super) fn paired(&self, a: Condition, b: Condition) -> Vec<f64> {
+        self.rounds
+            .iter()
+            .filter_map(|r| {
+                let (ap, au) = r.get(&a)?;
+                let (bp, bu) = r.get(&b)?;
+                Some((ap / au) / (bp / bu))
+            })
+            .collect()
+    }
+
+    /// Requests/s of a side with nothing attached, both sides of every baseline run.
+    pub(super) fn unprofiled(&self) -> Vec<f64> {
+        self.rounds
+            .iter()
+            .filter_map(|r| r.get(&Condition::Baseline))
+            .flat_map(|(a, b)| [*a, *b])
+            .collect()
+    }
+}
+
+pub(super) fn rounds(bench: &Bench, sides: &Sides, opts: &Options) -> Result<Throughput> {
+    let mut result = Throughput { rounds: Vec::new() };
+    let conditions = opts.conditions();
+    for round in 0..opts.rounds {
+        // Rotate the order so that no condition always runs first or after the same one.
+        let order = (0..conditions.len()).map(|i| (i, conditions[(i + round) % conditions.len()]));
+        let mut rates = HashMap::new();
+        for (i, cond) in order {
+            // Alternate the profiled side, so neither side's small advantages (which nginx
+            // got the warmer pages, which wrk the first slice) favour a condition.
+            let side = (round + i) % 2;
+            let (profiled, other) = run_undisturbed(bench, sides, cond, side, opts.secs)?;
+            say(&format!(
+                "round {}/{}: {:<22} side {} {:>7.0} requests/s, other side {:>7.0} ({:.3})",
+                round + 1,
+                opts.rounds,
+                cond.tool(),
+                ["a", "b"][side],
+                profiled,
+                other,
+                profiled / other
+            ));
+            rates.insert(cond, (profiled, other));
+        }
+        result.rounds.push(rates);
+    }
+    Ok(result)
+}
+
+/// [`run`], repeated (up to [`MAX_ATTEMPTS`] times) while other processes took more than
+/// [`FOREIGN_MAX`] of the CPUs.
+fn run_undisturbed(
+    bench: &Bench,
+    sides: &Sides,
+    cond: Condition,
+    side: usize,
+    secs: u64,
+) -> Result<(f64, f64)> {
+    for attempt in 1.. {
+        quiet_gate(bench);
+        let others = ForeignCpu::start();
+        let started = Instant::now();
+        let rates = run(bench, sides, cond, side, secs)?;
+        let foreign = others.fraction(started.elapsed().as_secs_f64());
+        let mut quiet = bench.quiet.borrow_mut();
+        if foreign <= FOREIGN_MAX || attempt == MAX_ATTEMPTS {
+            if foreign > FOREIGN_MAX {
+                quiet.kept_disturbed += 1;
+            }
+            quiet.worst_foreign = quiet.worst_foreign.max(foreign);
+            return Ok(rates);
+        }
+        quiet.repeated += 1;
+        say(&format!(
+            "other processes took {:.0} % of the CPUs during this run: repeating it",
+            foreign * 100.0
+        ));
+    }
+    unreachable!("the loop returns at the last attempt")
+}
+
+/// Attaches the condition's tool to `side`'s worker, runs the interleaved load, stops the
+/// tool. Returns (that side's requests/s, the other side's).
+fn run(
+    bench: &Bench,
+    sides: &Sides,
+    cond: Condition,
+    side: usize,
+    secs: u64,
+) -> Result<(f64, f64)> {
+    let profiled = &sides.sides[side];
+    let mut tool = match cond.command(bench, profiled.worker) {
+        Some(cmd) => {
+            let mut tool = Instance::spawn(
+                format!("{} (on nginx worker {})", cond.tool(), profiled.worker),
+                cmd,
+            )?;
+            tool.wait_ready(cond.ready())?;
+            thread::sleep(SETTLE);
+            Some(tool)
+        }
+        None => None,
+    };
+    let rates = interleaved_load(sides, Duration::from_secs(secs));
+    if let Some(tool) = &mut tool {
+        tool.interrupt();
+        let (status, _) = tool.reap(EXIT_TIMEOUT)?;
+        let lines = tool.lines();
+        if !cond.stopped_cleanly(status, &lines) {
+            bail!(
+                "{} failed ({status}); its stderr ends with: {}",
+                tool.what,
+                tail_of_lines(&lines)
+            );
+        }
+    }
+    cleanup_outputs(&bench.dir);
+    let rates = rates?;
+    Ok((rates[side], rates[1 - side]))
+}
+
+/// Both sides' wrk, taking turns every [`SLICE`] for `length` after a warm-up. Returns each
+/// side's requests per second of its own turns.
+fn interleaved_load(sides: &Sides, length: Duration) -> Result<[f64; 2]> {
+    for side in &sides.sides {
+        // Truncated, not removed: nginx keeps appending to its open file.
+        fs::File::create(side.access_log())
+            .with_context(|| format!("cannot truncate {}", side.access_log().display()))?;
+    }
+    let mut wrk = [
+        Wrk::start(sides.sides[0].nginx.port, sides.cpu)?,
+        Wrk::start(sides.sides[1].nginx.port, sides.cpu)?,
+    ];
+    for w in &wrk {
+        w.pause();
+    }
+    let mut ran = [Duration::ZERO; 2];
+    let mut logged = [0u64; 2];
+    let mut turn = 0;
+    for (phase, length) in [WARMUP, length].into_iter().enumerate() {
+        ran = [Duration::ZERO; 2];
+        let end = Instant::now() + length;
+        while Instant::now() < end {
+            let began = Instant::now();
+            wrk[turn].resume();
+            thread::sleep(SLICE);
+            wrk[turn].pause();
+            ran[turn] += began.elapsed();
+            turn = 1 - turn;
+        }
+        if phase == 0 {
+            thread::sleep(DRAIN);
+            for (side, start) in sides.sides.iter().zip(&mut logged) {
+                *start = log_len(&side.access_log())?;
+            }
+        }
+    }
+    thread::sleep(DRAIN);
+    let mut rates = [0.0; 2];
+    for (i, side) in sides.sides.iter().enumerate() {
+        let requests = lines_after(&side.access_log(), logged[i])?;
+        if requests == 0 {
+            bail!(
+                "nginx worker {} served no requests; is wrk running? {}",
+                side.worker,
+                wrk[i].stderr_tail()
+            );
+        }
+        rates[i] = requests as f64 / ran[i].as_secs_f64();
+    }
+    for w in &mut wrk {
+        w.stop();
+    }
+    Ok(rates)
+}
+
+/// One side's wrk. It runs for far longer than the bench needs it and is killed at the end:
+/// only nginx's log counts, so wrk's own end-of-run summary is never needed.
+struct Wrk {
+    child: Child,
+}
+
+impl Wrk {
+    fn start(port: u16, cpu: usize) -> Result<Self> {
+        let mut cmd = Command::new("wrk");
+        cmd.args(["-t1", &format!("-c{CONNECTIONS}"), "-d3600s"])
+            .arg(format!("http://127.0.0.1:{port}/"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        pin_command(&mut cmd, cpu);
+        let child = cmd.spawn().context("cannot start wrk")?;
+        Ok(Wrk { child })
+    }
+
+    fn pause(&self) {
+        signal(self.child.id(), libc::SIGSTOP);
+    }
+
+    fn resume(&self) {
+        signal(self.child.id(), libc::SIGCONT);
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// What a wrk that failed said (it exits at once on a bad URL or a refused connection).
+    fn stderr_tail(&mut self) -> String {
+        use std::io::Read as _;
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            return "(wrk is still running)".to_string();
+        }
+        let mut text = String::new();
+        if let Some(stderr) = &mut self.child.stderr {
+            let _ = stderr.read_to_string(&mut text);
+        }
+        format!("wrk said: {}", super::tail(&text, 3))
+    }
+}
+
+impl Drop for Wrk {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn log_len(path: &Path) -> Result<u64> {
+    Ok(fs::metadata(path)
+        .with_context(|| format!("cannot stat {}", path.display()))?
+        .len())
+}
+
+/// Lines nginx appended after byte `start`. It writes each line with one write(2) on an
+/// O_APPEND file, so any length read between requests is a line boundary.
+fn lines_after(path: &Path, start: u64) -> Result<u64> {
+    let text = fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let start = usize::try_from(start).unwrap_or(usize::MAX).min(text.len());
+    Ok(count_lines(&text[start..]))
+}
+
+fn count_lines(bytes: &[u8]) -> u64 {
+    bytes.iter().filter(|b| **b == b'\n').count() as u64
+}
+
+/// The CPU the load runs on: the last one this process may use, so that CPU 0 (where
+/// interrupts and housekeeping tend to land) stays with the bench and the tools.
+fn load_cpu() -> Result<usize> {
+    let allowed = allowed_cpus()?;
+    match allowed.as_slice() {
+        [] | [_] => bail!(
+            "the throughput runs need two CPUs (one for nginx and wrk, one for the bench and \
+             the tools' user space); this process may use {}",
+            allowed.len()
+        ),
+        [.., last] => Ok(*last),
+    }
+}
+
+fn allowed_cpus() -> Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it in.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; the size is that of `set`.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    if r != 0 {
+        bail!(
+            "cannot read this process's CPU affinity: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu` is below CPU_SETSIZE.
+        .filter(|cpu| unsafe { libc::CPU_ISSET(*cpu, &set) })
+        .collect())
+}
+
+fn cpu_set(cpus: impl IntoIterator<Item = usize>) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain data.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for cpu in cpus {
+        // SAFETY: only CPUs below CPU_SETSIZE reach here (they come from the kernel's mask).
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    set
+}
+
+fn set_affinity(pid: libc::pid_t, set: &libc::cpu_set_t) -> std::io::Result<()> {
+    // SAFETY: `set` is a valid cpu_set_t of the size given.
+    if unsafe { libc::sched_setaffinity(pid, std::mem::size_of_val(set), set) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn pin_pid(pid: u32, cpu: usize) -> std::io::Result<()> {
+    set_affinity(pid as libc::pid_t, &cpu_set([cpu]))
+}
+
+/// The child is on `cpu` from its first instruction, and so are the threads it starts.
+fn pin_command(cmd: &mut Command, cpu: usize) {
+    let set = cpu_set([cpu]);
+    // SAFETY: sched_setaffinity is async-signal-safe, and `set` is a copy owned by the closure.
+    unsafe {
+        cmd.pre_exec(move || set_affinity(0, &set));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_only_whole_lines_after_the_offset() {
+        let log = b"GET 1\nGET 2\nGET 3\n";
+        assert_eq!(count_lines(log), 3);
+        assert_eq!(count_lines(&log[6..]), 2);
+        assert_eq!(count_lines(b""), 0);
+    }
+
+    #[test]
+    fn ratios_pair_conditions_round_by_round() {
+        let round = |wall: (f64, f64), off: (f64, f64)| {
+            HashMap::from([
+                (Condition::Baseline, (100.0, 100.0)),
+                (Condition::Wall, wall),
+                (Condition::Offcputime, off),
+            ])
+        };
+        let t = Throughput {
+            rounds: vec![
+                round((98.0, 100.0), (95.0, 100.0)),
+                round((49.0, 50.0), (51.0, 50.0)),
+            ],
+        };
+        assert_eq!(t.ratios(Condition::Wall), [0.98, 0.98]);
+        let paired = t.paired(Condition::Wall, Condition::Offcputime);
+        assert!((paired[0] - 0.98 / 0.95).abs() < 1e-12);
+        assert!((paired[1] - 0.98 / 1.02).abs() < 1e-12);
+        assert_eq!(t.unprofiled(), [100.0, 100.0, 100.0, 100.0]);
+        assert!(t.ratios(Condition::Perf).is_empty());
+    }
+}
