@@ -3,24 +3,27 @@
 //! This machine's CPU speed swings by tens of percent from one second to the next (a plain
 //! busy loop here varies by up to 60 % between 0.1 s runs; consecutive 3 s wrk runs by
 //! ~10 %), so a profiled run and an unprofiled run taken one after the other differ by more
-//! than any profiler costs. Here both run at once instead, on one CPU, taking turns:
+//! than any profiler costs. Here both run at once instead, taking turns:
 //!
-//! - Two private nginx instances ("sides"), one worker each, and two wrk (`-t1`), one per
-//!   side, all four pinned to the same CPU. A wrk and its nginx share the CPU as a load
-//!   generator and a server do on a busy host: the worker is preempted by wrk's wakeups tens
-//!   of thousands of times a second, the worst case for a profiler that works at every
-//!   context switch. (With nginx alone on its CPU it would seldom switch at all, and every
-//!   tool would look free.)
+//! - Two private nginx instances ("sides"), each under its own wrk.
 //! - The bench lets one wrk run at a time and swaps them every [`SLICE`] (SIGSTOP/SIGCONT),
 //!   so both sides see the same machine, 10 ms apart, for the whole run.
-//! - The tool under test profiles one side's worker; which side alternates from run to run.
-//!   Each side's requests come from its access log (nginx writes one line per request), its
-//!   time from the slices it ran. The ratio of the two rates is the tool's throughput factor.
+//! - The tool under test profiles one side's workers (one instance per worker, like phases 2
+//!   and 3); which side alternates from run to run. Each side's requests come from its access
+//!   log (nginx writes one line per request), its time from the slices it ran. The ratio of
+//!   the two rates is the tool's throughput factor.
+//!
+//! Two layouts ([`Layout`]): by default each side is the load of the other phases (two
+//! workers, `wrk -t2 -c64`) spread over all CPUs; `--one-cpu` puts one worker per side and
+//! its `wrk -t1 -c32` on a single CPU, where the worker is preempted by wrk's wakeups ~50,000
+//! times a second: the worst case for a profiler that works at every context switch. (With a
+//! worker alone on its CPU it would seldom switch at all, and every tool would look free.)
+//! Pinned to one CPU the noise floor is ~0.3 % per run; spread, ~1 %.
 //!
 //! Two things stay uncancelled, both small and both named in the report: the unprofiled
 //! side's context switches still enter each tool's programs (which filter them out by PID,
-//! as they would for any other process on a profiled host), and the tools' user-space
-//! processes run on other CPUs.
+//! as they would for any other process on a profiled host), and, with `--one-cpu`, the
+//! tools' user-space processes run on the other CPUs.
 
 use std::{
     collections::HashMap,
@@ -35,8 +38,9 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    Bench, Condition, EXIT_TIMEOUT, FOREIGN_MAX, ForeignCpu, Instance, MAX_ATTEMPTS, Nginx,
-    Options, SETTLE, cleanup_outputs, quiet_gate, say, signal, tail_of_lines,
+    Bench, Condition, EXIT_TIMEOUT, FOREIGN_MAX, ForeignCpu, Instance, MAX_ATTEMPTS, NGINX_WORKERS,
+    Nginx, Options, SETTLE, WRK_CONNECTIONS, WRK_THREADS, cleanup_outputs, quiet_gate, say, signal,
+    tail_of_lines,
 };
 
 /// How long one side's wrk runs before the other's. Short enough that the machine's speed
@@ -45,28 +49,59 @@ use super::{
 const SLICE: Duration = Duration::from_millis(10);
 /// Taking turns before the counting starts: connections opened, caches warm.
 const WARMUP: Duration = Duration::from_millis(500);
-/// Connections per side's wrk.
-const CONNECTIONS: u32 = 32;
+/// Where the two sides run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Layout {
+    /// Each side: nginx with [`NGINX_WORKERS`] workers under `wrk -t2 -c64`, all CPUs.
+    Spread,
+    /// Each side: one worker and `wrk -t1 -c32`, both sides on one CPU.
+    OneCpu,
+}
+
+impl Layout {
+    fn workers(self) -> usize {
+        match self {
+            Layout::Spread => NGINX_WORKERS,
+            Layout::OneCpu => 1,
+        }
+    }
+
+    /// wrk's threads and connections per side.
+    pub(super) fn wrk(self) -> (u32, u32) {
+        match self {
+            Layout::Spread => (WRK_THREADS, WRK_CONNECTIONS),
+            Layout::OneCpu => (1, WRK_CONNECTIONS / 2),
+        }
+    }
+}
 /// After both wrk stop: nginx answers what it already received and logs it.
 const DRAIN: Duration = Duration::from_millis(50);
 
-/// One private nginx with one worker pinned to the load CPU.
+/// One private nginx, its workers pinned to the load CPU if there is one.
 struct Side {
     nginx: Nginx,
     dir: PathBuf,
-    worker: u32,
+    workers: Vec<u32>,
 }
 
 impl Side {
-    fn start(parent: &Path, name: &str, cpu: usize) -> Result<Self> {
+    fn start(parent: &Path, name: &str, layout: Layout, cpu: Option<usize>) -> Result<Self> {
         let dir = parent.join(name);
         fs::create_dir_all(dir.join("www"))
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        let nginx = Nginx::start(&dir, 1)?;
-        let worker = nginx.workers()?[0];
-        pin_pid(worker, cpu)
-            .with_context(|| format!("cannot pin nginx worker {worker} to CPU {cpu}"))?;
-        Ok(Side { nginx, dir, worker })
+        let nginx = Nginx::start(&dir, layout.workers())?;
+        let workers = nginx.workers()?;
+        if let Some(cpu) = cpu {
+            for &worker in &workers {
+                pin_pid(worker, cpu)
+                    .with_context(|| format!("cannot pin nginx worker {worker} to CPU {cpu}"))?;
+            }
+        }
+        Ok(Side {
+            nginx,
+            dir,
+            workers,
+        })
     }
 
     fn access_log(&self) -> PathBuf {
@@ -74,39 +109,56 @@ impl Side {
     }
 }
 
-/// Both sides and the CPU they share. While it lives, the bench's own thread stays off that
-/// CPU (see [`Sides::start`]).
+/// Both sides, and the CPU they share in [`Layout::OneCpu`]; while it lives, the bench's own
+/// thread stays off that CPU (see [`Sides::start`]).
 pub(super) struct Sides {
     sides: [Side; 2],
-    cpu: usize,
+    layout: Layout,
+    cpu: Option<usize>,
     /// The bench's affinity before, restored on drop for the phases after this one.
     previous: libc::cpu_set_t,
 }
 
 impl Sides {
-    pub(super) fn start(dir: &Path) -> Result<Self> {
-        let cpu = load_cpu()?;
+    pub(super) fn start(dir: &Path, layout: Layout) -> Result<Self> {
+        let previous = cpu_set(allowed_cpus()?);
+        let cpu = match layout {
+            Layout::Spread => None,
+            Layout::OneCpu => Some(load_cpu()?),
+        };
         let sides = [
-            Side::start(dir, "side-a", cpu)?,
-            Side::start(dir, "side-b", cpu)?,
+            Side::start(dir, "side-a", layout, cpu)?,
+            Side::start(dir, "side-b", layout, cpu)?,
         ];
+        let Some(cpu) = cpu else {
+            return Ok(Sides {
+                sides,
+                layout,
+                cpu,
+                previous,
+            });
+        };
         // The bench itself (the slice timer, reading logs) stays off the load CPU, where it
         // would wait behind nginx and wrk and stretch the slices; the tools it starts inherit
         // that, so their user-space work is not split between the two sides either.
-        let previous = cpu_set(allowed_cpus()?);
         let rest = allowed_cpus()?.into_iter().filter(|c| *c != cpu);
         set_affinity(0, &cpu_set(rest)).context("cannot move the bench off the load CPU")?;
         Ok(Sides {
             sides,
-            cpu,
+            layout,
+            cpu: Some(cpu),
             previous,
         })
     }
 
     pub(super) fn describe(&self) -> String {
+        let placed = match self.cpu {
+            Some(cpu) => format!(", all on CPU {cpu}"),
+            None => String::new(),
+        };
         format!(
-            "nginx workers {} and {} with their wrk on CPU {}",
-            self.sides[0].worker, self.sides[1].worker, self.cpu
+            "side a: nginx workers {:?}, side b: {:?}, each under its own wrk{placed}",
+            self.sides[0].workers, self.sides[1].workers
         )
     }
 }
@@ -216,7 +268,7 @@ fn run_undisturbed(
     unreachable!("the loop returns at the last attempt")
 }
 
-/// Attaches the condition's tool to `side`'s worker, runs the interleaved load, stops the
+/// Attaches the condition's tool to `side`'s workers, runs the interleaved load, stops the
 /// tool. Returns (that side's requests/s, the other side's).
 fn run(
     bench: &Bench,
@@ -226,21 +278,26 @@ fn run(
     secs: u64,
 ) -> Result<(f64, f64)> {
     let profiled = &sides.sides[side];
-    let mut tool = match cond.command(bench, profiled.worker) {
-        Some(cmd) => {
-            let mut tool = Instance::spawn(
-                format!("{} (on nginx worker {})", cond.tool(), profiled.worker),
+    let mut tools = Vec::new();
+    for &pid in &profiled.workers {
+        if let Some(cmd) = cond.command(bench, pid) {
+            tools.push(Instance::spawn(
+                format!("{} (on nginx worker {pid})", cond.tool()),
                 cmd,
-            )?;
-            tool.wait_ready(cond.ready())?;
-            thread::sleep(SETTLE);
-            Some(tool)
+            )?);
         }
-        None => None,
-    };
+    }
+    for tool in &mut tools {
+        tool.wait_ready(cond.ready())?;
+    }
+    if !tools.is_empty() {
+        thread::sleep(SETTLE);
+    }
     let rates = interleaved_load(sides, Duration::from_secs(secs));
-    if let Some(tool) = &mut tool {
+    for tool in &tools {
         tool.interrupt();
+    }
+    for tool in &mut tools {
         let (status, _) = tool.reap(EXIT_TIMEOUT)?;
         let lines = tool.lines();
         if !cond.stopped_cleanly(status, &lines) {
@@ -265,8 +322,8 @@ fn interleaved_load(sides: &Sides, length: Duration) -> Result<[f64; 2]> {
             .with_context(|| format!("cannot truncate {}", side.access_log().display()))?;
     }
     let mut wrk = [
-        Wrk::start(sides.sides[0].nginx.port, sides.cpu)?,
-        Wrk::start(sides.sides[1].nginx.port, sides.cpu)?,
+        Wrk::start(sides.sides[0].nginx.port, sides.layout, sides.cpu)?,
+        Wrk::start(sides.sides[1].nginx.port, sides.layout, sides.cpu)?,
     ];
     for w in &wrk {
         w.pause();
@@ -298,8 +355,8 @@ fn interleaved_load(sides: &Sides, length: Duration) -> Result<[f64; 2]> {
         let requests = lines_after(&side.access_log(), logged[i])?;
         if requests == 0 {
             bail!(
-                "nginx worker {} served no requests; is wrk running? {}",
-                side.worker,
+                "nginx (workers {:?}) served no requests; is wrk running? {}",
+                side.workers,
                 wrk[i].stderr_tail()
             );
         }
@@ -318,14 +375,21 @@ struct Wrk {
 }
 
 impl Wrk {
-    fn start(port: u16, cpu: usize) -> Result<Self> {
+    fn start(port: u16, layout: Layout, cpu: Option<usize>) -> Result<Self> {
+        let (threads, connections) = layout.wrk();
         let mut cmd = Command::new("wrk");
-        cmd.args(["-t1", &format!("-c{CONNECTIONS}"), "-d3600s"])
-            .arg(format!("http://127.0.0.1:{port}/"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        pin_command(&mut cmd, cpu);
+        cmd.args([
+            &format!("-t{threads}"),
+            &format!("-c{connections}"),
+            "-d3600s",
+        ])
+        .arg(format!("http://127.0.0.1:{port}/"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        if let Some(cpu) = cpu {
+            pin_command(&mut cmd, cpu);
+        }
         let child = cmd.spawn().context("cannot start wrk")?;
         Ok(Wrk { child })
     }
