@@ -181,8 +181,8 @@ struct Options {
 impl Options {
     fn parse(args: &[OsString]) -> Result<Self> {
         let mut opts = Options {
-            // Twelve, not the five the issue asks for: the spread layout's noise floor is ~1 %
-            // per run, and the goal is 2 %; twelve rounds put its standard error near 0.3 %.
+            // Twelve, not the five the issue asks for: the spread layout's noise floor is ~1.5 %
+            // per run, and the goal is 2 %; twelve rounds put its standard error near 0.4 %.
             rounds: 12,
             secs: 6,
             quick: false,

@@ -18,7 +18,7 @@
 //! its `wrk -t1 -c32` on a single CPU, where the worker is preempted by wrk's wakeups ~50,000
 //! times a second: the worst case for a profiler that works at every context switch. (With a
 //! worker alone on its CPU it would seldom switch at all, and every tool would look free.)
-//! Pinned to one CPU the noise floor is ~0.3 % per run; spread, ~1 %.
+//! Pinned to one CPU the noise floor is ~0.3 % per run (standard deviation); spread, ~1.5 %.
 //!
 //! Two things stay uncancelled, both small and both named in the report: the unprofiled
 //! side's context switches still enter each tool's programs (which filter them out by PID,
