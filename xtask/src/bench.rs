@@ -605,34 +605,44 @@ struct Run {
     foreign: f64,
 }
 
-/// [`run_condition`], repeated (up to [`MAX_ATTEMPTS`] times) while other processes took
-/// more than [`FOREIGN_MAX`] of the CPUs during the load: such a run measures them, not us.
+/// [`run_condition`], repeated while other processes disturbed it (see [`undisturbed`]).
 fn run_undisturbed(bench: &Bench, cond: Condition, secs: u64) -> Result<Run> {
+    undisturbed(bench, || {
+        let run = run_condition(bench, cond, secs)?;
+        let foreign = run.foreign;
+        Ok((run, foreign))
+    })
+}
+
+/// `measure` (which returns its result and other processes' share of the CPUs while it ran),
+/// repeated up to [`MAX_ATTEMPTS`] times while that share exceeded [`FOREIGN_MAX`]: such a
+/// run measures them, not us. Each attempt first waits for a quiet machine.
+fn undisturbed<T>(bench: &Bench, mut measure: impl FnMut() -> Result<(T, f64)>) -> Result<T> {
     for attempt in 1.. {
         quiet_gate(bench);
-        let run = run_condition(bench, cond, secs)?;
+        let (result, foreign) = measure()?;
         let mut quiet = bench.quiet.borrow_mut();
-        if run.foreign <= FOREIGN_MAX || attempt == MAX_ATTEMPTS {
-            if run.foreign > FOREIGN_MAX {
+        if foreign <= FOREIGN_MAX || attempt == MAX_ATTEMPTS {
+            if foreign > FOREIGN_MAX {
                 quiet.kept_disturbed += 1;
             }
-            quiet.worst_foreign = quiet.worst_foreign.max(run.foreign);
-            return Ok(run);
+            quiet.worst_foreign = quiet.worst_foreign.max(foreign);
+            return Ok(result);
         }
         quiet.repeated += 1;
         say(&format!(
             "other processes took {:.0} % of the CPUs during this run: repeating it",
-            run.foreign * 100.0
+            foreign * 100.0
         ));
     }
     unreachable!("the loop returns at the last attempt")
 }
 
-/// Starts one instance per worker, waits until all are attached, runs wrk between two
-/// bpf_stats snapshots, stops them.
-fn run_condition(bench: &Bench, cond: Condition, secs: u64) -> Result<Run> {
+/// One instance of `cond`'s tool per pid, all attached, then [`SETTLE`]; none for the
+/// baseline.
+fn attach(bench: &Bench, cond: Condition, pids: &[u32]) -> Result<Vec<Instance>> {
     let mut tools = Vec::new();
-    for &pid in &bench.workers {
+    for &pid in pids {
         if let Some(cmd) = cond.command(bench, pid) {
             tools.push(Instance::spawn(
                 format!("{} (on nginx worker {pid})", cond.tool()),
@@ -643,17 +653,14 @@ fn run_condition(bench: &Bench, cond: Condition, secs: u64) -> Result<Run> {
     for tool in &mut tools {
         tool.wait_ready(cond.ready())?;
     }
-    thread::sleep(SETTLE);
+    if !tools.is_empty() {
+        thread::sleep(SETTLE);
+    }
+    Ok(tools)
+}
 
-    let prog_ids: HashSet<u32> = tools.iter().flat_map(|t| bpf_prog_ids(t.pid())).collect();
-    let before = bpf_prog_stats(&prog_ids)?;
-    let others = ForeignCpu::start();
-    let load_started = Instant::now();
-    run_wrk(bench.port, secs)?;
-    let load_secs = load_started.elapsed().as_secs_f64();
-    let foreign = others.fraction(load_secs);
-    let after = bpf_prog_stats(&prog_ids)?;
-
+/// SIGINT to every instance, then each must exit cleanly; the outputs are removed.
+fn stop(bench: &Bench, cond: Condition, mut tools: Vec<Instance>) -> Result<()> {
     for tool in &tools {
         tool.interrupt();
     }
@@ -669,6 +676,22 @@ fn run_condition(bench: &Bench, cond: Condition, secs: u64) -> Result<Run> {
         }
     }
     cleanup_outputs(&bench.dir);
+    Ok(())
+}
+
+/// Starts one instance per worker, waits until all are attached, runs wrk between two
+/// bpf_stats snapshots, stops them.
+fn run_condition(bench: &Bench, cond: Condition, secs: u64) -> Result<Run> {
+    let tools = attach(bench, cond, &bench.workers)?;
+    let prog_ids: HashSet<u32> = tools.iter().flat_map(|t| bpf_prog_ids(t.pid())).collect();
+    let before = bpf_prog_stats(&prog_ids)?;
+    let others = ForeignCpu::start();
+    let load_started = Instant::now();
+    run_wrk(bench.port, secs)?;
+    let load_secs = load_started.elapsed().as_secs_f64();
+    let foreign = others.fraction(load_secs);
+    let after = bpf_prog_stats(&prog_ids)?;
+    stop(bench, cond, tools)?;
 
     let mut bpf: HashMap<String, (u64, u64)> = HashMap::new();
     for (id, (name, time_after, cnt_after)) in &after {

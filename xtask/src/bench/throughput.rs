@@ -38,9 +38,8 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use super::{
-    Bench, Condition, EXIT_TIMEOUT, FOREIGN_MAX, ForeignCpu, Instance, MAX_ATTEMPTS, NGINX_WORKERS,
-    Nginx, Options, SETTLE, WRK_CONNECTIONS, WRK_THREADS, cleanup_outputs, quiet_gate, say, signal,
-    tail_of_lines,
+    Bench, Condition, ForeignCpu, NGINX_WORKERS, Nginx, Options, WRK_CONNECTIONS, WRK_THREADS,
+    attach, say, signal, stop, undisturbed,
 };
 
 /// How long one side's wrk runs before the other's. Short enough that the machine's speed
@@ -236,8 +235,7 @@ pub(super) fn rounds(bench: &Bench, sides: &Sides, opts: &Options) -> Result<Thr
     Ok(result)
 }
 
-/// [`run`], repeated (up to [`MAX_ATTEMPTS`] times) while other processes took more than
-/// [`FOREIGN_MAX`] of the CPUs.
+/// [`run`], repeated while other processes disturbed it (see [`undisturbed`]).
 fn run_undisturbed(
     bench: &Bench,
     sides: &Sides,
@@ -245,27 +243,12 @@ fn run_undisturbed(
     side: usize,
     secs: u64,
 ) -> Result<(f64, f64)> {
-    for attempt in 1.. {
-        quiet_gate(bench);
+    undisturbed(bench, || {
         let others = ForeignCpu::start();
         let started = Instant::now();
         let rates = run(bench, sides, cond, side, secs)?;
-        let foreign = others.fraction(started.elapsed().as_secs_f64());
-        let mut quiet = bench.quiet.borrow_mut();
-        if foreign <= FOREIGN_MAX || attempt == MAX_ATTEMPTS {
-            if foreign > FOREIGN_MAX {
-                quiet.kept_disturbed += 1;
-            }
-            quiet.worst_foreign = quiet.worst_foreign.max(foreign);
-            return Ok(rates);
-        }
-        quiet.repeated += 1;
-        say(&format!(
-            "other processes took {:.0} % of the CPUs during this run: repeating it",
-            foreign * 100.0
-        ));
-    }
-    unreachable!("the loop returns at the last attempt")
+        Ok((rates, others.fraction(started.elapsed().as_secs_f64())))
+    })
 }
 
 /// Attaches the condition's tool to `side`'s workers, runs the interleaved load, stops the
@@ -277,38 +260,9 @@ fn run(
     side: usize,
     secs: u64,
 ) -> Result<(f64, f64)> {
-    let profiled = &sides.sides[side];
-    let mut tools = Vec::new();
-    for &pid in &profiled.workers {
-        if let Some(cmd) = cond.command(bench, pid) {
-            tools.push(Instance::spawn(
-                format!("{} (on nginx worker {pid})", cond.tool()),
-                cmd,
-            )?);
-        }
-    }
-    for tool in &mut tools {
-        tool.wait_ready(cond.ready())?;
-    }
-    if !tools.is_empty() {
-        thread::sleep(SETTLE);
-    }
+    let tools = attach(bench, cond, &sides.sides[side].workers)?;
     let rates = interleaved_load(sides, Duration::from_secs(secs));
-    for tool in &tools {
-        tool.interrupt();
-    }
-    for tool in &mut tools {
-        let (status, _) = tool.reap(EXIT_TIMEOUT)?;
-        let lines = tool.lines();
-        if !cond.stopped_cleanly(status, &lines) {
-            bail!(
-                "{} failed ({status}); its stderr ends with: {}",
-                tool.what,
-                tail_of_lines(&lines)
-            );
-        }
-    }
-    cleanup_outputs(&bench.dir);
+    stop(bench, cond, tools)?;
     let rates = rates?;
     Ok((rates[side], rates[1 - side]))
 }
