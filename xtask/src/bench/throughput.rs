@@ -217,7 +217,13 @@ pub(super) fn rounds(bench: &Bench, sides: &Sides, opts: &Options) -> Result<Thr
             // Alternate the profiled side, so neither side's small advantages (which nginx
             // got the warmer pages, which wrk the first slice) favour a condition.
             let side = (round + i) % 2;
-            let (profiled, other) = run_undisturbed(bench, sides, cond, side, opts.secs)?;
+            // Repeated while other processes disturbed it (see `undisturbed`).
+            let (profiled, other) = undisturbed(bench, || {
+                let others = ForeignCpu::start();
+                let started = Instant::now();
+                let rates = run(bench, sides, cond, side, opts.secs)?;
+                Ok((rates, others.fraction(started.elapsed().as_secs_f64())))
+            })?;
             say(&format!(
                 "round {}/{}: {:<22} side {} {:>7.0} requests/s, other side {:>7.0} ({:.3})",
                 round + 1,
@@ -233,22 +239,6 @@ pub(super) fn rounds(bench: &Bench, sides: &Sides, opts: &Options) -> Result<Thr
         result.rounds.push(rates);
     }
     Ok(result)
-}
-
-/// [`run`], repeated while other processes disturbed it (see [`undisturbed`]).
-fn run_undisturbed(
-    bench: &Bench,
-    sides: &Sides,
-    cond: Condition,
-    side: usize,
-    secs: u64,
-) -> Result<(f64, f64)> {
-    undisturbed(bench, || {
-        let others = ForeignCpu::start();
-        let started = Instant::now();
-        let rates = run(bench, sides, cond, side, secs)?;
-        Ok((rates, others.fraction(started.elapsed().as_secs_f64())))
-    })
 }
 
 /// Attaches the condition's tool to `side`'s workers, runs the interleaved load, stops the
