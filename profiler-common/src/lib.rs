@@ -12,12 +12,16 @@ pub const MAX_STACK_DEPTH: usize = 127;
 /// `TASK_COMM_LEN` in the kernel.
 pub const COMM_LEN: usize = 16;
 
-/// Buckets of the per-site wait-time histogram, see [`hist_bucket`].
+/// Buckets of the wait-time histograms, see [`hist_bucket`].
 pub const WAIT_HIST_BUCKETS: usize = 2 + HIST_OCTAVES * HIST_SUB_BUCKETS;
-/// Powers of two covered: 2^10 ns (1 µs) up to 2^40 ns (18 minutes).
-pub const HIST_OCTAVES: usize = 30;
-/// Linear sub-buckets per power of two (±12 % resolution).
-pub const HIST_SUB_BUCKETS: usize = 4;
+/// Powers of two covered: 2^10 ns (1 µs) up to 2^36 ns (69 s); longer waits share the last
+/// bucket, whose values are bounded by the exact maximum.
+pub const HIST_OCTAVES: usize = 26;
+/// log2 of [`HIST_SUB_BUCKETS`].
+pub const HIST_SUB_LOG2: u32 = 5;
+/// Linear sub-buckets per power of two: a bucket is at most 1/32 (3.1 %) of its lower bound
+/// wide, so a value read from its middle is within 1.6 %.
+pub const HIST_SUB_BUCKETS: usize = 1 << HIST_SUB_LOG2;
 /// log2 of the histogram's first bucket bound (1024 ns).
 pub const HIST_MIN_LOG2: u32 = 10;
 
@@ -53,6 +57,11 @@ pub mod names {
     pub const MAP_SCRATCH: &str = "SCRATCH";
     /// `HashMap<WakerKey, WakerValue>`: who woke each blocking site.
     pub const MAP_WAKERS: &str = "WAKERS";
+    /// `HashMap<SiteKey, WaitHist>`: the distribution of blocked times per blocking site
+    /// (state and stacks, all threads together).
+    pub const MAP_SITE_HISTS: &str = "SITE_HISTS";
+    /// `PerCpuArray<WaitHist>` indexed by [`super::RunqueueHist`]: run-queue delays.
+    pub const MAP_RUNQUEUE_HISTS: &str = "RUNQUEUE_HISTS";
     /// `Array<unwind::RowChunk>`: every unwind row, in chunks.
     pub const MAP_UNWIND_ROWS: &str = "UNWIND_ROWS";
     /// `Array<unwind::ProcMappings>` with one entry: the target's executable mappings.
@@ -93,6 +102,11 @@ pub struct Config {
     /// count, which says whether a wakeup runs in a task or in an interrupt.
     pub percpu_runqueues: u32,
     pub percpu_preempt_count: u32,
+    /// `offsetof(struct task_struct, sched_info.run_delay)`: the thread's time waiting on a
+    /// run queue, kept by the scheduler itself (CONFIG_SCHED_INFO).
+    pub task_run_delay_offset: u32,
+    /// `offsetof(struct task_struct, on_cpu)`: whether a runnable task is on a CPU right now.
+    pub task_on_cpu_offset: u32,
     /// Bit set of [`config_flags`].
     pub flags: u32,
     pub _pad: u32,
@@ -117,6 +131,10 @@ pub mod config_flags {
     pub const DWARF_UNWIND: u32 = 1 << 3;
     /// The preempt-count offsets in [`super::Config`] are valid.
     pub const PREEMPT_COUNT: u32 = 1 << 4;
+    /// Context switches are traced (`--mode wall|off`): thread entries are created by the
+    /// switch programs and the start snapshot, which give them their time baseline; the
+    /// sampler only names threads it finds there.
+    pub const SWITCHES: u32 = 1 << 5;
 }
 
 /// Where a wakeup ran (`WaitStart::waker_context`, `WakerKey::waker_context`).
@@ -174,6 +192,11 @@ pub mod stack_id {
     /// Used by user space only: the user stack of a thread of another process (a waker),
     /// which the target's symbols cannot name.
     pub const FOREIGN: u64 = RESERVED | 4;
+    /// Used by user space only: CPU time the scheduler charged to a woken thread before it
+    /// was switched in (its CPU leaving idle, or finishing the task it preempted).
+    pub const SWITCHING_IN: u64 = RESERVED | 5;
+    /// Used by user space only: the profiler's own programs, run on the thread's CPU time.
+    pub const PROFILER: u64 = RESERVED | 6;
     /// `SNAPSHOT | i`: the stack user space recorded for thread snapshot `i` at capture start
     /// (a thread already blocked when the capture began has no switch-out event).
     pub const SNAPSHOT: u64 = RESERVED | (1 << 32);
@@ -363,30 +386,61 @@ pub struct WaitKey {
 
 /// Value of [`names::MAP_WAITS`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct WaitValue {
     pub total_ns: u64,
     pub count: u64,
     pub max_ns: u64,
-    /// log2 histogram of individual wait durations, see [`hist_bucket`].
-    pub hist: [u32; WAIT_HIST_BUCKETS],
+    /// Shortest wait: with the maximum, it bounds every percentile read from a histogram.
+    pub min_ns: u64,
 }
 
-impl Default for WaitValue {
+/// Key of [`names::MAP_SITE_HISTS`]: a blocking site, all threads together (percentiles are
+/// reported per site; per thread the exact count, total, minimum and maximum remain).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SiteKey {
+    /// A [`WaitState`].
+    pub state: u32,
+    pub _pad: u32,
+    pub user_stack: u64,
+    pub kernel_stack: u64,
+}
+
+/// A histogram of wait durations, see [`hist_bucket`]. 3.3 KiB: kept per blocking site, not
+/// per thread and site.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitHist {
+    pub buckets: [u32; WAIT_HIST_BUCKETS],
+}
+
+impl Default for WaitHist {
     fn default() -> Self {
         Self {
-            total_ns: 0,
-            count: 0,
-            max_ns: 0,
-            hist: [0; WAIT_HIST_BUCKETS],
+            buckets: [0; WAIT_HIST_BUCKETS],
         }
     }
 }
 
+/// Indexes of [`names::MAP_RUNQUEUE_HISTS`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunqueueHist {
+    /// Waits for a CPU after a preemption.
+    Preempted = 0,
+    /// Waits for a CPU after a wakeup.
+    Woken = 1,
+}
+
+impl RunqueueHist {
+    pub const COUNT: u32 = 2;
+}
+
 /// Histogram bucket of a duration: a log2 histogram with [`HIST_SUB_BUCKETS`] linear
 /// sub-buckets per power of two. Bucket 0 takes everything below 1 µs; bucket
-/// `1 + 4·(e − 10) + s` takes `[2^e + s·2^(e−2), 2^e + (s+1)·2^(e−2))` ns; the last bucket
-/// takes everything from 2^40 ns on.
+/// `1 + 32·(e − 10) + s` takes `[2^e + s·2^(e−5), 2^e + (s+1)·2^(e−5))` ns; the last bucket
+/// takes everything from 2^36 ns on.
 #[inline(always)]
 pub const fn hist_bucket(ns: u64) -> usize {
     if ns < (1 << HIST_MIN_LOG2) {
@@ -396,7 +450,7 @@ pub const fn hist_bucket(ns: u64) -> usize {
     if e >= HIST_MIN_LOG2 + HIST_OCTAVES as u32 {
         return WAIT_HIST_BUCKETS - 1;
     }
-    let sub = ((ns >> (e - 2)) & 3) as usize;
+    let sub = ((ns >> (e - HIST_SUB_LOG2)) & (HIST_SUB_BUCKETS as u64 - 1)) as usize;
     1 + (e - HIST_MIN_LOG2) as usize * HIST_SUB_BUCKETS + sub
 }
 
@@ -412,7 +466,7 @@ pub const fn hist_bucket_bounds(i: usize) -> (u64, u64) {
     }
     let e = HIST_MIN_LOG2 as usize + (i - 1) / HIST_SUB_BUCKETS;
     let sub = ((i - 1) % HIST_SUB_BUCKETS) as u64;
-    let step = 1u64 << (e - 2);
+    let step = 1u64 << (e - HIST_SUB_LOG2 as usize);
     let lo = (1u64 << e) + sub * step;
     (lo, lo + step)
 }
@@ -522,8 +576,14 @@ unsafe impl aya::Pod for WakerValue {}
 // SAFETY: repr(C), only integer fields, no padding holes.
 unsafe impl aya::Pod for WaitKey {}
 #[cfg(feature = "user")]
-// SAFETY: repr(C), only integer fields; 3 × u64 + 40 × u32 has no padding.
+// SAFETY: repr(C), only u64 fields.
 unsafe impl aya::Pod for WaitValue {}
+#[cfg(feature = "user")]
+// SAFETY: repr(C), integer fields, explicit padding.
+unsafe impl aya::Pod for SiteKey {}
+#[cfg(feature = "user")]
+// SAFETY: repr(C), an array of u32 (834 of them: a multiple of 2, so no tail padding).
+unsafe impl aya::Pod for WaitHist {}
 #[cfg(feature = "user")]
 // SAFETY: repr(C), only integer fields, explicit padding.
 unsafe impl aya::Pod for WaitStart {}
@@ -542,27 +602,132 @@ pub struct Thread {
 // SAFETY: repr(C) of two Pod structs whose sizes are multiples of 8: no padding.
 unsafe impl aya::Pod for Thread {}
 
-/// A thread's name and on-CPU time ([`Thread::stats`]).
+/// A thread's name and time bookkeeping ([`Thread::stats`]).
+///
+/// Time is accounted per *cycle*: from one switch-out of the thread to the next (the first
+/// cycle starts at the window start, or when the thread was created). See [`split_cycle`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadStats {
     pub comm: [u8; COMM_LEN],
-    /// On-CPU time measured at switch-in/switch-out, inside the capture window.
+    /// On-CPU time inside the window as the scheduler charges it (`se.sum_exec_runtime`),
+    /// over the cycles closed so far.
     pub on_cpu_ns: u64,
-    /// Last switch-in (0: not seen; the thread was running when the capture began).
+    /// Of those cycles, the time between each switch-in and the following switch-out as the
+    /// tracepoint saw them: what samples can see. The kernel also charges a woken thread for
+    /// the time its CPU takes to switch to it (see ARCHITECTURE.md, "Time rules").
+    pub traced_on_ns: u64,
+    /// Time of the profiler's own programs that the kernel charged to this thread.
+    pub overhead_ns: u64,
+    /// Last switch-in (0: none seen).
     pub last_in_ns: u64,
-    /// Last switch-out (0: not seen).
+    /// Last switch-out, or where the current cycle began (window start, thread creation);
+    /// 0: no cycle begun.
     pub last_out_ns: u64,
     /// Context switches out of the CPU.
     pub switches: u64,
-    /// `se.sum_exec_runtime` at the last switch-out: lets a switch-in that the kernel did not
-    /// report be placed exactly (now minus the CPU time used since).
+    /// `se.sum_exec_runtime` and `sched_info.run_delay` at `last_out_ns` (valid with
+    /// [`thread_flags::BASELINE`]).
     pub last_exec_ns: u64,
+    pub last_delay_ns: u64,
+    /// Bit set of [`thread_flags`].
+    pub flags: u32,
+    pub _pad: u32,
+}
+
+pub mod thread_flags {
+    /// `last_exec_ns`/`last_delay_ns` are the scheduler's counters at `last_out_ns`: the
+    /// cycle now running is split by the kernel's own accounting.
+    pub const BASELINE: u32 = 1 << 0;
+    /// The thread exited (its last switch-out had it dead): nothing after `last_out_ns`.
+    pub const EXITED: u32 = 1 << 1;
 }
 
 #[cfg(feature = "user")]
-// SAFETY: repr(C), byte array of 16 then u64 fields: no padding.
+// SAFETY: repr(C), byte array of 16, u64 fields, two u32: no padding.
 unsafe impl aya::Pod for ThreadStats {}
+
+/// What is known about one cycle of a thread: from `from_ns` (a switch-out, or where the
+/// thread's accounting began) to `to_ns` (the next switch-out, or the end of the window).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CycleInput {
+    pub from_ns: u64,
+    pub to_ns: u64,
+    /// The switch-in inside the cycle (0: none reported).
+    pub in_ns: u64,
+    /// The wakeup that ended the wait (0: none seen).
+    pub wake_ns: u64,
+    /// A wait began at `from_ns`; otherwise the thread was on the CPU from there on.
+    pub waiting: bool,
+    /// That wait is a wait for a CPU from the start (preempted, or just created).
+    pub runqueue_wait: bool,
+    /// `se.sum_exec_runtime` and `sched_info.run_delay` grew by these over the cycle, when
+    /// known.
+    pub exec_delta: Option<u64>,
+    pub delay_delta: Option<u64>,
+}
+
+/// How one cycle splits. `on_ns + runnable_ns + blocked_ns` is the cycle's length.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cycle {
+    /// On the CPU, as the scheduler charges it when its counters are known.
+    pub on_ns: u64,
+    /// Switch-in to switch-out as the tracepoints saw it (`on_ns` when no switch-in was seen).
+    pub traced_on_ns: u64,
+    /// Waiting for a CPU.
+    pub runnable_ns: u64,
+    /// In the wait's own state (sleep, io, other) until it was made runnable.
+    pub blocked_ns: u64,
+}
+
+/// The time rule. With the scheduler's counters, a cycle is on the CPU for as long as
+/// `sum_exec_runtime` grew, runnable for as long as `run_delay` grew, and blocked for the
+/// rest: the thread's figures then add up to `/proc/<pid>/task/<tid>/schedstat`. Without them
+/// (the first cycle of a thread the start snapshot missed), the tracepoint times decide: on
+/// the CPU from switch-in to switch-out, runnable from the wakeup to the switch-in.
+pub const fn split_cycle(c: &CycleInput) -> Cycle {
+    let cycle = c.to_ns.saturating_sub(c.from_ns);
+    if !c.waiting {
+        return Cycle {
+            on_ns: cycle,
+            traced_on_ns: cycle,
+            runnable_ns: 0,
+            blocked_ns: 0,
+        };
+    }
+    let switched_in = c.in_ns > c.from_ns && c.in_ns <= c.to_ns;
+    let traced = if switched_in { c.to_ns - c.in_ns } else { 0 };
+    let on = match c.exec_delta {
+        Some(d) => min(d, cycle),
+        None => traced,
+    };
+    let off = cycle - on;
+    let runnable = if c.runqueue_wait {
+        off
+    } else {
+        match c.delay_delta {
+            Some(d) => min(d, off),
+            None => {
+                let end = if switched_in { c.in_ns } else { c.to_ns };
+                if c.wake_ns >= c.from_ns && c.wake_ns < end {
+                    min(end - c.wake_ns, off)
+                } else {
+                    0
+                }
+            }
+        }
+    };
+    Cycle {
+        on_ns: on,
+        traced_on_ns: if switched_in { traced } else { on },
+        runnable_ns: runnable,
+        blocked_ns: off - runnable,
+    }
+}
+
+const fn min(a: u64, b: u64) -> u64 {
+    if a < b { a } else { b }
+}
 
 /// The single entry of [`names::MAP_CONTROL`]. Programs do nothing until `start_ns` is set and
 /// nothing after `stop_ns` is set, so every program observes the same window and user space
@@ -587,6 +752,13 @@ pub struct TaskSnapshot {
     /// `task_struct::__state`.
     pub state: u32,
     pub comm: [u8; COMM_LEN],
+    /// `se.sum_exec_runtime` and `sched_info.run_delay`: where the thread's first cycle
+    /// starts counting.
+    pub exec_ns: u64,
+    pub run_delay_ns: u64,
+    /// `task_struct::on_cpu`: running right now (else, if runnable, waiting on a run queue).
+    pub on_cpu: u32,
+    pub _pad: u32,
     /// User registers saved at kernel entry (`task_pt_regs`): where user code stopped.
     pub user_ip: u64,
     pub user_sp: u64,
@@ -746,10 +918,13 @@ pub enum Counter {
     KernelMemoHits,
     /// Switch-outs to sleep whose kernel stack was unwound.
     KernelMemoMisses,
+    /// Waits left out of their site's latency histogram because the histogram table was full
+    /// (their time and count still count).
+    SiteHistsFull,
 }
 
 impl Counter {
-    pub const COUNT: u32 = 19;
+    pub const COUNT: u32 = 20;
 
     pub const ALL: [Counter; Self::COUNT as usize] = [
         Counter::Samples,
@@ -771,6 +946,7 @@ impl Counter {
         Counter::RowCacheMisses,
         Counter::KernelMemoHits,
         Counter::KernelMemoMisses,
+        Counter::SiteHistsFull,
     ];
 }
 
@@ -809,10 +985,10 @@ mod tests {
         assert_eq!(hist_bucket(0), 0);
         assert_eq!(hist_bucket(1023), 0);
         assert_eq!(hist_bucket(1024), 1);
-        // 20 ms = 2^24 + 0.19·2^24: octave 24, first quarter.
-        assert_eq!(hist_bucket(20_000_000), 1 + 14 * 4);
+        // 20 ms = 2^24 + 0.19·2^24: octave 24, sub-bucket 6 of 32.
+        assert_eq!(hist_bucket(20_000_000), 1 + 14 * 32 + 6);
         let mut ns = 1u64;
-        while ns < (1 << 41) {
+        while ns < (1 << 37) {
             for v in [ns, ns + ns / 3, ns * 2 - 1] {
                 let b = hist_bucket(v);
                 let (lo, hi) = hist_bucket_bounds(b);
@@ -860,6 +1036,90 @@ mod tests {
         assert_eq!(classify_switch(false, DEAD), None);
     }
 
+    fn cycle(waiting: bool, runqueue_wait: bool) -> CycleInput {
+        CycleInput {
+            from_ns: 1_000,
+            to_ns: 11_000,
+            in_ns: 8_000,
+            wake_ns: 6_000,
+            waiting,
+            runqueue_wait,
+            exec_delta: None,
+            delay_delta: None,
+        }
+    }
+
+    #[test]
+    fn a_cycle_splits_by_the_schedulers_counters_when_known() {
+        // 10 µs cycle: the kernel charged 4 µs of CPU and 1 µs of run-queue wait.
+        let c = split_cycle(&CycleInput {
+            exec_delta: Some(4_000),
+            delay_delta: Some(1_000),
+            ..cycle(true, false)
+        });
+        assert_eq!(
+            c,
+            Cycle {
+                on_ns: 4_000,
+                traced_on_ns: 3_000,
+                runnable_ns: 1_000,
+                blocked_ns: 5_000
+            }
+        );
+        // Counters beyond the cycle (read late) are capped by it.
+        let c = split_cycle(&CycleInput {
+            exec_delta: Some(50_000),
+            delay_delta: Some(50_000),
+            ..cycle(true, false)
+        });
+        assert_eq!((c.on_ns, c.runnable_ns, c.blocked_ns), (10_000, 0, 0));
+    }
+
+    #[test]
+    fn a_cycle_without_counters_splits_by_the_tracepoint_times() {
+        let c = split_cycle(&cycle(true, false));
+        assert_eq!(
+            c,
+            Cycle {
+                on_ns: 3_000,
+                traced_on_ns: 3_000,
+                runnable_ns: 2_000,
+                blocked_ns: 5_000
+            }
+        );
+        // A preemption: all of the time off the CPU is run-queue time.
+        let c = split_cycle(&cycle(true, true));
+        assert_eq!((c.on_ns, c.runnable_ns, c.blocked_ns), (3_000, 7_000, 0));
+        // On the CPU since the cycle began.
+        let c = split_cycle(&cycle(false, false));
+        assert_eq!((c.on_ns, c.runnable_ns, c.blocked_ns), (10_000, 0, 0));
+        // No switch-in seen and no counters: all of it waiting, woken at 6 µs.
+        let c = split_cycle(&CycleInput {
+            in_ns: 0,
+            ..cycle(true, false)
+        });
+        assert_eq!((c.on_ns, c.runnable_ns, c.blocked_ns), (0, 5_000, 5_000));
+    }
+
+    #[test]
+    fn a_cycle_always_adds_up_to_its_length() {
+        for exec in [None, Some(0), Some(3_000), Some(20_000)] {
+            for delay in [None, Some(0), Some(2_500), Some(20_000)] {
+                for (waiting, rq) in [(true, false), (true, true), (false, false)] {
+                    for in_ns in [0, 1_000, 8_000, 11_000, 12_000] {
+                        let c = split_cycle(&CycleInput {
+                            in_ns,
+                            exec_delta: exec,
+                            delay_delta: delay,
+                            ..cycle(waiting, rq)
+                        });
+                        assert_eq!(c.on_ns + c.runnable_ns + c.blocked_ns, 10_000, "{c:?}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn stack_ids_never_collide_with_reserved_ones() {
         assert_eq!(stack_id::from_hash(0), 1);
@@ -873,17 +1133,20 @@ mod tests {
     #[test]
     fn wire_sizes_are_fixed() {
         use core::mem::size_of;
-        assert_eq!(size_of::<Config>(), 64);
+        assert_eq!(size_of::<Config>(), 72);
         assert_eq!(size_of::<SampleKey>(), 24);
         assert_eq!(size_of::<WaitKey>(), 24);
-        assert_eq!(size_of::<WaitValue>(), 24 + 4 * WAIT_HIST_BUCKETS);
+        assert_eq!(size_of::<WaitValue>(), 32);
+        assert_eq!(size_of::<SiteKey>(), 24);
+        assert_eq!(size_of::<WaitHist>(), 4 * WAIT_HIST_BUCKETS);
+        assert_eq!(WAIT_HIST_BUCKETS % 2, 0);
         assert_eq!(size_of::<WaitStart>(), 88);
         assert_eq!(size_of::<WakerKey>(), 56);
         assert_eq!(size_of::<WakerValue>(), 32);
-        assert_eq!(size_of::<ThreadStats>(), 56);
-        assert_eq!(size_of::<Thread>(), 144);
+        assert_eq!(size_of::<ThreadStats>(), 88);
+        assert_eq!(size_of::<Thread>(), 176);
         assert_eq!(size_of::<Stack>(), 8 * (MAX_STACK_DEPTH + 1));
-        assert_eq!(size_of::<TaskSnapshot>(), 56 + 8 * MAX_STACK_DEPTH);
+        assert_eq!(size_of::<TaskSnapshot>(), 80 + 8 * MAX_STACK_DEPTH);
         assert_eq!(size_of::<unwind::UnwindRow>(), 12);
         assert_eq!(size_of::<unwind::RowChunk>(), 12 * unwind::ROWS_PER_CHUNK);
         assert_eq!(size_of::<unwind::ExecMapping>(), 32);

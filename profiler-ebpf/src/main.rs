@@ -12,6 +12,9 @@
 //! counts each loss in `COUNTERS`. Nothing is sent per event to user space.
 #![no_std]
 #![no_main]
+// `atomic_xadd`: the BPF target has no atomic types with read-modify-write (see `switch.rs`).
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
 mod kstack;
 mod maps;
@@ -38,6 +41,8 @@ static CONFIG: Global<Config> = Global::new(Config {
     cfs_rq_rq_offset: 0,
     percpu_runqueues: 0,
     percpu_preempt_count: 0,
+    task_run_delay_offset: 0,
+    task_on_cpu_offset: 0,
     flags: 0,
     _pad: 0,
     min_block_ns: 0,

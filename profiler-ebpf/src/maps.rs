@@ -6,8 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
 };
 use profiler_common::{
-    Control, Counter, SampleKey, SampleValue, Stack, Thread, WaitKey, WaitValue, WakerKey,
-    WakerValue,
+    Control, Counter, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread, WaitHist,
+    WaitKey, WaitValue, WakerKey, WakerValue,
 };
 
 // Every hash map is preallocated: an insert from sched_switch (IRQs off, run-queue lock held)
@@ -31,6 +31,16 @@ pub static THREADS: HashMap<u32, Thread> = HashMap::with_max_entries(65_536, 0);
 #[map]
 pub static WAKERS: HashMap<WakerKey, WakerValue> = HashMap::with_max_entries(32_768, 0);
 
+/// Blocked-time distribution per blocking site, shared by the site's threads (updated with
+/// atomic adds).
+#[map]
+pub static SITE_HISTS: HashMap<SiteKey, WaitHist> = HashMap::with_max_entries(4_096, 0);
+
+/// Run-queue delay distributions, indexed by [`RunqueueHist`].
+#[map]
+pub static RUNQUEUE_HISTS: PerCpuArray<WaitHist> =
+    PerCpuArray::with_max_entries(RunqueueHist::COUNT, 0);
+
 #[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
 
@@ -42,9 +52,10 @@ pub static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
 #[map]
 pub static SCRATCH: PerCpuArray<Stack> = PerCpuArray::with_max_entries(Scratch::COUNT, 0);
 
-/// Where a new wait site's value is built: at 512 bytes it does not fit the BPF stack.
+/// Where a new site histogram is built: at 3.3 KiB it does not fit the BPF stack. All zeros
+/// between uses.
 #[map]
-pub static SCRATCH_WAIT: PerCpuArray<WaitValue> = PerCpuArray::with_max_entries(1, 0);
+pub static SCRATCH_HIST: PerCpuArray<WaitHist> = PerCpuArray::with_max_entries(1, 0);
 
 #[derive(Clone, Copy)]
 #[repr(u32)]

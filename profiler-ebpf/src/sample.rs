@@ -2,7 +2,7 @@
 //! samples of the target's threads only, aggregated per (tid, user stack, kernel stack).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::perf_event,
     programs::PerfEventContext,
 };
@@ -30,6 +30,8 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
     if capture_start().is_none() {
         return 0;
     }
+    // SAFETY: no preconditions.
+    let started = unsafe { bpf_ktime_get_ns() };
     let tid = pid_tgid as u32;
     if count(Counter::Samples) == 0 {
         debug!(
@@ -77,19 +79,26 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
         }
     }
 
-    remember_thread_name(tid);
+    remember_thread(cfg.flags, tid, started);
     0
 }
 
-/// Keeps the thread's current name (threads often rename themselves right after they start).
+/// Keeps the thread's current name (threads often rename themselves right after they start)
+/// and charges this program's time to the profiler: the kernel charges it to the thread.
 #[inline(always)]
-fn remember_thread_name(tid: u32) {
+fn remember_thread(flags: u32, tid: u32, started: u64) {
     let Ok(comm) = bpf_get_current_comm() else {
         return;
     };
     match THREADS.get_ptr_mut(&tid) {
-        // SAFETY: only this thread's own events write its entry's name.
-        Some(thread) => unsafe { (*thread).stats.comm = comm },
+        // SAFETY: only this thread's own events write its entry's name and overhead.
+        Some(thread) => unsafe {
+            (*thread).stats.comm = comm;
+            (*thread).stats.overhead_ns += bpf_ktime_get_ns().saturating_sub(started);
+        },
+        // With switches traced, entries come from the switch programs and the start snapshot,
+        // which give them their time baseline.
+        None if flags & config_flags::SWITCHES != 0 => {}
         None => {
             let thread = Thread {
                 stats: ThreadStats {

@@ -71,6 +71,12 @@ pub unsafe extern "C" fn snapshot_tasks(ctx: *mut c_void) -> i32 {
         snap.comm =
             bpf_probe_read_kernel::<[u8; COMM_LEN]>(task.add(cfg.task_comm_offset as usize).cast())
                 .unwrap_or([0; COMM_LEN]);
+        snap.exec_ns =
+            bpf_probe_read_kernel(task.add(cfg.task_exec_offset as usize).cast()).unwrap_or(0);
+        snap.run_delay_ns =
+            bpf_probe_read_kernel(task.add(cfg.task_run_delay_offset as usize).cast()).unwrap_or(0);
+        snap.on_cpu =
+            bpf_probe_read_kernel(task.add(cfg.task_on_cpu_offset as usize).cast()).unwrap_or(0);
         let regs = bpf_task_pt_regs(task.cast()) as *const pt_regs;
         snap.user_ip = bpf_probe_read_kernel(&(*regs).rip).unwrap_or(0);
         snap.user_sp = bpf_probe_read_kernel(&(*regs).rsp).unwrap_or(0);

@@ -1,16 +1,29 @@
-//! Off-CPU waits from `sched_switch` (tp_btf; this kernel has no kprobes).
+//! Off-CPU waits and on-CPU time from `sched_switch` (tp_btf; this kernel has no kprobes).
 //!
-//! Switch-out of a target thread: account its on-CPU time, remember when and why it left
-//! (state) and its stacks in its `THREADS` entry. Switch-in of a target thread: the interval
-//! since that switch-out is one wait, added to `WAITS` under (tid, state, stacks) with its
-//! duration in a log2 histogram. At `sched_switch` the current task is still `prev`, so
-//! `prev`'s stacks are the current task's stacks.
+//! A thread's time is accounted per cycle, from one of its switch-outs to the next (see
+//! `profiler_common::split_cycle`). At a switch-out the cycle that ends is split by the
+//! scheduler's own counters — `se.sum_exec_runtime` grew by its time on the CPU,
+//! `sched_info.run_delay` by its time waiting for one — and the wait that began at the cycle's
+//! start is aggregated in `WAITS` under (tid, state, stacks): the part until the thread was
+//! made runnable in its own state, the rest as run-queue time; then the new wait is recorded
+//! in the thread's `THREADS` entry with its stacks. At `sched_switch` the current task is
+//! still `prev`, so `prev`'s stacks are the current task's stacks. A switch-in only records
+//! its time.
+//!
+//! Why the counters and not the tracepoint times: when a wakeup makes the woken thread preempt
+//! its CPU's current task (the idle task included), the scheduler skips the clock update of
+//! the `schedule()` that follows (`rq_clock_skip_update`), so it charges the woken thread as
+//! running from its enqueue — including the time the CPU needs to leave idle — and not as
+//! waiting. Tracepoint times called that time run-queue delay: for a thread doing short
+//! synchronous I/O, a quarter of its time. The counters are what `/proc/<pid>/task/<tid>/
+//! schedstat` shows; the tracepoint's view of the same cycle is kept beside them
+//! (`traced_on_ns`), so the difference is reported, not hidden.
 //!
 //! The kernel does not report every switch: on this machine switches away from some tasks
 //! (PID 1's threads) produce no `sched_switch` at all, so a target thread can switch out twice
-//! with no switch-in between. The second switch-out then places the missed switch-in exactly:
-//! `now` minus the CPU time the scheduler charged the thread since its previous switch-out
-//! (`se.sum_exec_runtime` is brought up to date before the tracepoint fires).
+//! with no switch-in between. The counters place such a cycle's time all the same.
+
+use core::intrinsics::AtomicOrdering;
 
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_ktime_get_ns, bpf_probe_read_kernel},
@@ -19,17 +32,23 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use profiler_common::{
-    COMM_LEN, Config, Counter, Thread, ThreadStats, WaitKey, WaitStart, WaitState, WakerKey,
-    WakerValue, classify_switch, config_flags, hist_bucket, stack_id, task_state,
+    COMM_LEN, Config, Counter, Cycle, CycleInput, RunqueueHist, SiteKey, Thread, ThreadStats,
+    WaitKey, WaitStart, WaitState, WaitValue, WakerKey, WakerValue, classify_switch, config_flags,
+    hist_bucket, split_cycle, stack_id, task_state, thread_flags,
 };
 
 use crate::{
     config, kstack,
-    maps::{SCRATCH_WAIT, Scratch, THREADS, WAITS, WAKERS, capture_start, count},
+    maps::{
+        RUNQUEUE_HISTS, SCRATCH_HIST, SITE_HISTS, Scratch, THREADS, WAITS, WAKERS, capture_start,
+        count,
+    },
     stack,
 };
 
 const NOEXIST: u64 = 1;
+/// `-EEXIST`: another CPU inserted the same key first.
+const EEXIST: i64 = -17;
 
 /// `TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
 ///           unsigned int prev_state)` — include/trace/events/sched.h, since Linux 5.18.
@@ -65,10 +84,11 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
         let preempt: u64 = ctx.arg(ARG_PREEMPT);
         let prev_state: u64 = ctx.arg(ARG_PREV_STATE);
         // SAFETY: `prev` is the live current task.
-        let (tid, exec_ns): (u32, u64) = unsafe {
+        let (tid, exec_ns, delay_ns): (u32, u64, u64) = unsafe {
             (
                 load(prev, cfg.task_pid_offset),
                 load(prev, cfg.task_exec_offset),
+                load(prev, cfg.task_run_delay_offset),
             )
         };
         let out = SwitchOut {
@@ -76,6 +96,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
             now,
             start_ns,
             exec_ns,
+            delay_ns,
             preempt: preempt & 1 != 0,
             prev_state: prev_state as u32,
         };
@@ -84,7 +105,14 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     if next_is_target {
         // SAFETY: as above.
         let next_tid: u32 = unsafe { load(next, cfg.task_pid_offset) };
-        switch_in(&cfg, next, next_tid, now);
+        if let Some(thread) = switch_in(&cfg, next, next_tid, now) {
+            // The scheduler charges `next` from before this tracepoint: all of this program's
+            // time is its CPU time, and is reported as the profiler's.
+            // SAFETY: the entry `switch_in` returned; only `next`'s own events write its stats.
+            unsafe {
+                (*thread).stats.overhead_ns += bpf_ktime_get_ns().saturating_sub(now);
+            }
+        }
     }
     0
 }
@@ -117,8 +145,9 @@ struct SwitchOut {
     tid: u32,
     now: u64,
     start_ns: u64,
-    /// `prev->se.sum_exec_runtime`.
+    /// `prev->se.sum_exec_runtime` and `prev->sched_info.run_delay`.
     exec_ns: u64,
+    delay_ns: u64,
     preempt: bool,
     prev_state: u32,
 }
@@ -138,15 +167,19 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
         None => WaitStart::default(),
     };
     let Some(thread) = THREADS.get_ptr_mut(&out.tid) else {
-        // Not seen yet: on the CPU since the capture began.
+        // Not seen yet (the start snapshot raced with it): on the CPU since the capture began.
+        let on = out.now.saturating_sub(out.start_ns);
         let thread = Thread {
             stats: ThreadStats {
                 comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
-                on_cpu_ns: out.now.saturating_sub(out.start_ns),
-                last_in_ns: 0,
+                on_cpu_ns: on,
+                traced_on_ns: on,
                 last_out_ns: out.now,
                 switches: 1,
                 last_exec_ns: out.exec_ns,
+                last_delay_ns: out.delay_ns,
+                flags: thread_flags::BASELINE,
+                ..ThreadStats::default()
             },
             wait,
         };
@@ -158,18 +191,69 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     // SAFETY: only this thread's events write its stats, one at a time; its wait is shared
     // with its wakeups only (see `wakeup`).
     let thread = unsafe { &mut *thread };
-    if let Some(missed_in) = account_on_cpu(&mut thread.stats, out, state.is_none()) {
-        // The wait that began at the previous switch-out ended at the unreported switch-in.
-        close_wait(cfg, out.tid, &mut thread.wait, missed_in);
-        if count(Counter::MissedSwitchIns) == 0 {
-            debug!(
-                ctx,
-                "tid {}: a switch-in was not reported by the kernel; recovered", out.tid
-            );
-        }
+    let stats = &mut thread.stats;
+    let from = cycle_start(stats, out.start_ns);
+    let waiting = thread.wait.ts_ns != 0;
+    let switched_in = stats.last_in_ns > from;
+    if waiting && !switched_in && stats.last_out_ns != 0 && count(Counter::MissedSwitchIns) == 0 {
+        debug!(
+            ctx,
+            "tid {}: a switch-in was not reported by the kernel", out.tid
+        );
+    }
+    let baseline = stats.flags & thread_flags::BASELINE != 0;
+    let runqueue_wait = thread.wait.state == WaitState::RunqueuePreempted as u32
+        || thread.wait.state == WaitState::RunqueueWoken as u32;
+    let cycle = split_cycle(&CycleInput {
+        from_ns: from,
+        to_ns: out.now,
+        in_ns: if switched_in { stats.last_in_ns } else { 0 },
+        wake_ns: thread.wait.wake_ts_ns,
+        waiting,
+        runqueue_wait,
+        exec_delta: if baseline {
+            Some(out.exec_ns.saturating_sub(stats.last_exec_ns))
+        } else {
+            None
+        },
+        delay_delta: if baseline {
+            Some(out.delay_ns.saturating_sub(stats.last_delay_ns))
+        } else {
+            None
+        },
+    });
+    stats.on_cpu_ns += cycle.on_ns;
+    stats.traced_on_ns += cycle.traced_on_ns;
+    stats.last_out_ns = out.now;
+    stats.last_exec_ns = out.exec_ns;
+    stats.last_delay_ns = out.delay_ns;
+    stats.flags |= thread_flags::BASELINE;
+    stats.switches += 1;
+    if state.is_none() {
+        stats.flags |= thread_flags::EXITED;
+    }
+    if state.is_none() || stats.switches % COMM_REFRESH_SWITCHES == 0 {
+        stats.comm = bpf_get_current_comm().unwrap_or(stats.comm);
+    }
+    if waiting {
+        aggregate_wait(cfg, out.tid, &thread.wait, runqueue_wait, &cycle);
     }
     // In place: no allocation or free per switch.
     thread.wait = wait;
+}
+
+/// Where the thread's current cycle began: its last switch-out, else its first switch-in
+/// (a thread blocked since before the capture that the start snapshot missed: its time before
+/// that is unknown), else the window start.
+#[inline(always)]
+fn cycle_start(stats: &ThreadStats, start_ns: u64) -> u64 {
+    if stats.last_out_ns != 0 {
+        stats.last_out_ns
+    } else if stats.last_in_ns != 0 {
+        stats.last_in_ns
+    } else {
+        start_ns
+    }
 }
 
 /// The wait a thread enters at this switch-out: when, why, and its stacks.
@@ -214,40 +298,12 @@ fn wait_start(
 /// does.
 const COMM_REFRESH_SWITCHES: u64 = 32;
 
-/// Adds the time since this thread's switch-in (or since the capture began) to its on-CPU
-/// total. Returns when the thread really switched in if the kernel did not report that
-/// switch-in.
+/// Records a switch-in; returns the thread's entry.
 #[inline(always)]
-fn account_on_cpu(stats: &mut ThreadStats, out: &SwitchOut, exiting: bool) -> Option<u64> {
-    let missed_in = stats.last_out_ns != 0 && stats.last_out_ns >= stats.last_in_ns;
-    let since = if missed_in && stats.last_exec_ns != 0 && out.exec_ns >= stats.last_exec_ns {
-        let ran = out.exec_ns - stats.last_exec_ns;
-        let since = out.now.saturating_sub(ran);
-        if since > stats.last_out_ns {
-            since
-        } else {
-            stats.last_out_ns
-        }
-    } else if stats.last_in_ns > out.start_ns {
-        stats.last_in_ns
-    } else {
-        out.start_ns
-    };
-    stats.on_cpu_ns += out.now.saturating_sub(since);
-    stats.last_out_ns = out.now;
-    stats.last_exec_ns = out.exec_ns;
-    stats.switches += 1;
-    if exiting || stats.switches % COMM_REFRESH_SWITCHES == 0 {
-        stats.comm = bpf_get_current_comm().unwrap_or(stats.comm);
-    }
-    missed_in.then_some(since)
-}
-
-#[inline(always)]
-fn switch_in(cfg: &Config, next: *const u8, tid: u32, now: u64) {
+fn switch_in(cfg: &Config, next: *const u8, tid: u32, now: u64) -> Option<*mut Thread> {
     let Some(thread) = THREADS.get_ptr_mut(&tid) else {
         // First sight of this thread (blocked since before the capture and not found by the
-        // start snapshot).
+        // start snapshot): its time counts from here.
         let thread = Thread {
             stats: ThreadStats {
                 comm: comm_of(cfg, next),
@@ -259,16 +315,16 @@ fn switch_in(cfg: &Config, next: *const u8, tid: u32, now: u64) {
         if THREADS.insert(&tid, &thread, NOEXIST).is_err() {
             count(Counter::ThreadsFull);
         }
-        return;
+        return None;
     };
     // SAFETY: as in `switch_out`.
-    let thread = unsafe { &mut *thread };
-    thread.stats.last_in_ns = now;
-    if thread.stats.comm[0] == 0 {
+    let t = unsafe { &mut *thread };
+    t.stats.last_in_ns = now;
+    if t.stats.comm[0] == 0 {
         // Created during the capture, or seeded by the start snapshot: named on first run.
-        thread.stats.comm = comm_of(cfg, next);
+        t.stats.comm = comm_of(cfg, next);
     }
-    close_wait(cfg, tid, &mut thread.wait, now);
+    Some(thread)
 }
 
 /// The name of a task that is not the current one.
@@ -278,19 +334,12 @@ fn comm_of(cfg: &Config, task: *const u8) -> [u8; COMM_LEN] {
     unsafe { read::<[u8; COMM_LEN]>(task, cfg.task_comm_offset) }.unwrap_or([0; COMM_LEN])
 }
 
-/// Ends the wait in `slot` at `end`, if one is open, and aggregates it. A wait that a wakeup
-/// ended splits in two: blocked until the wakeup (its own state), then runnable until `end`
-/// (`RunqueueWoken`), both under the blocking stacks; the waker is credited with the first.
+/// Aggregates the wait that began at the cycle's start: blocked in its own state until it was
+/// made runnable (the waker is credited with that part), then waiting for a CPU. A preemption
+/// is all run-queue time.
 #[inline(always)]
-fn close_wait(cfg: &Config, tid: u32, slot: &mut WaitStart, end: u64) {
-    if slot.ts_ns == 0 {
-        return;
-    }
-    let began = slot.ts_ns;
-    let total = end.saturating_sub(began);
-    let wake = slot.wake_ts_ns;
-    slot.ts_ns = 0;
-    slot.wake_ts_ns = 0;
+fn aggregate_wait(cfg: &Config, tid: u32, slot: &WaitStart, runqueue_wait: bool, cycle: &Cycle) {
+    let total = cycle.runnable_ns + cycle.blocked_ns;
     if total < cfg.min_block_ns || total > cfg.max_block_ns {
         count(Counter::WaitsFiltered);
         return;
@@ -301,17 +350,28 @@ fn close_wait(cfg: &Config, tid: u32, slot: &mut WaitStart, end: u64) {
         user_stack: slot.user_stack,
         kernel_stack: slot.kernel_stack,
     };
-    if wake == 0 || wake < began || wake > end {
+    if runqueue_wait {
         add_wait(&key, total);
+        let which = if slot.state == WaitState::RunqueuePreempted as u32 {
+            RunqueueHist::Preempted
+        } else {
+            RunqueueHist::Woken
+        };
+        add_runqueue_hist(which, total);
         return;
     }
-    let blocked = total - (end - wake);
-    if blocked > 0 {
-        add_wait(&key, blocked);
-        add_waker(&key, slot, blocked);
+    if cycle.blocked_ns > 0 {
+        add_wait(&key, cycle.blocked_ns);
+        add_site_hist(&key, cycle.blocked_ns);
+        if slot.wake_ts_ns >= slot.ts_ns {
+            add_waker(&key, slot, cycle.blocked_ns);
+        }
     }
-    key.state = WaitState::RunqueueWoken as u32;
-    add_wait(&key, end - wake);
+    if cycle.runnable_ns > 0 {
+        key.state = WaitState::RunqueueWoken as u32;
+        add_wait(&key, cycle.runnable_ns);
+        add_runqueue_hist(RunqueueHist::Woken, cycle.runnable_ns);
+    }
 }
 
 #[inline(always)]
@@ -329,7 +389,7 @@ fn add_waker(site: &WaitKey, slot: &WaitStart, blocked: u64) {
         _pad: 0,
     };
     match WAKERS.get_ptr_mut(&key) {
-        // SAFETY: keyed by the wakee's tid, which switches in on one CPU at a time.
+        // SAFETY: keyed by the wakee's tid, whose switch-outs run on one CPU at a time.
         Some(value) => unsafe {
             (*value).count += 1;
             (*value).total_ns += blocked;
@@ -350,40 +410,99 @@ fn add_waker(site: &WaitKey, slot: &WaitStart, blocked: u64) {
 #[inline(always)]
 fn add_wait(key: &WaitKey, delta: u64) {
     count(Counter::Waits);
-    let bucket = hist_bucket(delta);
     match WAITS.get_ptr_mut(key) {
-        // SAFETY: the key holds the tid, and one thread switches in on one CPU at a time.
+        // SAFETY: the key holds the tid, and one thread switches out on one CPU at a time.
         Some(value) => unsafe {
             (*value).total_ns += delta;
             (*value).count += 1;
             if delta > (*value).max_ns {
                 (*value).max_ns = delta;
             }
-            if let Some(b) = (*value).hist.get_mut(bucket) {
-                *b += 1;
+            if delta < (*value).min_ns {
+                (*value).min_ns = delta;
             }
         },
         None => {
-            let Some(value) = SCRATCH_WAIT.get_ptr_mut(0) else {
-                return;
+            let value = WaitValue {
+                total_ns: delta,
+                count: 1,
+                max_ns: delta,
+                min_ns: delta,
             };
-            // SAFETY: per-CPU scratch, owned by this program while it runs.
-            let value = unsafe { &mut *value };
-            value.total_ns = delta;
-            value.count = 1;
-            value.max_ns = delta;
-            // The scratch histogram is all zeros between uses (a fresh map value, and the one
-            // bucket set here is cleared again below): no 488-byte memset, which BPF would run
-            // as a byte loop the verifier must walk.
-            if let Some(b) = value.hist.get_mut(bucket) {
-                *b = 1;
-            }
-            if WAITS.insert(key, &*value, NOEXIST).is_err() {
+            if WAITS.insert(key, &value, NOEXIST).is_err() {
                 count(Counter::WaitsMapFull);
             }
-            if let Some(b) = value.hist.get_mut(bucket) {
-                *b = 0;
-            }
         }
+    }
+}
+
+/// One more wait of `delta` in its site's histogram. A site is shared by all the threads that
+/// block there, on any CPU: buckets are bumped with atomic adds.
+#[inline(always)]
+fn add_site_hist(key: &WaitKey, delta: u64) {
+    let site = SiteKey {
+        state: key.state,
+        _pad: 0,
+        user_stack: key.user_stack,
+        kernel_stack: key.kernel_stack,
+    };
+    let bucket = hist_bucket(delta);
+    if bump_site_bucket(&site, bucket) {
+        return;
+    }
+    let Some(scratch) = SCRATCH_HIST.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU scratch, owned by this program while it runs.
+    let scratch = unsafe { &mut *scratch };
+    // The scratch is all zeros between uses (a fresh map value, and the one bucket set here is
+    // cleared again below): no 3.3 KiB memset, which BPF would run as a loop the verifier must
+    // walk.
+    let Some(b) = scratch.buckets.get_mut(bucket) else {
+        return;
+    };
+    *b = 1;
+    let inserted = SITE_HISTS.insert(&site, &*scratch, NOEXIST);
+    if let Some(b) = scratch.buckets.get_mut(bucket) {
+        *b = 0;
+    }
+    match inserted {
+        Ok(()) => {}
+        // Another CPU created the site in between: add to theirs.
+        Err(e) if i64::from(e) == EEXIST => {
+            bump_site_bucket(&site, bucket);
+        }
+        Err(_) => {
+            count(Counter::SiteHistsFull);
+        }
+    }
+}
+
+#[inline(always)]
+fn bump_site_bucket(site: &SiteKey, bucket: usize) -> bool {
+    let Some(hist) = SITE_HISTS.get_ptr_mut(site) else {
+        return false;
+    };
+    // SAFETY: a live map value; `get_mut` bounds the index.
+    if let Some(b) = unsafe { (*hist).buckets.get_mut(bucket) } {
+        // The BPF target exposes no atomic types with read-modify-write; the intrinsic with
+        // its result unused is BPF's atomic add (`lock *(u32 *)(r + off) += r`).
+        // SAFETY: a valid, aligned u32 of a map value.
+        unsafe {
+            core::intrinsics::atomic_xadd::<u32, u32, { AtomicOrdering::Relaxed }>(b, 1);
+        }
+    }
+    true
+}
+
+#[inline(always)]
+fn add_runqueue_hist(which: RunqueueHist, delta: u64) {
+    let Some(hist) = RUNQUEUE_HISTS.get_ptr_mut(which as u32) else {
+        return;
+    };
+    // SAFETY: per-CPU value; the programs that write it cannot interleave on one CPU (they run
+    // with interrupts off).
+    if let Some(b) = unsafe { (*hist).buckets.get_mut(hist_bucket(delta)) } {
+        *b += 1;
     }
 }

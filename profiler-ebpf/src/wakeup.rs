@@ -15,7 +15,8 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use profiler_common::{
-    COMM_LEN, Config, Counter, Thread, WaitStart, WaitState, config_flags, stack_id, waker_context,
+    COMM_LEN, Config, Counter, Thread, ThreadStats, WaitStart, WaitState, config_flags, stack_id,
+    thread_flags, waker_context,
 };
 
 use crate::{
@@ -67,22 +68,46 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
             wake_ts_ns: now,
             ..WaitStart::default()
         };
+        // Its first cycle begins now, from the scheduler's counters as they are (a new task
+        // starts them at zero, and is already queued).
+        // SAFETY: `task` is a live task_struct; offsets come from this kernel's BTF.
+        let (exec_ns, delay_ns): (u64, u64) = unsafe {
+            (
+                load(task, cfg.task_exec_offset),
+                load(task, cfg.task_run_delay_offset),
+            )
+        };
         let wait = waker.recorded_in(start);
         match THREADS.get_ptr_mut(&tid) {
-            // A reused tid: the entry of the thread that had it stays for the report.
-            // SAFETY: a new thread has no other events yet.
-            Some(thread) => unsafe { (*thread).wait = wait },
+            // A reused tid: the thread that had it exited; its time stays, and this one's
+            // adds to it from here.
+            // SAFETY: a new thread has no other events yet, and the old one is gone.
+            Some(thread) => unsafe {
+                let stats = &mut (*thread).stats;
+                stats.last_out_ns = now;
+                stats.last_exec_ns = exec_ns;
+                stats.last_delay_ns = delay_ns;
+                stats.flags = thread_flags::BASELINE;
+                (*thread).wait = wait;
+            },
             None => {
                 // Its name is read at its first switch-in.
                 let thread = Thread {
+                    stats: ThreadStats {
+                        last_out_ns: now,
+                        last_exec_ns: exec_ns,
+                        last_delay_ns: delay_ns,
+                        flags: thread_flags::BASELINE,
+                        ..ThreadStats::default()
+                    },
                     wait,
-                    ..Thread::default()
                 };
                 if THREADS.insert(&tid, &thread, NOEXIST).is_err() {
                     count(Counter::ThreadsFull);
                 }
             }
         }
+        charge_waker(&cfg, &waker, now);
         return;
     }
     let Some(thread) = THREADS.get_ptr_mut(&tid) else {
@@ -91,13 +116,18 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
     // SAFETY: only the wakee's switch events and its wakeups touch the slot. `sched_waking`
     // can run while the wakee is still switching out on another CPU (try_to_wake_up waits
     // for that switch to finish only after the tracepoint); then the slot is not open yet, or
-    // the switch-out rewrites it, and the wait counts as blocked until switch-in: a wakeup
-    // lost, never a wrong one (`close_wait` ignores a wakeup before the wait began).
-    let slot = unsafe { &mut (*thread).wait };
+    // the switch-out rewrites it: the waker is lost, never a wrong one credited (the
+    // split of the wait into blocked and runnable time comes from the scheduler's counters,
+    // not from this time).
+    let thread = unsafe { &mut *thread };
+    let slot = &mut thread.wait;
     let sleeping = slot.state == WaitState::Sleep as u32
         || slot.state == WaitState::Io as u32
         || slot.state == WaitState::Other as u32;
-    if slot.ts_ns == 0 || slot.wake_ts_ns != 0 || !sleeping {
+    // A wait stays in the slot until the next switch-out; once the thread has switched in,
+    // a wakeup belongs to a wait that has not begun yet.
+    let running_again = thread.stats.last_in_ns > slot.ts_ns;
+    if slot.ts_ns == 0 || slot.wake_ts_ns != 0 || !sleeping || running_again {
         return;
     }
     let waker = waker(ctx, &cfg);
@@ -105,6 +135,22 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
         wake_ts_ns: now,
         ..*slot
     });
+    charge_waker(&cfg, &waker, now);
+}
+
+/// A target thread waking another runs this program on its own CPU time: that time is
+/// reported as the profiler's, not as the thread's work.
+#[inline(always)]
+fn charge_waker(cfg: &Config, waker: &Waker, started: u64) {
+    if (waker.pid_tgid >> 32) as u32 != cfg.target_tgid {
+        return;
+    }
+    if let Some(thread) = THREADS.get_ptr_mut(&(waker.pid_tgid as u32)) {
+        // SAFETY: the waker is the current task: no other program writes its stats now.
+        unsafe {
+            (*thread).stats.overhead_ns += bpf_ktime_get_ns().saturating_sub(started);
+        }
+    }
 }
 
 /// Who is waking a target thread.

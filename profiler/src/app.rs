@@ -161,20 +161,10 @@ pub async fn run(args: Args) -> Result<()> {
     probes.attach()?;
     let attached = load_started.elapsed();
 
+    // The window opens now and lasts exactly `--secs`: the line below says so the moment it
+    // opens (whoever compares our figures with the kernel's reads them from here).
     let start_ns = probes.start()?;
-    let seeds = if args.mode.traces_switches() {
-        let mappings = dwarf.then(|| tables.proc_mappings(&maps));
-        let with_tables = mappings.as_deref().map(|m| (&tables, m));
-        snapshot::seed_blocked_threads(&mut probes, target.pid, start_ns, with_tables)?
-    } else {
-        Seeds::default()
-    };
-    log::info!(
-        "load {:.3} s, attach {:.3} s, start snapshot {:.3} s",
-        loaded.as_secs_f64(),
-        (attached - loaded).as_secs_f64(),
-        (load_started.elapsed() - attached).as_secs_f64()
-    );
+    let opened = Instant::now();
     eprintln!(
         "profiler: capturing {} (PID {}) for {} s in {} mode{}",
         target.name,
@@ -187,9 +177,23 @@ pub async fn run(args: Args) -> Result<()> {
             String::new()
         }
     );
+    let sched_at_start = drain::sched_stats(target.pid);
+    let seeds = if args.mode.traces_switches() {
+        let mappings = dwarf.then(|| tables.proc_mappings(&maps));
+        let with_tables = mappings.as_deref().map(|m| (&tables, m));
+        snapshot::seed_threads(&mut probes, target.pid, start_ns, with_tables)?
+    } else {
+        Seeds::default()
+    };
+    log::info!(
+        "load {:.3} s, attach {:.3} s, start snapshot {:.3} s",
+        loaded.as_secs_f64(),
+        (attached - loaded).as_secs_f64(),
+        opened.elapsed().as_secs_f64()
+    );
 
     let reason = waiter
-        .wait(args.secs, || {
+        .wait(opened, args.secs, || {
             // New libraries (dlopen) and JIT regions become resolvable and unwindable as they
             // appear.
             let gone =
@@ -211,7 +215,8 @@ pub async fn run(args: Args) -> Result<()> {
         .await;
     let stop_ns = probes.stop(start_ns)?;
     let post_started = Instant::now();
-    let drained = drain::drain(&probes, target.pid)?;
+    let mut drained = drain::drain(&probes, target.pid)?;
+    drained.sched_at_start = sched_at_start;
     let _ = maps.refresh();
     if let Some(note) = reason.note() {
         eprintln!("profiler: {note}");
@@ -236,6 +241,7 @@ pub async fn run(args: Args) -> Result<()> {
             mode: args.mode,
             window: Window { start_ns, stop_ns },
             period_ns: args.period_ns(),
+            min_block_ns: args.min_block_ns(),
             max_block_ns: args.max_block_ns(),
         },
     );

@@ -53,8 +53,13 @@ impl Waiter {
 
     /// Waits out the capture, calling `tick` five times a second (to pick up new mappings and
     /// to read progress counters).
-    pub async fn wait(&mut self, secs: u64, mut tick: impl FnMut() -> Tick) -> EndReason {
-        let started = Instant::now();
+    /// Waits out a capture window that opened at `started`.
+    pub async fn wait(
+        &mut self,
+        started: Instant,
+        secs: u64,
+        mut tick: impl FnMut() -> Tick,
+    ) -> EndReason {
         let total = Duration::from_secs(secs);
         let mut progress = Progress::new(secs);
         // Often enough that a library loaded mid-capture gets its unwind rows within a few

@@ -5,11 +5,11 @@ use std::collections::HashMap;
 
 use aya::{
     Pod,
-    maps::{HashMap as BpfHashMap, MapData},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray},
 };
 use profiler_common::{
-    SampleKey, SampleValue, Stack, Thread, ThreadStats, WaitKey, WaitStart, WaitValue, WakerKey,
-    WakerValue, names,
+    RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread, WAIT_HIST_BUCKETS, WaitHist,
+    WaitKey, WaitValue, WakerKey, WakerValue, names,
 };
 
 use crate::probes::{Counters, ProbeError, Probes};
@@ -34,15 +34,29 @@ pub struct Drained {
     pub waits: Vec<(WaitKey, WaitValue)>,
     /// Who woke each blocking site.
     pub wakers: Vec<(WakerKey, WakerValue)>,
-    /// Wait slots of threads still off the CPU when the window closed.
-    pub open_waits: Vec<(u32, WaitStart)>,
-    pub threads: HashMap<u32, ThreadStats>,
+    /// Per thread: its bookkeeping, and the wait that began its current cycle.
+    pub threads: HashMap<u32, Thread>,
     /// Frames (leaf first) by stack id.
     pub stacks: HashMap<u64, Vec<u64>>,
     pub counters: Counters,
-    /// CPU time per live thread (`se.sum_exec_runtime`) read right after the window closed:
-    /// places a final switch-in the kernel did not report.
-    pub exec_at_stop: HashMap<u32, u64>,
+    /// Blocked-time histogram per blocking site.
+    pub site_hists: HashMap<SiteKey, WaitHist>,
+    /// Run-queue delay histograms (all CPUs summed), indexed by [`RunqueueHist`].
+    pub runqueue_hists: [WaitHist; RunqueueHist::COUNT as usize],
+    /// The scheduler's counters per live thread, read right after the window opened (by the
+    /// caller: the drain happens at the end) and right after it closed: the latter close each
+    /// thread's last cycle; both give the schedstat figures the report checks against.
+    pub sched_at_start: HashMap<u32, SchedStat>,
+    pub sched_at_stop: HashMap<u32, SchedStat>,
+}
+
+/// One line of `/proc/<pid>/task/<tid>/schedstat`: the scheduler's own accounting of a thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedStat {
+    /// `se.sum_exec_runtime`: time on a CPU.
+    pub exec_ns: u64,
+    /// `sched_info.run_delay`: time runnable, waiting on a run queue.
+    pub delay_ns: u64,
 }
 
 pub fn drain(probes: &Probes, pid: u32) -> Result<Drained, ProbeError> {
@@ -51,34 +65,54 @@ pub fn drain(probes: &Probes, pid: u32) -> Result<Drained, ProbeError> {
     let samples = entries::<SampleKey, SampleValue>(read(names::MAP_SAMPLES)?, names::MAP_SAMPLES)?;
     let waits = entries::<WaitKey, WaitValue>(read(names::MAP_WAITS)?, names::MAP_WAITS)?;
     let wakers = entries::<WakerKey, WakerValue>(read(names::MAP_WAKERS)?, names::MAP_WAKERS)?;
-    let per_thread = entries::<u32, Thread>(read(names::MAP_THREADS)?, names::MAP_THREADS)?;
-    let open_waits: Vec<(u32, WaitStart)> = per_thread
-        .iter()
-        .filter(|(_, t)| t.wait.ts_ns != 0)
-        .map(|(tid, t)| (*tid, t.wait))
-        .collect();
-    let threads = per_thread
+    let threads = entries::<u32, Thread>(read(names::MAP_THREADS)?, names::MAP_THREADS)?
         .into_iter()
-        .map(|(tid, t)| (tid, t.stats))
         .collect();
     let stacks = entries::<u64, Stack>(read(names::MAP_STACKS)?, names::MAP_STACKS)?
         .into_iter()
         .map(|(id, stack)| (id, stack.frames().to_vec()))
         .collect();
+    let site_hists =
+        entries::<SiteKey, WaitHist>(read(names::MAP_SITE_HISTS)?, names::MAP_SITE_HISTS)?
+            .into_iter()
+            .collect();
+    let runqueue_hists = runqueue_hists(read(names::MAP_RUNQUEUE_HISTS)?)?;
     Ok(Drained {
         samples,
         waits,
         wakers,
-        open_waits,
         threads,
         stacks,
         counters: probes.counters()?,
-        exec_at_stop: exec_times(pid),
+        site_hists,
+        runqueue_hists,
+        sched_at_start: HashMap::new(),
+        sched_at_stop: sched_stats(pid),
     })
 }
 
-/// `/proc/<pid>/task/<tid>/schedstat` starts with the thread's CPU time in nanoseconds.
-fn exec_times(pid: u32) -> HashMap<u32, u64> {
+fn runqueue_hists(
+    map: &aya::maps::Map,
+) -> Result<[WaitHist; RunqueueHist::COUNT as usize], ProbeError> {
+    let name = names::MAP_RUNQUEUE_HISTS;
+    let array: PerCpuArray<&MapData, WaitHist> =
+        PerCpuArray::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+    let mut out = [WaitHist::default(); RunqueueHist::COUNT as usize];
+    for (i, hist) in out.iter_mut().enumerate() {
+        let per_cpu = array
+            .get(&(i as u32), 0)
+            .map_err(|source| ProbeError::Map { name, source })?;
+        for cpu in per_cpu.iter() {
+            for b in 0..WAIT_HIST_BUCKETS {
+                hist.buckets[b] = hist.buckets[b].saturating_add(cpu.buckets[b]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every live thread's `/proc/<pid>/task/<tid>/schedstat`.
+pub fn sched_stats(pid: u32) -> HashMap<u32, SchedStat> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return HashMap::new();
     };
@@ -87,10 +121,18 @@ fn exec_times(pid: u32) -> HashMap<u32, u64> {
         .filter_map(|entry| {
             let tid: u32 = entry.file_name().to_str()?.parse().ok()?;
             let text = std::fs::read_to_string(entry.path().join("schedstat")).ok()?;
-            let exec: u64 = text.split_whitespace().next()?.parse().ok()?;
-            Some((tid, exec))
+            Some((tid, parse_schedstat(&text)?))
         })
         .collect()
+}
+
+/// `<on-cpu ns> <run-queue ns> <timeslices>`.
+fn parse_schedstat(text: &str) -> Option<SchedStat> {
+    let mut fields = text.split_whitespace().map(str::parse::<u64>);
+    Some(SchedStat {
+        exec_ns: fields.next()?.ok()?,
+        delay_ns: fields.next()?.ok()?,
+    })
 }
 
 fn entries<K: Pod, V: Pod>(
@@ -102,4 +144,23 @@ fn entries<K: Pod, V: Pod>(
     // An entry that vanishes between "next key" and "lookup" cannot happen once the window is
     // closed; skipping one is still better than losing the whole capture.
     Ok(hash.iter().filter_map(Result::ok).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedstat_lines_parse() {
+        assert_eq!(
+            parse_schedstat("38362476452 770639017 1873083\n"),
+            Some(SchedStat {
+                exec_ns: 38_362_476_452,
+                delay_ns: 770_639_017
+            })
+        );
+        assert_eq!(parse_schedstat("0 0 0"), Some(SchedStat::default()));
+        assert_eq!(parse_schedstat("12"), None);
+        assert_eq!(parse_schedstat("x 1 2"), None);
+    }
 }

@@ -228,6 +228,8 @@ fn push_side(frames: &mut Vec<String>, id: u64, names: &HashMap<u64, Vec<Name>>,
         stack_id::LOST_TABLE_FULL => frames.push(format!("[{side} stack lost: stack table full]")),
         stack_id::UNSAMPLED => frames.push("[on-cpu: between samples]".into()),
         stack_id::FOREIGN => frames.push("[user stack of another process]".into()),
+        stack_id::SWITCHING_IN => frames.push("[on-cpu: switching in]".into()),
+        stack_id::PROFILER => frames.push("[profiler overhead]".into()),
         _ => match names.get(&id) {
             Some(named) => frames.extend(named.iter().map(|n| sanitize(n))),
             None => frames.push(format!("[{side} stack missing]")),
@@ -249,7 +251,7 @@ fn sanitize(name: &str) -> String {
 mod tests {
     use std::sync::Arc;
 
-    use profiler_common::{WAIT_HIST_BUCKETS, WaitState};
+    use profiler_common::WaitState;
 
     use super::*;
     use crate::{
@@ -267,8 +269,8 @@ mod tests {
             samples,
             time_ns,
             waits: 0,
+            min_ns: 0,
             max_ns: 0,
-            hist: [0; WAIT_HIST_BUCKETS],
         }
     }
 
@@ -292,6 +294,8 @@ mod tests {
             threads,
             stacks: HashMap::new(),
             counters: Counters::default(),
+            site_hists: HashMap::new(),
+            runqueue_hists: Default::default(),
             open_waits: 0,
             blocked_at_start: 0,
             wakers: Vec::new(),

@@ -30,6 +30,10 @@ pub struct TaskOffsets {
     pub state: u32,
     /// `se.sum_exec_runtime`.
     pub exec: u32,
+    /// `sched_info.run_delay` (CONFIG_SCHED_INFO: the time a task waited on a run queue).
+    pub run_delay: u32,
+    /// `on_cpu`.
+    pub on_cpu: u32,
     /// How to reach this CPU's preempt count; `None` on a kernel whose BTF lacks a piece of
     /// it (no `cfs_rq.rq` without CONFIG_FAIR_GROUP_SCHED): wakers are then told apart by
     /// their kernel stacks, at a higher cost.
@@ -79,6 +83,20 @@ pub fn task_offsets(btf_path: &Path) -> Result<TaskOffsets, KernelError> {
         ty: "task_struct",
         field: "se.sum_exec_runtime",
     })?;
+    let (si_off, si) = member_offset(&btf, &task, "sched_info").ok_or(KernelError::NoField {
+        ty: "task_struct",
+        field: "sched_info (CONFIG_SCHED_INFO)",
+    })?;
+    let run_delay = match btf.resolve_chained_type(&si) {
+        Ok(Type::Struct(info)) => {
+            member_offset(&btf, &info, "run_delay").map(|(off, _)| si_off + off)
+        }
+        _ => None,
+    }
+    .ok_or(KernelError::NoField {
+        ty: "task_struct",
+        field: "sched_info.run_delay",
+    })?;
     let preempt_count = (|| {
         let cfs_rq = find_struct(&btf, "cfs_rq").ok()?;
         let percpu = percpu_offsets(&btf, &["runqueues", "__preempt_count"])?;
@@ -96,6 +114,8 @@ pub fn task_offsets(btf_path: &Path) -> Result<TaskOffsets, KernelError> {
         // Renamed from `state` in 5.14.
         state: field("__state").or_else(|_| field("state"))?,
         exec,
+        run_delay,
+        on_cpu: field("on_cpu")?,
         preempt_count,
     })
 }

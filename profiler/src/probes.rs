@@ -13,7 +13,7 @@ use aya::{
     util::online_cpus,
 };
 use profiler_common::{
-    COMM_LEN, Config, Control, Counter, TaskSnapshot, Thread, ThreadStats, WaitStart, config_flags,
+    Config, Control, Counter, TaskSnapshot, Thread, config_flags,
     names::{self, GLOBAL_CONFIG, GLOBAL_IRQ_ENTRY},
     unwind::{ProcMappings, RowChunk},
 };
@@ -95,6 +95,9 @@ fn flags(cfg: &ProbeConfig) -> u32 {
     if cfg.offsets.preempt_count.is_some() {
         flags |= config_flags::PREEMPT_COUNT;
     }
+    if cfg.mode.traces_switches() {
+        flags |= config_flags::SWITCHES;
+    }
     flags
 }
 
@@ -126,6 +129,8 @@ impl Probes {
             cfs_rq_rq_offset: preempt.cfs_rq_rq,
             percpu_runqueues: preempt.percpu_runqueues,
             percpu_preempt_count: preempt.percpu_preempt_count,
+            task_run_delay_offset: cfg.offsets.run_delay,
+            task_on_cpu_offset: cfg.offsets.on_cpu,
             flags: flags(cfg),
             min_block_ns: cfg.min_block_ns,
             max_block_ns: cfg.max_block_ns,
@@ -361,15 +366,10 @@ impl Probes {
         Ok(parse_snapshots(&bytes))
     }
 
-    /// Seeds the entry of a thread found blocked at capture start with its name and wait,
-    /// unless a program has recorded the thread since (then the kernel's own record is
-    /// better).
-    pub fn seed_wait(
-        &mut self,
-        tid: u32,
-        comm: [u8; COMM_LEN],
-        wait: &WaitStart,
-    ) -> Result<SeedOutcome, ProbeError> {
+    /// Seeds the entry of a thread found by the start snapshot (its name, its scheduler
+    /// counters, and the wait it is in), unless a program has recorded the thread since (then
+    /// the kernel's own record is better).
+    pub fn seed_thread(&mut self, tid: u32, thread: &Thread) -> Result<SeedOutcome, ProbeError> {
         let map = self
             .ebpf
             .map_mut(names::MAP_THREADS)
@@ -379,13 +379,7 @@ impl Probes {
                 name: names::MAP_THREADS,
                 source,
             })?;
-        let thread = Thread {
-            stats: ThreadStats {
-                comm,
-                ..ThreadStats::default()
-            },
-            wait: *wait,
-        };
+        let thread = *thread;
         const BPF_NOEXIST: u64 = 1;
         match hash.insert(tid, thread, BPF_NOEXIST) {
             Ok(()) => Ok(SeedOutcome::Seeded),

@@ -1,22 +1,32 @@
-//! Account: drained kernel aggregates (plus the start-of-capture snapshot) → one time model:
-//! per thread and stack, how much time on the CPU and in each off-CPU state, inside the
-//! capture window. Pure; every rule about time lives here.
+//! Account: drained kernel aggregates (plus the start snapshot) → one time model: per thread
+//! and stack, how much time on the CPU and in each off-CPU state, inside the capture window.
+//! Pure; every rule about time lives here and in `profiler_common::split_cycle`.
 //!
 //! Rules:
-//! - On-CPU time per thread is measured exactly at context switches (when `sched_switch` is
-//!   traced); the samples only apportion it across stacks. Without switch tracing (`--mode
-//!   cpu`) each sample stands for one sample period.
+//! - With switches traced, a thread's time is cut into cycles (switch-out to switch-out) and
+//!   each cycle is split by the scheduler's own counters: on the CPU as `sum_exec_runtime`
+//!   grew, runnable as `run_delay` grew, blocked the rest. The kernel side closes every cycle
+//!   but the last; the last one (up to the end of the window) is closed here with the counters
+//!   read from /proc when the window closed. A thread's figures therefore add up to its
+//!   schedstat, and its states to the window.
+//! - Of the CPU time, the profiler's own programs (charged to the thread by the kernel) and
+//!   the time charged before the switch-in are shown as such; the rest is apportioned to
+//!   stacks by the samples. Without switch tracing (`--mode cpu`) each sample stands for one
+//!   sample period.
 //! - A wait counts for its part inside the window: waits already in progress at the start
 //!   were seeded from the snapshot with the window start as their beginning; waits still in
 //!   progress at the end are cut at the end.
 
 use std::collections::{BTreeMap, HashMap};
 
-use profiler_common::{Counter, ThreadStats, WAIT_HIST_BUCKETS, WaitState, stack_id, wait_flags};
+use profiler_common::{
+    Counter, CycleInput, RunqueueHist, SiteKey, Thread, WaitHist, WaitKey, WaitState, WaitValue,
+    WakerKey, WakerValue, hist_bucket, split_cycle, stack_id, thread_flags, wait_flags,
+};
 
 use crate::{
     cli::Mode,
-    drain::{Drained, Window},
+    drain::{Drained, SchedStat, Window},
     probes::Counters,
 };
 
@@ -39,10 +49,9 @@ pub struct Entry {
     pub time_ns: u64,
     /// Finished waits (0 for on-CPU).
     pub waits: u64,
-    /// Longest finished wait.
+    /// Shortest and longest finished wait (0 when none).
+    pub min_ns: u64,
     pub max_ns: u64,
-    /// log2 histogram of finished waits (see `profiler_common::hist_bucket`).
-    pub hist: [u32; WAIT_HIST_BUCKETS],
 }
 
 impl Entry {
@@ -55,9 +64,20 @@ impl Entry {
             samples: 0,
             time_ns: 0,
             waits: 0,
+            min_ns: 0,
             max_ns: 0,
-            hist: [0; WAIT_HIST_BUCKETS],
         }
+    }
+
+    /// One more finished wait of `ns`.
+    fn finished(&mut self, ns: u64) {
+        self.min_ns = if self.waits == 0 {
+            ns
+        } else {
+            self.min_ns.min(ns)
+        };
+        self.max_ns = self.max_ns.max(ns);
+        self.waits += 1;
     }
 }
 
@@ -66,16 +86,35 @@ impl Entry {
 pub struct ThreadTime {
     pub name: String,
     pub samples: u64,
+    /// CPU time inside the window: as the scheduler charged it when switches are traced
+    /// (`overhead_ns` and `switching_in_ns` included), else sample periods.
     pub on_cpu_ns: u64,
+    /// Of `on_cpu_ns`, the profiler's own programs.
+    pub overhead_ns: u64,
+    /// Of `on_cpu_ns`, time charged before the thread was switched in (see
+    /// `stack_id::SWITCHING_IN`).
+    pub switching_in_ns: u64,
     /// Off-CPU time per state, indexed by `WaitState as usize - 1`.
     pub off_ns: [u64; 5],
     /// Whether `on_cpu_ns` was measured at context switches (exact) or from samples.
     pub on_cpu_exact: bool,
+    /// The thread's schedstat over the window, read from /proc at its start and end (threads
+    /// alive at both); the ground truth the other figures are checked against.
+    pub schedstat: Option<SchedStat>,
 }
 
 impl ThreadTime {
     pub fn off(&self, state: WaitState) -> u64 {
         self.off_ns[state as usize - 1]
+    }
+
+    /// CPU time that is the thread's own work (the profiler's programs left out).
+    pub fn running_ns(&self) -> u64 {
+        self.on_cpu_ns.saturating_sub(self.overhead_ns)
+    }
+
+    pub fn runnable_ns(&self) -> u64 {
+        self.off(WaitState::RunqueuePreempted) + self.off(WaitState::RunqueueWoken)
     }
 }
 
@@ -87,7 +126,7 @@ pub struct Seeds {
     pub names: HashMap<u32, String>,
     /// Threads found blocked at capture start.
     pub blocked: u64,
-    /// Threads found blocked whose wait could not be seeded (thread table full).
+    /// Threads whose entry could not be seeded (thread table full).
     pub lost: u64,
 }
 
@@ -101,13 +140,17 @@ pub struct Profile {
     /// Frames (leaf first) by stack id, kernel-side and user-side recorded ones together.
     pub stacks: HashMap<u64, Vec<u64>>,
     pub counters: Counters,
+    /// Blocked-time histogram per blocking site (all threads).
+    pub site_hists: HashMap<SiteKey, WaitHist>,
+    /// Run-queue delay histograms, indexed by `RunqueueHist`.
+    pub runqueue_hists: [WaitHist; RunqueueHist::COUNT as usize],
     /// Waits still in progress when the window closed (cut at the end).
     pub open_waits: u64,
     /// Threads found blocked at capture start (their waits start at the window start).
     pub blocked_at_start: u64,
     /// Who woke each blocking site, largest first.
     pub wakers: Vec<Waker>,
-    /// Threads blocked at start whose wait could not be seeded.
+    /// Threads found at start whose entry could not be seeded.
     pub lost_seeds: u64,
 }
 
@@ -138,6 +181,7 @@ pub struct AccountOptions {
     pub mode: Mode,
     pub window: Window,
     pub period_ns: u64,
+    pub min_block_ns: u64,
     pub max_block_ns: u64,
 }
 
@@ -145,195 +189,56 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
     let Drained {
         samples,
         waits,
-        wakers: waker_records,
-        open_waits,
-        threads: thread_stats,
+        wakers,
+        threads: kernel_threads,
         mut stacks,
         counters,
-        exec_at_stop,
+        mut site_hists,
+        runqueue_hists,
+        sched_at_start,
+        sched_at_stop,
     } = drained;
-    let window = opts.window;
-    let exact = opts.mode.traces_switches();
     stacks.extend(seeds.stacks);
+    let mut acc = Accumulator::default();
 
-    let mut threads: BTreeMap<u32, ThreadTime> = BTreeMap::new();
-    let thread = |threads: &mut BTreeMap<u32, ThreadTime>, tid: u32| {
-        threads.entry(tid).or_default();
-    };
-    let mut entries: HashMap<(u32, u64, u64, Kind), Entry> = HashMap::new();
-
-    // On-CPU: samples, then (when switches are traced) rescaled to the measured time.
-    let mut sampled_ns: HashMap<u32, u64> = HashMap::new();
-    if opts.mode.samples_on_cpu() {
-        for (key, value) in &samples {
-            let e = entries
-                .entry((key.tid, key.user_stack, key.kernel_stack, Kind::OnCpu))
-                .or_insert_with(|| {
-                    Entry::new(key.tid, key.user_stack, key.kernel_stack, Kind::OnCpu)
-                });
-            e.samples += value.count;
-            e.time_ns += value.period_ns;
-            *sampled_ns.entry(key.tid).or_default() += value.period_ns;
-            thread(&mut threads, key.tid);
-            if let Some(t) = threads.get_mut(&key.tid) {
-                t.samples += value.count;
-            }
-        }
-    }
-    if exact && opts.mode.samples_on_cpu() {
-        let mut measured: HashMap<u32, u64> = HashMap::new();
-        for (&tid, stats) in &thread_stats {
-            let sampled = sampled_ns.get(&tid).copied().unwrap_or(0);
-            let ran_unreported = ran_since_last_out(stats, exec_at_stop.get(&tid).copied(), window);
-            if let Some(on) = measured_on_cpu(stats, window, sampled > 0, ran_unreported) {
-                measured.insert(tid, on);
-            }
-        }
-        for e in entries.values_mut() {
-            let (Some(&on), Some(&sampled)) = (measured.get(&e.tid), sampled_ns.get(&e.tid)) else {
-                continue;
-            };
-            if sampled > 0 {
-                e.time_ns = (e.time_ns as u128 * on as u128 / sampled as u128) as u64;
-            }
-        }
-        for (&tid, &on) in &measured {
-            thread(&mut threads, tid);
-            if let Some(t) = threads.get_mut(&tid) {
-                t.on_cpu_ns = on;
-                t.on_cpu_exact = true;
-            }
-            if on > 0 && sampled_ns.get(&tid).copied().unwrap_or(0) == 0 {
-                let mut e = Entry::new(tid, stack_id::UNSAMPLED, stack_id::EMPTY, Kind::OnCpu);
-                e.time_ns = on;
-                entries.insert((tid, e.user_stack, e.kernel_stack, Kind::OnCpu), e);
-            }
-        }
-    }
-    for (&tid, &ns) in &sampled_ns {
-        if let Some(t) = threads.get_mut(&tid)
-            && !t.on_cpu_exact
-        {
-            t.on_cpu_ns = ns;
-        }
-    }
-
-    // Off-CPU: finished waits, then the ones still open at the end.
     if opts.mode.traces_switches() {
-        for (key, value) in &waits {
-            let Some(state) = WaitState::from_u32(key.state) else {
-                continue;
-            };
-            let kind = Kind::Off(state);
-            let e = entries
-                .entry((key.tid, key.user_stack, key.kernel_stack, kind))
-                .or_insert_with(|| Entry::new(key.tid, key.user_stack, key.kernel_stack, kind));
-            e.time_ns += value.total_ns;
-            e.waits += value.count;
-            e.max_ns = e.max_ns.max(value.max_ns);
-            for (b, v) in e.hist.iter_mut().zip(value.hist.iter()) {
-                *b += v;
-            }
-        }
+        acc.finished_waits(&waits);
     }
-    let mut open = 0;
+    let mut cpu: HashMap<u32, CpuTime> = HashMap::new();
     if opts.mode.traces_switches() {
-        for (tid, start) in &open_waits {
-            let Some(state) = WaitState::from_u32(start.state) else {
-                continue;
-            };
-            // A seed whose thread has run since is stale: the seed raced with its wakeup.
-            if let Some(stats) = thread_stats.get(tid)
-                && stats.last_in_ns > start.ts_ns
-            {
-                continue;
-            }
-            let began = start.ts_ns.max(window.start_ns);
-            // A final switch-in the kernel did not report ends the wait early.
-            let ran = thread_stats.get(tid).map_or(0, |s| {
-                ran_since_last_out(s, exec_at_stop.get(tid).copied(), window)
-            });
-            let end = window.stop_ns.saturating_sub(ran);
-            let time = end.saturating_sub(began);
-            if time == 0 || time > opts.max_block_ns {
-                continue;
-            }
-            open += 1;
-            // Woken but not yet on a CPU when the window closed: blocked, then runnable.
-            let woken = start.wake_ts_ns > began && start.wake_ts_ns < end;
-            let blocked = if woken {
-                start.wake_ts_ns - began
-            } else {
-                time
-            };
-            let mut add = |kind: Kind, ns: u64| {
-                let e = entries
-                    .entry((*tid, start.user_stack, start.kernel_stack, kind))
-                    .or_insert_with(|| {
-                        Entry::new(*tid, start.user_stack, start.kernel_stack, kind)
-                    });
-                e.time_ns += ns;
-                if start.flags & wait_flags::SNAPSHOT != 0 {
-                    // Blocked for the whole window: its one unfinished wait is the longest.
-                    e.max_ns = e.max_ns.max(ns);
-                }
-            };
-            add(Kind::Off(state), blocked);
-            if woken {
-                add(Kind::Off(WaitState::RunqueueWoken), end - start.wake_ts_ns);
-            }
+        for (&tid, thread) in &kernel_threads {
+            let at_stop = sched_at_stop.get(&tid).copied();
+            let last = acc.last_cycle(tid, thread, at_stop, &mut site_hists, opts);
+            cpu.insert(
+                tid,
+                CpuTime {
+                    on_ns: thread.stats.on_cpu_ns + last.on_ns,
+                    traced_ns: thread.stats.traced_on_ns + last.traced_ns,
+                    overhead_ns: thread.stats.overhead_ns,
+                },
+            );
         }
     }
+    acc.on_cpu(&samples, &cpu, opts);
 
-    let mut wakers: Vec<Waker> = if opts.mode.traces_switches() {
-        waker_records
-            .iter()
-            .filter_map(|(k, v)| {
-                Some(Waker {
-                    tid: k.tid,
-                    state: WaitState::from_u32(k.state)?,
-                    user_stack: k.user_stack,
-                    kernel_stack: k.kernel_stack,
-                    waker_tid: k.waker_tid,
-                    waker_pid: k.waker_tgid,
-                    waker_name: comm_to_string(&v.waker_comm),
-                    waker_user_stack: if k.waker_tgid == opts.target_pid
-                        || k.waker_user_stack == stack_id::EMPTY
-                    {
-                        k.waker_user_stack
-                    } else {
-                        stack_id::FOREIGN
-                    },
-                    waker_kernel_stack: k.waker_kernel_stack,
-                    waker_context: k.waker_context,
-                    count: v.count,
-                    time_ns: v.total_ns,
-                })
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    wakers.sort_by(|a, b| b.time_ns.cmp(&a.time_ns).then(a.tid.cmp(&b.tid)));
-
-    for e in entries.values() {
-        if let Kind::Off(state) = e.kind {
-            thread(&mut threads, e.tid);
-            if let Some(t) = threads.get_mut(&e.tid) {
-                t.off_ns[state as usize - 1] += e.time_ns;
-            }
-        }
-    }
+    let mut threads = acc.threads;
     for (tid, t) in threads.iter_mut() {
-        t.name = thread_stats
+        t.name = kernel_threads
             .get(tid)
-            .map(|s| comm_to_string(&s.comm))
+            .map(|t| comm_to_string(&t.stats.comm))
             .filter(|n| !n.is_empty())
             .or_else(|| seeds.names.get(tid).cloned())
             .unwrap_or_else(|| format!("tid-{tid}"));
+        t.schedstat = match (sched_at_start.get(tid), sched_at_stop.get(tid)) {
+            (Some(a), Some(b)) => Some(SchedStat {
+                exec_ns: b.exec_ns.saturating_sub(a.exec_ns),
+                delay_ns: b.delay_ns.saturating_sub(a.delay_ns),
+            }),
+            _ => None,
+        };
     }
 
-    let mut entries: Vec<Entry> = entries.into_values().collect();
+    let mut entries: Vec<Entry> = acc.entries.into_values().collect();
     entries.sort_by(|a, b| {
         (a.tid, a.kind, a.user_stack, a.kernel_stack).cmp(&(
             b.tid,
@@ -344,53 +249,283 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
     });
     Profile {
         mode: opts.mode,
-        window,
+        window: opts.window,
         period_ns: opts.period_ns,
         entries,
         threads,
         stacks,
         counters,
-        open_waits: open,
+        site_hists,
+        runqueue_hists,
+        open_waits: acc.open_waits,
         blocked_at_start: seeds.blocked,
-        wakers,
+        wakers: if opts.mode.traces_switches() {
+            wakers_of(&wakers, opts.target_pid)
+        } else {
+            Vec::new()
+        },
         lost_seeds: seeds.lost,
     }
 }
 
-/// CPU time a thread used after its last reported switch-out although no switch-in was
-/// reported (the kernel skips some switches): its CPU time now minus at that switch-out.
-fn ran_since_last_out(stats: &ThreadStats, exec_now: Option<u64>, window: Window) -> u64 {
-    let Some(exec_now) = exec_now else {
-        return 0;
-    };
-    if stats.last_out_ns == 0 || stats.last_in_ns > stats.last_out_ns || stats.last_exec_ns == 0 {
-        return 0;
-    }
-    exec_now
-        .saturating_sub(stats.last_exec_ns)
-        .min(window.stop_ns.saturating_sub(stats.last_out_ns))
+/// A thread's CPU time from the switch bookkeeping.
+#[derive(Clone, Copy, Debug, Default)]
+struct CpuTime {
+    /// As the scheduler charged it.
+    on_ns: u64,
+    /// Between switch-ins and switch-outs.
+    traced_ns: u64,
+    /// The profiler's programs.
+    overhead_ns: u64,
 }
 
-/// A thread's on-CPU time inside the window from its switch bookkeeping, or `None` when the
-/// kernel recorded nothing about it.
-fn measured_on_cpu(
-    stats: &ThreadStats,
-    window: Window,
-    has_samples: bool,
-    ran_unreported: u64,
-) -> Option<u64> {
-    let Window { start_ns, stop_ns } = window;
-    if stats.last_in_ns == 0 && stats.last_out_ns == 0 {
-        // Never switched in or out during the window: on the CPU throughout if it was sampled
-        // at all (the sampler made the entry), otherwise unknown.
-        return has_samples.then_some(stop_ns.saturating_sub(start_ns));
+/// The last cycle's CPU time, closed at the end of the window.
+#[derive(Clone, Copy, Debug, Default)]
+struct LastCycle {
+    on_ns: u64,
+    traced_ns: u64,
+}
+
+#[derive(Default)]
+struct Accumulator {
+    entries: HashMap<(u32, u64, u64, Kind), Entry>,
+    threads: BTreeMap<u32, ThreadTime>,
+    open_waits: u64,
+}
+
+impl Accumulator {
+    fn entry(&mut self, tid: u32, user_stack: u64, kernel_stack: u64, kind: Kind) -> &mut Entry {
+        self.threads.entry(tid).or_default();
+        self.entries
+            .entry((tid, user_stack, kernel_stack, kind))
+            .or_insert_with(|| Entry::new(tid, user_stack, kernel_stack, kind))
     }
-    let mut on = stats.on_cpu_ns + ran_unreported;
-    if stats.last_in_ns > stats.last_out_ns {
-        // Still on the CPU when the window closed.
-        on += stop_ns.saturating_sub(stats.last_in_ns.max(start_ns));
+
+    fn thread(&mut self, tid: u32) -> &mut ThreadTime {
+        self.threads.entry(tid).or_default()
     }
-    Some(on.min(stop_ns.saturating_sub(start_ns)))
+
+    /// Waits the kernel side aggregated (every cycle closed by a switch-out).
+    fn finished_waits(&mut self, waits: &[(WaitKey, WaitValue)]) {
+        for (key, value) in waits {
+            let Some(state) = WaitState::from_u32(key.state) else {
+                continue;
+            };
+            let e = self.entry(key.tid, key.user_stack, key.kernel_stack, Kind::Off(state));
+            e.time_ns += value.total_ns;
+            e.min_ns = if e.waits == 0 {
+                value.min_ns
+            } else {
+                e.min_ns.min(value.min_ns)
+            };
+            e.waits += value.count;
+            e.max_ns = e.max_ns.max(value.max_ns);
+            self.thread(key.tid).off_ns[state as usize - 1] += value.total_ns;
+        }
+    }
+
+    /// Closes a thread's last cycle at the end of the window with the same rule the kernel
+    /// side uses, and the scheduler's counters read right after the window closed: its
+    /// run-queue time is final once the thread runs; its CPU time is final while it waits.
+    fn last_cycle(
+        &mut self,
+        tid: u32,
+        thread: &Thread,
+        at_stop: Option<SchedStat>,
+        site_hists: &mut HashMap<SiteKey, WaitHist>,
+        opts: &AccountOptions,
+    ) -> LastCycle {
+        let stats = &thread.stats;
+        let slot = &thread.wait;
+        let window = opts.window;
+        if stats.flags & thread_flags::EXITED != 0
+            || (stats.last_out_ns == 0 && stats.last_in_ns == 0)
+        {
+            return LastCycle::default();
+        }
+        let from = if stats.last_out_ns != 0 {
+            stats.last_out_ns
+        } else {
+            stats.last_in_ns
+        }
+        .max(window.start_ns);
+        if from >= window.stop_ns {
+            return LastCycle::default();
+        }
+        let waiting = slot.ts_ns != 0;
+        let switched_in = stats.last_in_ns > from;
+        let baseline = stats.flags & thread_flags::BASELINE != 0;
+        let counters = at_stop.filter(|_| baseline);
+        let runqueue_wait = slot.state == WaitState::RunqueuePreempted as u32
+            || slot.state == WaitState::RunqueueWoken as u32;
+        let cycle = split_cycle(&CycleInput {
+            from_ns: from,
+            to_ns: window.stop_ns,
+            in_ns: if switched_in { stats.last_in_ns } else { 0 },
+            wake_ns: slot.wake_ts_ns,
+            waiting,
+            runqueue_wait,
+            exec_delta: counters
+                .filter(|_| !switched_in)
+                .map(|c| c.exec_ns.saturating_sub(stats.last_exec_ns)),
+            delay_delta: counters
+                .filter(|_| switched_in)
+                .map(|c| c.delay_ns.saturating_sub(stats.last_delay_ns)),
+        });
+        if waiting {
+            let total = cycle.blocked_ns + cycle.runnable_ns;
+            let wait_state = WaitState::from_u32(slot.state);
+            if let Some(state) = wait_state
+                && total > 0
+                && total <= opts.max_block_ns
+                && (!switched_in || total >= opts.min_block_ns)
+            {
+                if !switched_in {
+                    self.open_waits += 1;
+                }
+                let seeded_whole = slot.flags & wait_flags::SNAPSHOT != 0 && !switched_in;
+                let add = |acc: &mut Self, state: WaitState, ns: u64| {
+                    if ns == 0 {
+                        return;
+                    }
+                    let e = acc.entry(tid, slot.user_stack, slot.kernel_stack, Kind::Off(state));
+                    e.time_ns += ns;
+                    if switched_in {
+                        e.finished(ns);
+                    } else if seeded_whole {
+                        // Blocked for the whole window: its one unfinished wait is the longest.
+                        e.max_ns = e.max_ns.max(ns);
+                    }
+                    acc.thread(tid).off_ns[state as usize - 1] += ns;
+                };
+                if runqueue_wait {
+                    add(self, state, total);
+                } else {
+                    add(self, state, cycle.blocked_ns);
+                    add(self, WaitState::RunqueueWoken, cycle.runnable_ns);
+                    if switched_in && cycle.blocked_ns > 0 {
+                        let site = SiteKey {
+                            state: slot.state,
+                            _pad: 0,
+                            user_stack: slot.user_stack,
+                            kernel_stack: slot.kernel_stack,
+                        };
+                        let hist = site_hists.entry(site).or_default();
+                        hist.buckets[hist_bucket(cycle.blocked_ns)] += 1;
+                    }
+                }
+            }
+        }
+        LastCycle {
+            on_ns: cycle.on_ns,
+            traced_ns: cycle.traced_on_ns,
+        }
+    }
+
+    /// On-CPU time per stack. With switches traced, the samples apportion the CPU time that
+    /// is the thread's own work; the profiler's programs and the time charged before a
+    /// switch-in get entries of their own. Otherwise each sample is one period.
+    fn on_cpu(
+        &mut self,
+        samples: &[(profiler_common::SampleKey, profiler_common::SampleValue)],
+        cpu: &HashMap<u32, CpuTime>,
+        opts: &AccountOptions,
+    ) {
+        let window_ns = opts.window.len_ns();
+        let mut sampled_ns: HashMap<u32, u64> = HashMap::new();
+        if opts.mode.samples_on_cpu() {
+            for (key, value) in samples {
+                let e = self.entry(key.tid, key.user_stack, key.kernel_stack, Kind::OnCpu);
+                e.samples += value.count;
+                e.time_ns += value.period_ns;
+                *sampled_ns.entry(key.tid).or_default() += value.period_ns;
+                self.thread(key.tid).samples += value.count;
+            }
+        }
+        // Without switch tracing, and for a thread the switch programs never recorded (a full
+        // thread table), the samples are all there is.
+        for (&tid, &ns) in &sampled_ns {
+            if !cpu.contains_key(&tid) {
+                self.thread(tid).on_cpu_ns = ns;
+            }
+        }
+        if !opts.mode.traces_switches() {
+            return;
+        }
+        // Per thread: the factor that turns its sample periods into its share of work.
+        let mut scale: HashMap<u32, (u64, u64)> = HashMap::new();
+        for (&tid, time) in cpu {
+            let on = time.on_ns.min(window_ns);
+            let traced = time.traced_ns.min(on);
+            let overhead = time.overhead_ns.min(traced);
+            let work = traced - overhead;
+            let switching_in = on - traced;
+            let t = self.thread(tid);
+            t.on_cpu_ns = on;
+            t.overhead_ns = overhead;
+            t.switching_in_ns = switching_in;
+            t.on_cpu_exact = true;
+            if !opts.mode.samples_on_cpu() {
+                continue;
+            }
+            match sampled_ns.get(&tid).copied().unwrap_or(0) {
+                0 if work > 0 => {
+                    self.entry(tid, stack_id::UNSAMPLED, stack_id::EMPTY, Kind::OnCpu)
+                        .time_ns = work;
+                }
+                0 => {}
+                sampled => {
+                    scale.insert(tid, (work, sampled));
+                }
+            }
+            for (id, ns) in [
+                (stack_id::SWITCHING_IN, switching_in),
+                (stack_id::PROFILER, overhead),
+            ] {
+                if ns > 0 {
+                    self.entry(tid, id, stack_id::EMPTY, Kind::OnCpu).time_ns = ns;
+                }
+            }
+        }
+        for e in self.entries.values_mut() {
+            if e.kind != Kind::OnCpu || e.samples == 0 {
+                continue;
+            }
+            if let Some(&(work, sampled)) = scale.get(&e.tid) {
+                e.time_ns = (e.time_ns as u128 * work as u128 / sampled as u128) as u64;
+            }
+        }
+    }
+}
+
+fn wakers_of(records: &[(WakerKey, WakerValue)], target_pid: u32) -> Vec<Waker> {
+    let mut wakers: Vec<Waker> = records
+        .iter()
+        .filter_map(|(k, v)| {
+            Some(Waker {
+                tid: k.tid,
+                state: WaitState::from_u32(k.state)?,
+                user_stack: k.user_stack,
+                kernel_stack: k.kernel_stack,
+                waker_tid: k.waker_tid,
+                waker_pid: k.waker_tgid,
+                waker_name: comm_to_string(&v.waker_comm),
+                waker_user_stack: if k.waker_tgid == target_pid
+                    || k.waker_user_stack == stack_id::EMPTY
+                {
+                    k.waker_user_stack
+                } else {
+                    stack_id::FOREIGN
+                },
+                waker_kernel_stack: k.waker_kernel_stack,
+                waker_context: k.waker_context,
+                count: v.count,
+                time_ns: v.total_ns,
+            })
+        })
+        .collect();
+    wakers.sort_by(|a, b| b.time_ns.cmp(&a.time_ns).then(a.tid.cmp(&b.tid)));
+    wakers
 }
 
 pub fn comm_to_string(comm: &[u8]) -> String {
@@ -413,7 +548,17 @@ impl Profile {
                 "--max-keys",
             ),
             (
-                "waits in progress at start: thread table full",
+                "wakers: waker table full",
+                c.get(Counter::WakersMapFull),
+                "--max-keys",
+            ),
+            (
+                "wait latencies: site histogram table full",
+                c.get(Counter::SiteHistsFull),
+                "--max-keys",
+            ),
+            (
+                "threads at start: thread table full",
                 self.lost_seeds,
                 "--max-threads",
             ),
@@ -458,9 +603,10 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use profiler_common::{SampleKey, SampleValue, WaitKey, WaitStart, WaitValue};
+    use profiler_common::{SampleKey, SampleValue, ThreadStats, WaitStart};
 
     const S: u64 = 1_000_000_000;
+    const MS: u64 = 1_000_000;
 
     fn window() -> Window {
         Window {
@@ -474,21 +620,19 @@ mod tests {
             target_pid: 1,
             mode,
             window: window(),
-            period_ns: 10_000_000,
+            period_ns: 10 * MS,
+            min_block_ns: 0,
             max_block_ns: u64::MAX,
         }
     }
 
-    fn stats(on: u64, last_in: u64, last_out: u64) -> ThreadStats {
+    fn stats() -> ThreadStats {
         let mut comm = [0u8; 16];
         comm[..4].copy_from_slice(b"work");
         ThreadStats {
             comm,
-            on_cpu_ns: on,
-            last_in_ns: last_in,
-            last_out_ns: last_out,
-            switches: 1,
-            last_exec_ns: 0,
+            flags: thread_flags::BASELINE,
+            ..ThreadStats::default()
         }
     }
 
@@ -502,9 +646,32 @@ mod tests {
             },
             SampleValue {
                 count,
-                period_ns: count * 10_000_000,
+                period_ns: count * 10 * MS,
             },
         )
+    }
+
+    fn wait(state: WaitState, ts: u64, wake: u64) -> WaitStart {
+        WaitStart {
+            ts_ns: ts,
+            user_stack: 5,
+            kernel_stack: 6,
+            state: state as u32,
+            wake_ts_ns: wake,
+            ..WaitStart::default()
+        }
+    }
+
+    fn by_stack(p: &Profile, tid: u32) -> HashMap<(u64, Kind), u64> {
+        p.entries
+            .iter()
+            .filter(|e| e.tid == tid)
+            .map(|e| ((e.user_stack, e.kind), e.time_ns))
+            .collect()
+    }
+
+    fn total(t: &ThreadTime) -> u64 {
+        t.on_cpu_ns + t.off_ns.iter().sum::<u64>()
     }
 
     #[test]
@@ -515,119 +682,181 @@ mod tests {
         };
         let p = account(drained, Seeds::default(), &opts(Mode::Cpu));
         assert_eq!(p.threads[&7].samples, 40);
-        assert_eq!(p.threads[&7].on_cpu_ns, 400_000_000);
+        assert_eq!(p.threads[&7].on_cpu_ns, 400 * MS);
         assert!(!p.threads[&7].on_cpu_exact);
         assert_eq!(p.entries.len(), 2);
     }
 
     #[test]
-    fn wall_mode_rescales_samples_to_the_measured_on_cpu_time() {
+    fn samples_share_the_work_and_the_rest_of_the_cpu_time_is_named() {
         let mut drained = Drained {
             samples: vec![sample(7, 1, 30), sample(7, 2, 10)],
             ..Drained::default()
         };
-        // 5 s measured on the CPU, switched out at the end of the window.
-        drained.threads.insert(7, stats(5 * S, 19 * S, 19 * S + 1));
+        // Exited at 19 s after 5 s on the CPU by the scheduler's account, 4.5 s of it between
+        // switch-ins and switch-outs, 0.1 s of it the profiler's programs.
+        let mut st = stats();
+        st.on_cpu_ns = 5 * S;
+        st.traced_on_ns = 4_500 * MS;
+        st.overhead_ns = 100 * MS;
+        st.last_out_ns = 19 * S;
+        st.flags |= thread_flags::EXITED;
+        drained.threads.insert(
+            7,
+            Thread {
+                stats: st,
+                wait: WaitStart::default(),
+            },
+        );
         let p = account(drained, Seeds::default(), &opts(Mode::Wall));
         let t = &p.threads[&7];
         assert!(t.on_cpu_exact);
-        assert_eq!(t.on_cpu_ns, 5 * S);
-        let by_stack: HashMap<u64, u64> = p
-            .entries
-            .iter()
-            .map(|e| (e.user_stack, e.time_ns))
-            .collect();
-        assert_eq!(by_stack[&1], 3 * S + 750_000_000);
-        assert_eq!(by_stack[&2], S + 250_000_000);
+        assert_eq!(
+            (
+                t.on_cpu_ns,
+                t.overhead_ns,
+                t.switching_in_ns,
+                t.running_ns()
+            ),
+            (5 * S, 100 * MS, 500 * MS, 4_900 * MS)
+        );
+        let e = by_stack(&p, 7);
+        assert_eq!(e[&(1, Kind::OnCpu)], 3_300 * MS);
+        assert_eq!(e[&(2, Kind::OnCpu)], 1_100 * MS);
+        assert_eq!(e[&(stack_id::SWITCHING_IN, Kind::OnCpu)], 500 * MS);
+        assert_eq!(e[&(stack_id::PROFILER, Kind::OnCpu)], 100 * MS);
     }
 
     #[test]
-    fn a_thread_that_never_switched_was_on_cpu_for_the_whole_window() {
+    fn a_thread_running_all_along_is_on_the_cpu_for_the_whole_window() {
         let mut drained = Drained {
             samples: vec![sample(7, 1, 990)],
             ..Drained::default()
         };
-        drained.threads.insert(7, stats(0, 0, 0));
+        // Seeded on a CPU at the start and never switched out.
+        let mut st = stats();
+        st.last_out_ns = 10 * S;
+        st.last_in_ns = 10 * S;
+        drained.threads.insert(
+            7,
+            Thread {
+                stats: st,
+                wait: WaitStart::default(),
+            },
+        );
         let p = account(drained, Seeds::default(), &opts(Mode::Wall));
         assert_eq!(p.threads[&7].on_cpu_ns, 10 * S);
+        assert_eq!(by_stack(&p, 7)[&(1, Kind::OnCpu)], 10 * S);
     }
 
     #[test]
-    fn running_at_the_end_adds_the_tail_and_unsampled_time_is_kept() {
+    fn the_last_cycle_is_closed_with_the_counters_read_at_the_end() {
         let mut drained = Drained::default();
-        // Switched in at 19 s and still running; 1 ms earlier on-CPU, no samples at all.
-        drained.threads.insert(9, stats(1_000_000, 19 * S, 18 * S));
-        let p = account(drained, Seeds::default(), &opts(Mode::Wall));
-        assert_eq!(p.threads[&9].on_cpu_ns, S + 1_000_000);
-        let e = p.entries.iter().find(|e| e.tid == 9).unwrap();
-        assert_eq!(e.user_stack, stack_id::UNSAMPLED);
-        assert_eq!(e.time_ns, S + 1_000_000);
+        // Switched out to sleep at 15 s, woken at 17 s, switched in at 18 s and running at the
+        // end; the scheduler says 0.5 s of that was run-queue time. 1 s on the CPU before.
+        let mut st = stats();
+        st.on_cpu_ns = S;
+        st.traced_on_ns = S;
+        st.last_out_ns = 15 * S;
+        st.last_in_ns = 18 * S;
+        st.last_delay_ns = 100;
+        drained.threads.insert(
+            3,
+            Thread {
+                stats: st,
+                wait: wait(WaitState::Sleep, 15 * S, 17 * S),
+            },
+        );
+        drained.sched_at_stop.insert(
+            3,
+            SchedStat {
+                exec_ns: 0,
+                delay_ns: 100 + 500 * MS,
+            },
+        );
+        let p = account(drained, Seeds::default(), &opts(Mode::Off));
+        let t = &p.threads[&3];
+        assert_eq!(t.on_cpu_ns, 3 * S);
+        assert_eq!(t.off(WaitState::RunqueueWoken), 500 * MS);
+        assert_eq!(t.off(WaitState::Sleep), 2_500 * MS);
+        let e = p
+            .entries
+            .iter()
+            .find(|e| e.kind == Kind::Off(WaitState::Sleep))
+            .unwrap();
+        assert_eq!((e.waits, e.min_ns, e.max_ns), (1, 2_500 * MS, 2_500 * MS));
+        assert_eq!(p.open_waits, 0);
     }
 
     #[test]
-    fn open_waits_are_cut_at_the_window_edges_and_stale_seeds_dropped() {
+    fn open_waits_are_cut_at_the_window_end() {
         let mut drained = Drained::default();
-        let seed = WaitStart {
-            ts_ns: 10 * S,
-            user_stack: stack_id::SNAPSHOT | 1,
-            kernel_stack: stack_id::SNAPSHOT | 2,
-            state: WaitState::Sleep as u32,
-            flags: wait_flags::SNAPSHOT,
-            ..WaitStart::default()
-        };
-        // Thread 1: blocked throughout. Thread 2: the seed raced with a wakeup at 12 s.
-        // Thread 3: switched out at 15 s in I/O and never came back.
-        drained.open_waits = vec![
-            (1, seed),
-            (2, seed),
-            (
-                3,
-                WaitStart {
-                    ts_ns: 15 * S,
-                    user_stack: 5,
-                    kernel_stack: 6,
-                    state: WaitState::Io as u32,
-                    ..WaitStart::default()
-                },
-            ),
-        ];
-        drained.threads.insert(2, stats(0, 12 * S, 0));
+        // Thread 1: blocked throughout (seeded). Thread 3: switched out at 15 s in I/O, woken at
+        // 19 s, not yet back on a CPU.
+        let mut seeded = wait(WaitState::Sleep, 10 * S, 0);
+        seeded.flags = wait_flags::SNAPSHOT;
+        let mut st = stats();
+        st.last_out_ns = 10 * S;
+        drained.threads.insert(
+            1,
+            Thread {
+                stats: st,
+                wait: seeded,
+            },
+        );
+        let mut st = stats();
+        st.on_cpu_ns = 5 * S;
+        st.traced_on_ns = 5 * S;
+        st.last_out_ns = 15 * S;
+        drained.threads.insert(
+            3,
+            Thread {
+                stats: st,
+                wait: wait(WaitState::Io, 15 * S, 19 * S),
+            },
+        );
         let p = account(drained, Seeds::default(), &opts(Mode::Off));
         assert_eq!(p.threads[&1].off(WaitState::Sleep), 10 * S);
-        assert_eq!(p.threads[&3].off(WaitState::Io), 5 * S);
-        assert!(!p.threads.contains_key(&2) || p.threads[&2].off_ns.iter().sum::<u64>() == 0);
+        assert_eq!(p.entries[0].max_ns, 10 * S);
+        let t = &p.threads[&3];
+        assert_eq!(t.off(WaitState::Io), 4 * S);
+        assert_eq!(t.off(WaitState::RunqueueWoken), S);
+        assert_eq!(total(t), 10 * S);
         assert_eq!(p.open_waits, 2);
     }
 
     #[test]
-    fn an_unreported_final_switch_in_is_placed_from_cpu_time() {
+    fn a_final_switch_in_the_kernel_did_not_report_is_placed_from_cpu_time() {
         let mut drained = Drained::default();
-        // Switched out at 15 s (CPU time then: 4 s); the kernel reported no switch-in, but the
-        // thread's CPU time at the end is 6 s: it ran the last 2 s of the window.
-        let mut s = stats(4 * S, 12 * S, 15 * S);
-        s.last_exec_ns = 4 * S;
-        drained.threads.insert(3, s);
-        drained.exec_at_stop.insert(3, 6 * S);
-        drained.open_waits = vec![(
+        // Preempted at 15 s (CPU time then: 4 s); no switch-in reported, but the thread's CPU
+        // time at the end is 6 s: it ran 2 s of the last 5.
+        let mut st = stats();
+        st.on_cpu_ns = 5 * S;
+        st.traced_on_ns = 5 * S;
+        st.last_out_ns = 15 * S;
+        st.last_exec_ns = 4 * S;
+        drained.threads.insert(
             3,
-            WaitStart {
-                ts_ns: 15 * S,
-                user_stack: 5,
-                kernel_stack: 6,
-                state: WaitState::RunqueuePreempted as u32,
-                ..WaitStart::default()
+            Thread {
+                stats: st,
+                wait: wait(WaitState::RunqueuePreempted, 15 * S, 0),
             },
-        )];
+        );
+        drained.sched_at_stop.insert(
+            3,
+            SchedStat {
+                exec_ns: 6 * S,
+                delay_ns: 0,
+            },
+        );
         drained.samples = vec![sample(3, 1, 10)];
         let p = account(drained, Seeds::default(), &opts(Mode::Wall));
-        assert_eq!(p.threads[&3].on_cpu_ns, 6 * S);
+        assert_eq!(p.threads[&3].on_cpu_ns, 7 * S);
         assert_eq!(p.threads[&3].off(WaitState::RunqueuePreempted), 3 * S);
     }
 
     #[test]
-    fn finished_waits_keep_count_max_and_histogram() {
-        let mut hist = [0u32; WAIT_HIST_BUCKETS];
-        hist[24] = 3;
+    fn finished_waits_keep_count_min_and_max() {
         let drained = Drained {
             waits: vec![(
                 WaitKey {
@@ -637,10 +866,10 @@ mod tests {
                     kernel_stack: 2,
                 },
                 WaitValue {
-                    total_ns: 60_000_000,
+                    total_ns: 60 * MS,
                     count: 3,
-                    max_ns: 21_000_000,
-                    hist,
+                    max_ns: 21 * MS,
+                    min_ns: 19 * MS,
                 },
             )],
             ..Drained::default()
@@ -648,10 +877,10 @@ mod tests {
         let p = account(drained, Seeds::default(), &opts(Mode::Off));
         let e = &p.entries[0];
         assert_eq!(
-            (e.waits, e.time_ns, e.max_ns, e.hist[24]),
-            (3, 60_000_000, 21_000_000, 3)
+            (e.waits, e.time_ns, e.min_ns, e.max_ns),
+            (3, 60 * MS, 19 * MS, 21 * MS)
         );
-        assert_eq!(p.threads[&4].off(WaitState::Sleep), 60_000_000);
+        assert_eq!(p.threads[&4].off(WaitState::Sleep), 60 * MS);
         assert_eq!(p.threads[&4].name, "tid-4");
     }
 }

@@ -1,13 +1,15 @@
-//! Threads already blocked when the capture starts: they produce no switch-out event, so the
-//! task iterator reports their state, saved user registers and kernel stack; this module walks
-//! their user stack and seeds their wait slot with the window start, so the wait counts from
-//! there with its real stacks.
+//! The start snapshot: every target thread as the capture begins. Its scheduler counters
+//! (`sum_exec_runtime`, `run_delay`) are where the thread's first cycle starts counting, so its
+//! figures add up to the kernel's own; and a thread already blocked, or waiting for a CPU,
+//! produces no switch-out event, so the task iterator reports its state, saved user registers
+//! and kernel stack, this module walks its user stack, and its wait is seeded with the window
+//! start as its beginning.
 
 use std::{collections::HashMap, fs::File, os::unix::fs::FileExt as _};
 
 use profiler_common::{
-    MAX_STACK_DEPTH, WaitStart, classify_switch, stack_id, task_state, unwind::ProcMappings,
-    wait_flags,
+    MAX_STACK_DEPTH, TaskSnapshot, Thread, ThreadStats, WaitStart, WaitState, classify_switch,
+    stack_id, task_state, thread_flags, unwind::ProcMappings, wait_flags,
 };
 
 use crate::{
@@ -19,9 +21,9 @@ use crate::{
     },
 };
 
-/// Runs the iterator and seeds a wait for every target thread that is off the CPU. User
-/// stacks are walked like the kernel side walks them: with the unwind tables when given.
-pub fn seed_blocked_threads(
+/// Runs the iterator and seeds every target thread's entry. User stacks are walked like the
+/// kernel side walks them: with the unwind tables when given.
+pub fn seed_threads(
     probes: &mut Probes,
     pid: u32,
     start_ns: u64,
@@ -37,45 +39,68 @@ pub fn seed_blocked_threads(
     };
     for snap in &snapshots {
         seeds.names.insert(snap.tid, comm_to_string(&snap.comm));
-        if snap.state == task_state::RUNNING {
-            // On a CPU or runnable: the sampler and the next switch see it.
+        let Some(wait) = wait_at_start(snap) else {
+            // Exiting.
             continue;
+        };
+        let mut thread = Thread {
+            stats: ThreadStats {
+                comm: snap.comm,
+                last_out_ns: start_ns,
+                last_exec_ns: snap.exec_ns,
+                last_delay_ns: snap.run_delay_ns,
+                flags: thread_flags::BASELINE,
+                ..ThreadStats::default()
+            },
+            wait: WaitStart::default(),
+        };
+        match wait {
+            // On a CPU: its first cycle is on the CPU from the window start.
+            None => thread.stats.last_in_ns = start_ns,
+            Some(state) => {
+                let regs = Regs {
+                    ip: snap.user_ip,
+                    sp: snap.user_sp,
+                    bp: snap.user_bp,
+                };
+                let user = mem
+                    .as_ref()
+                    .map(|mem| walk(regs, tables, |addr| read_u64(mem, addr)))
+                    .unwrap_or_default();
+                let kernel: Vec<u64> = snap
+                    .kernel_frames
+                    .iter()
+                    .take((snap.kernel_len as usize).min(MAX_STACK_DEPTH))
+                    .copied()
+                    .collect();
+                thread.wait = WaitStart {
+                    ts_ns: start_ns,
+                    user_stack: store(&mut seeds.stacks, user, &mut new_id),
+                    kernel_stack: store(&mut seeds.stacks, kernel, &mut new_id),
+                    state: state as u32,
+                    flags: wait_flags::SNAPSHOT,
+                    ..WaitStart::default()
+                };
+            }
         }
-        let Some(state) = classify_switch(false, snap.state) else {
-            continue;
-        };
-        let regs = Regs {
-            ip: snap.user_ip,
-            sp: snap.user_sp,
-            bp: snap.user_bp,
-        };
-        let user = mem
-            .as_ref()
-            .map(|mem| walk(regs, tables, |addr| read_u64(mem, addr)))
-            .unwrap_or_default();
-        let kernel: Vec<u64> = snap
-            .kernel_frames
-            .iter()
-            .take((snap.kernel_len as usize).min(MAX_STACK_DEPTH))
-            .copied()
-            .collect();
-        let user_stack = store(&mut seeds.stacks, user, &mut new_id);
-        let kernel_stack = store(&mut seeds.stacks, kernel, &mut new_id);
-        let seed = WaitStart {
-            ts_ns: start_ns,
-            user_stack,
-            kernel_stack,
-            state: state as u32,
-            flags: wait_flags::SNAPSHOT,
-            ..WaitStart::default()
-        };
-        match probes.seed_wait(snap.tid, snap.comm, &seed)? {
-            SeedOutcome::Seeded => seeds.blocked += 1,
-            SeedOutcome::AlreadyRecorded => {}
+        match probes.seed_thread(snap.tid, &thread)? {
+            SeedOutcome::Seeded if wait.is_some_and(|s| s != WaitState::RunqueuePreempted) => {
+                seeds.blocked += 1;
+            }
+            SeedOutcome::Seeded | SeedOutcome::AlreadyRecorded => {}
             SeedOutcome::TableFull => seeds.lost += 1,
         }
     }
     Ok(seeds)
+}
+
+/// What a thread is doing as the window opens: `Some(None)` on a CPU, `Some(Some(state))`
+/// waiting (for a CPU, or blocked), `None` exiting.
+fn wait_at_start(snap: &TaskSnapshot) -> Option<Option<WaitState>> {
+    if snap.state == task_state::RUNNING {
+        return Some((snap.on_cpu == 0).then_some(WaitState::RunqueuePreempted));
+    }
+    classify_switch(false, snap.state).map(Some)
 }
 
 fn store(

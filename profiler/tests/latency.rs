@@ -155,6 +155,40 @@ fn wakers_are_named_without_their_stacks() {
 }
 
 #[test]
+fn sleeps_of_1_5_20_and_100_ms_read_as_that_long() {
+    require_root();
+    let _serial = serial();
+    let workload = Workload::spawn(Build::FramePointers, &["sleeps"]);
+    let (report, _) = capture_report(&workload, "sleeps", &["--mode", "off"]);
+    validate_against_schema(&report);
+    for (function, ms) in [
+        ("sleep_1ms", 1.0),
+        ("sleep_5ms", 5.0),
+        ("sleep_20ms_loop", 20.0),
+        ("sleep_100ms", 100.0),
+    ] {
+        let sites = sites_with(&report, function);
+        assert_eq!(sites.len(), 1, "one site for {function}: {sites:#?}");
+        let lat = &sites[0]["latency"];
+        let get = |k: &str| {
+            lat[k]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{k} of {function}: {lat}"))
+        };
+        let (p50, min, max) = (get("p50_ms"), get("min_ms"), get("max_ms"));
+        // Timer slack is 1 ns: a sleep blocks for its length plus the timer interrupt's latency.
+        assert!(
+            (p50 - ms).abs() / ms <= 0.03,
+            "{function}: p50 {p50} ms, asked {ms} ms: {lat}"
+        );
+        assert!(min <= p50 && p50 <= max, "{function}: {lat}");
+        for q in ["p90_ms", "p99_ms"] {
+            assert!((min..=max).contains(&get(q)), "{function} {q}: {lat}");
+        }
+    }
+}
+
+#[test]
 fn run_queue_delay_shows_on_the_spinners_and_the_markdown_report_reads_well() {
     require_root();
     let _serial = serial();
@@ -169,9 +203,11 @@ fn run_queue_delay_shows_on_the_spinners_and_the_markdown_report_reads_well() {
             continue;
         }
         let delay = &t["run_queue_delay"];
+        // Per thread: count, mean, min and max (histograms are kept per site and overall).
         assert!(
             delay["count"].as_u64().unwrap_or(0) > 0
-                && delay["p50_ms"].as_f64().unwrap_or(0.0) > 0.0,
+                && delay["mean_ms"].as_f64().unwrap_or(0.0) > 0.0
+                && delay["min_ms"].as_f64() <= delay["max_ms"].as_f64(),
             "{t:#}"
         );
         assert!(t["runnable_pct"].as_f64().unwrap() > 5.0, "{t:#}");
@@ -181,6 +217,7 @@ fn run_queue_delay_shows_on_the_spinners_and_the_markdown_report_reads_well() {
             "sleep_pct",
             "io_pct",
             "other_pct",
+            "profiler_pct",
         ]
         .iter()
         .map(|k| t[k].as_f64().unwrap())
@@ -198,12 +235,14 @@ fn run_queue_delay_shows_on_the_spinners_and_the_markdown_report_reads_well() {
         preempted_in_spin_work > 0,
         "no run-queue time under spin_work"
     );
-    assert!(
-        report["run_queue"]["preempted"]["count"]
-            .as_u64()
-            .unwrap_or(0)
-            > 0
+    let preempted = &report["run_queue"]["preempted"];
+    assert!(preempted["count"].as_u64().unwrap_or(0) > 0, "{preempted}");
+    let (p50, p99, max) = (
+        preempted["p50_ms"].as_f64().unwrap_or(0.0),
+        preempted["p99_ms"].as_f64().unwrap_or(0.0),
+        preempted["max_ms"].as_f64().unwrap_or(0.0),
     );
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{preempted}");
     assert!(report["verdict"].as_str().is_some_and(|v| v.ends_with('.')));
 
     // The same capture as Markdown.

@@ -4,15 +4,18 @@
 //! and site. Rendered as terminal text, Markdown (`--report x.md`) or JSON (`--report x.json`,
 //! schema: docs/report.schema.json).
 //!
-//! Percentiles come from the in-kernel histograms (log2 buckets with 4 linear sub-buckets,
-//! ±12 %), interpolated linearly inside the bucket that holds the rank; the maximum is exact.
+//! Percentiles come from the in-kernel histograms (log2 buckets with 32 linear sub-buckets,
+//! each at most 3.1 % wide), interpolated linearly inside the bucket that holds the rank and
+//! bounded by the exact minimum and maximum.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     io::{self, Write},
 };
 
-use profiler_common::{WAIT_HIST_BUCKETS, WaitState, hist_bucket_bounds};
+use profiler_common::{
+    RunqueueHist, SiteKey as KernelSite, WAIT_HIST_BUCKETS, WaitHist, WaitState, hist_bucket_bounds,
+};
 use serde::Serialize;
 
 use crate::{
@@ -22,7 +25,7 @@ use crate::{
 };
 
 /// Version of the JSON layout (docs/report.schema.json).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 const TOP_SITES: usize = 10;
 const TOP_FUNCTIONS: usize = 15;
 const TOP_WAKERS: usize = 3;
@@ -37,6 +40,9 @@ pub struct Report {
     pub top_on_cpu_functions: Vec<FunctionRow>,
     pub top_blocking_sites: Vec<SiteRow>,
     pub run_queue: RunQueue,
+    /// Where a figure is less than it seems (e.g. samples that cannot see part of a thread's
+    /// CPU time), each one sentence.
+    pub notes: Vec<String>,
     pub percentile_method: &'static str,
 }
 
@@ -69,12 +75,23 @@ pub struct Loss {
 pub struct ThreadRow {
     pub tid: u32,
     pub name: String,
+    /// On the CPU, the profiler's own programs left out.
     pub running_pct: f64,
     pub runnable_pct: f64,
     pub sleep_pct: f64,
     pub io_pct: f64,
     pub other_pct: f64,
+    /// The profiler's programs, run on this thread's CPU time.
+    pub profiler_pct: f64,
+    /// CPU time: running + profiler (with switches traced, as the scheduler charged it).
     pub on_cpu_s: f64,
+    /// Of the running time, what the scheduler charged before the thread was switched in
+    /// (null without switch tracing).
+    pub switching_in_s: Option<f64>,
+    /// The thread's own schedstat over the window (/proc at start and end; null for threads
+    /// that were not alive at both).
+    pub schedstat_on_cpu_s: Option<f64>,
+    pub schedstat_runnable_s: Option<f64>,
     pub run_queue_delay: Option<Latency>,
 }
 
@@ -82,9 +99,11 @@ pub struct ThreadRow {
 pub struct Latency {
     pub count: u64,
     pub mean_ms: f64,
-    pub p50_ms: f64,
-    pub p90_ms: f64,
-    pub p99_ms: f64,
+    /// Null where no histogram was kept (per thread).
+    pub p50_ms: Option<f64>,
+    pub p90_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub min_ms: f64,
     pub max_ms: f64,
 }
 
@@ -155,12 +174,13 @@ pub struct ReportInput<'a> {
     pub ended_early: Option<&'a str>,
 }
 
-/// A merged histogram with its exact count, total and max.
+/// Merged waits: exact count, total, minimum and maximum, and (where kept) their histogram.
 #[derive(Clone)]
 struct Hist {
     buckets: [u64; WAIT_HIST_BUCKETS],
     count: u64,
     total_ns: u64,
+    min_ns: u64,
     max_ns: u64,
 }
 
@@ -170,28 +190,37 @@ impl Default for Hist {
             buckets: [0; WAIT_HIST_BUCKETS],
             count: 0,
             total_ns: 0,
+            min_ns: u64::MAX,
             max_ns: 0,
         }
     }
 }
 
 impl Hist {
-    fn add(&mut self, hist: &[u32; WAIT_HIST_BUCKETS], count: u64, total_ns: u64, max_ns: u64) {
-        for (b, v) in self.buckets.iter_mut().zip(hist) {
-            *b += u64::from(*v);
+    fn add_waits(&mut self, count: u64, total_ns: u64, min_ns: u64, max_ns: u64) {
+        if count == 0 {
+            return;
         }
         self.count += count;
         self.total_ns += total_ns;
+        self.min_ns = self.min_ns.min(min_ns);
         self.max_ns = self.max_ns.max(max_ns);
     }
 
-    /// The q-quantile: linear interpolation inside the bucket that holds the rank, capped at
-    /// the exact maximum.
-    fn quantile_ns(&self, q: f64) -> f64 {
-        let n: u64 = self.buckets.iter().sum();
-        if n == 0 {
-            return 0.0;
+    fn add_buckets(&mut self, hist: &WaitHist) {
+        for (b, v) in self.buckets.iter_mut().zip(hist.buckets.iter()) {
+            *b += u64::from(*v);
         }
+    }
+
+    /// The q-quantile: linear interpolation inside the bucket that holds the rank, the
+    /// bucket narrowed to the exact minimum and maximum. None without a histogram.
+    fn quantile_ns(&self, q: f64) -> Option<f64> {
+        let n: u64 = self.buckets.iter().sum();
+        if n == 0 || self.count == 0 {
+            return None;
+        }
+        let (min, max) = (self.min_ns as f64, self.max_ns as f64);
         let rank = q * n as f64;
         let mut below = 0u64;
         for (i, &c) in self.buckets.iter().enumerate() {
@@ -200,23 +229,24 @@ impl Hist {
             }
             if (below + c) as f64 >= rank {
                 let (lo, hi) = hist_bucket_bounds(i);
-                let hi = if hi > lo { hi } else { self.max_ns.max(lo) };
+                let hi = if hi > lo { hi as f64 } else { max };
+                let (lo, hi) = (f64::max(lo as f64, min), f64::min(hi, max));
                 let frac = ((rank - below as f64) / c as f64).clamp(0.0, 1.0);
-                let v = lo as f64 + frac * (hi - lo) as f64;
-                return v.min(self.max_ns as f64);
+                return Some((lo + frac * (hi - lo).max(0.0)).clamp(min, max));
             }
             below += c;
         }
-        self.max_ns as f64
+        Some(max)
     }
 
     fn latency(&self) -> Option<Latency> {
         (self.count > 0).then(|| Latency {
             count: self.count,
             mean_ms: ms(self.total_ns as f64 / self.count as f64),
-            p50_ms: ms(self.quantile_ns(0.50)),
-            p90_ms: ms(self.quantile_ns(0.90)),
-            p99_ms: ms(self.quantile_ns(0.99)),
+            p50_ms: self.quantile_ns(0.50).map(ms),
+            p90_ms: self.quantile_ns(0.90).map(ms),
+            p99_ms: self.quantile_ns(0.99).map(ms),
+            min_ms: ms(self.min_ns as f64),
             max_ms: ms(self.max_ns as f64),
         })
     }
@@ -274,6 +304,8 @@ pub fn build(input: &ReportInput<'_>) -> Report {
     let mut run_queue_per_thread: HashMap<u32, Hist> = HashMap::new();
     let mut preempted = Hist::default();
     let mut after_wakeup = Hist::default();
+    preempted.add_buckets(&profile.runqueue_hists[RunqueueHist::Preempted as usize]);
+    after_wakeup.add_buckets(&profile.runqueue_hists[RunqueueHist::Woken as usize]);
     let (mut preempted_ns, mut after_wakeup_ns) = (0u64, 0u64);
     for e in &profile.entries {
         let Kind::Off(state) = e.kind else { continue };
@@ -288,31 +320,33 @@ pub fn build(input: &ReportInput<'_>) -> Report {
             }
             _ => continue,
         };
-        target.add(&e.hist, e.waits, e.time_ns, e.max_ns);
+        target.add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
         run_queue_per_thread
             .entry(e.tid)
             .or_default()
-            .add(&e.hist, e.waits, e.time_ns, e.max_ns);
+            .add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
     }
     let pct = |ns: u64| round1(100.0 * ns as f64 / window_ns as f64);
-    let mut threads: Vec<ThreadRow> =
-        profile
-            .threads
-            .iter()
-            .map(|(&tid, t)| ThreadRow {
-                tid,
-                name: t.name.clone(),
-                running_pct: pct(t.on_cpu_ns),
-                runnable_pct: pct(
-                    t.off(WaitState::RunqueuePreempted) + t.off(WaitState::RunqueueWoken)
-                ),
-                sleep_pct: pct(t.off(WaitState::Sleep)),
-                io_pct: pct(t.off(WaitState::Io)),
-                other_pct: pct(t.off(WaitState::Other)),
-                on_cpu_s: secs(t.on_cpu_ns),
-                run_queue_delay: run_queue_per_thread.get(&tid).and_then(Hist::latency),
-            })
-            .collect();
+    let exact = profile.mode.traces_switches();
+    let mut threads: Vec<ThreadRow> = profile
+        .threads
+        .iter()
+        .map(|(&tid, t)| ThreadRow {
+            tid,
+            name: t.name.clone(),
+            running_pct: pct(t.running_ns()),
+            runnable_pct: pct(t.runnable_ns()),
+            sleep_pct: pct(t.off(WaitState::Sleep)),
+            io_pct: pct(t.off(WaitState::Io)),
+            other_pct: pct(t.off(WaitState::Other)),
+            profiler_pct: pct(t.overhead_ns),
+            on_cpu_s: secs(t.on_cpu_ns),
+            switching_in_s: exact.then(|| secs(t.switching_in_ns)),
+            schedstat_on_cpu_s: t.schedstat.map(|s| secs(s.exec_ns)),
+            schedstat_runnable_s: t.schedstat.map(|s| secs(s.delay_ns)),
+            run_queue_delay: run_queue_per_thread.get(&tid).and_then(Hist::latency),
+        })
+        .collect();
     threads.sort_by(|a, b| b.on_cpu_s.total_cmp(&a.on_cpu_s).then(a.tid.cmp(&b.tid)));
 
     // All threads' time: the denominator of every share.
@@ -369,6 +403,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
     }
     let mut sites: BTreeMap<(&'static str, Vec<String>), Site> = BTreeMap::new();
     let mut runnable_after: HashMap<Vec<String>, u64> = HashMap::new();
+    let mut hists_added: BTreeSet<KernelSite> = BTreeSet::new();
     for e in &profile.entries {
         let Kind::Off(state) = e.kind else { continue };
         let frames = stack_frames(e.user_stack, e.kernel_stack, names);
@@ -379,7 +414,19 @@ pub fn build(input: &ReportInput<'_>) -> Report {
             WaitState::RunqueuePreempted => {}
             _ => {
                 let site = sites.entry((state.label(), frames)).or_default();
-                site.hist.add(&e.hist, e.waits, e.time_ns, e.max_ns);
+                site.hist.add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
+                // The kernel keeps one histogram per stack pair, shared by its threads.
+                let kernel_site = KernelSite {
+                    state: state as u32,
+                    _pad: 0,
+                    user_stack: e.user_stack,
+                    kernel_stack: e.kernel_stack,
+                };
+                if hists_added.insert(kernel_site)
+                    && let Some(h) = profile.site_hists.get(&kernel_site)
+                {
+                    site.hist.add_buckets(h);
+                }
                 site.time_ns += e.time_ns;
                 site.threads.insert(e.tid);
                 if site.user_frames.is_empty() {
@@ -471,6 +518,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         after_wakeup: after_wakeup.latency(),
     };
     let verdict = verdict(profile, all_thread_ns, &functions, &site_rows, &run_queue);
+    let notes = notes(profile);
     let lost = profile
         .lost()
         .into_iter()
@@ -507,9 +555,46 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         top_on_cpu_functions: functions,
         top_blocking_sites: site_rows,
         run_queue,
-        percentile_method: "log2 histogram with 4 linear sub-buckets per power of two (±12 %), \
-                            linear interpolation inside the bucket; max is exact",
+        notes,
+        percentile_method: PERCENTILE_METHOD,
     }
+}
+
+pub const PERCENTILE_METHOD: &str = "in-kernel log2 histogram with 32 linear sub-buckets per \
+     power of two (each at most 3.1 % wide), linear interpolation inside the bucket, bounded by \
+     the exact minimum and maximum; per blocking site and for the run queue overall (per thread: \
+     count, mean, minimum and maximum only)";
+
+/// Threads that ran more than this are checked against their schedstat.
+const CHECKED_CPU_NS: u64 = 1_000_000_000;
+
+/// Where the figures would mislead without a word.
+fn notes(profile: &Profile) -> Vec<String> {
+    let mut notes = Vec::new();
+    if profile.mode == Mode::Cpu {
+        // Samples see only what runs when the timer fires; the kernel also charges a thread
+        // for time before it is switched in.
+        for (tid, t) in &profile.threads {
+            let Some(sched) = t.schedstat else { continue };
+            if sched.exec_ns < CHECKED_CPU_NS {
+                continue;
+            }
+            let sampled = t.on_cpu_ns as f64 / sched.exec_ns as f64;
+            if (sampled - 1.0).abs() > 0.05 {
+                notes.push(format!(
+                    "{}-{tid}: samples cover {:.0} % of its CPU time by the kernel's account \
+                     ({:.2} s of {:.2} s); the rest is time no sample sees — the scheduler charges \
+                     a woken thread from its wakeup, while its CPU leaves idle or finishes the \
+                     task it preempts. --mode wall measures that part (`switching in`).",
+                    t.name,
+                    100.0 * sampled,
+                    t.on_cpu_ns as f64 / 1e9,
+                    sched.exec_ns as f64 / 1e9,
+                ));
+            }
+        }
+    }
+    notes
 }
 
 /// One sentence: the dominant state over all threads' time, and where it happens.
@@ -573,11 +658,13 @@ fn verdict(
             run_queue
                 .preempted
                 .as_ref()
-                .map_or("-".into(), |l| format!("{:.2} ms", l.p99_ms)),
+                .and_then(|l| l.p99_ms)
+                .map_or("-".into(), |p| format!("{p:.2} ms")),
             run_queue
                 .after_wakeup
                 .as_ref()
-                .map_or("-".into(), |l| format!("{:.2} ms", l.p99_ms)),
+                .and_then(|l| l.p99_ms)
+                .map_or("-".into(), |p| format!("{p:.2} ms")),
         ),
         _ => {
             let word = match state {
@@ -591,10 +678,12 @@ fn verdict(
                     share(ns),
                     s.site,
                     s.share_pct,
-                    s.latency.as_ref().map_or(String::new(), |l| format!(
-                        ", waits p50 {:.2} ms, p99 {:.2} ms",
-                        l.p50_ms, l.p99_ms
-                    ))
+                    s.latency
+                        .as_ref()
+                        .and_then(|l| Some((l.p50_ms?, l.p99_ms?)))
+                        .map_or(String::new(), |(p50, p99)| format!(
+                            ", waits p50 {p50:.2} ms, p99 {p99:.2} ms"
+                        ))
                 ),
                 None => format!(
                     "{whose} spent most of {their} time ({:.0} %) {word}{starved}.",
@@ -611,13 +700,9 @@ pub fn write_json(report: &Report, out: &mut impl Write) -> io::Result<()> {
 }
 
 fn lat(l: &Option<Latency>) -> [String; 4] {
+    let p = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2} ms"));
     match l {
-        Some(l) => [
-            format!("{:.2} ms", l.p50_ms),
-            format!("{:.2} ms", l.p90_ms),
-            format!("{:.2} ms", l.p99_ms),
-            format!("{:.2} ms", l.max_ms),
-        ],
+        Some(l) => [p(l.p50_ms), p(l.p90_ms), p(l.p99_ms), p(Some(l.max_ms))],
         None => ["-".into(), "-".into(), "-".into(), "-".into()],
     }
 }
@@ -688,18 +773,33 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
     writeln!(out, "## Where each thread's time went (% of the capture)\n")?;
     writeln!(
         out,
-        "| thread | running | runnable | sleep | io | other | run-queue delay p50 / p99 / max |"
+        "| thread | running | runnable | sleep | io | other | profiler | run-queue waits: mean / max |"
     )?;
-    writeln!(out, "|---|---:|---:|---:|---:|---:|---|")?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---|")?;
     for t in &r.threads {
         let rq = t.run_queue_delay.as_ref().map_or("-".into(), |l| {
-            format!("{:.2} / {:.2} / {:.2} ms", l.p50_ms, l.p99_ms, l.max_ms)
+            format!("{} × {:.3} / {:.2} ms", l.count, l.mean_ms, l.max_ms)
         });
         writeln!(
             out,
-            "| {}-{} | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {rq} |",
-            t.name, t.tid, t.running_pct, t.runnable_pct, t.sleep_pct, t.io_pct, t.other_pct
+            "| {}-{} | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {rq} |",
+            t.name,
+            t.tid,
+            t.running_pct,
+            t.runnable_pct,
+            t.sleep_pct,
+            t.io_pct,
+            t.other_pct,
+            t.profiler_pct
         )?;
+    }
+    writeln!(
+        out,
+        "\nRunning is CPU time as the scheduler charges it (the thread's schedstat), the \
+         profiler's own programs left out (column *profiler*)."
+    )?;
+    for n in &r.notes {
+        writeln!(out, "\n> {n}")?;
     }
     if !r.top_blocking_sites.is_empty() {
         writeln!(out, "\n## Top blocking sites\n")?;
@@ -808,6 +908,9 @@ pub fn write_text(r: &Report, out: &mut impl Write, mode: Mode) -> io::Result<()
             )?;
         }
     }
+    for n in &r.notes {
+        writeln!(out, "  note     {n}")?;
+    }
     writeln!(out, "  verdict  {}", r.verdict)
 }
 
@@ -828,36 +931,78 @@ mod tests {
 
     fn hist_of(values_ns: &[u64]) -> Hist {
         let mut h = Hist::default();
-        let mut raw = [0u32; WAIT_HIST_BUCKETS];
+        let mut raw = WaitHist::default();
         for &v in values_ns {
-            raw[hist_bucket(v)] += 1;
+            raw.buckets[hist_bucket(v)] += 1;
         }
         let total = values_ns.iter().sum();
+        let min = values_ns.iter().copied().min().unwrap_or(0);
         let max = values_ns.iter().copied().max().unwrap_or(0);
-        h.add(&raw, values_ns.len() as u64, total, max);
+        h.add_waits(values_ns.len() as u64, total, min, max);
+        h.add_buckets(&raw);
         h
     }
 
-    #[test]
-    fn percentiles_land_within_a_bucket_of_the_truth() {
-        // 1..=1000 ms, uniform.
-        let values: Vec<u64> = (1..=1000).map(|i| i * 1_000_000).collect();
-        let h = hist_of(&values);
-        for (q, truth) in [(0.5, 500e6), (0.9, 900e6), (0.99, 990e6)] {
-            let got = h.quantile_ns(q);
-            assert!((got - truth).abs() / truth < 0.13, "q{q}: {got} vs {truth}");
-        }
-        assert_eq!(h.latency().unwrap().max_ms, 1000.0);
+    /// Exact quantile of a sorted sample (nearest rank).
+    fn exact(sorted: &[u64], q: f64) -> f64 {
+        let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+        sorted[i] as f64
     }
 
     #[test]
-    fn a_constant_20ms_wait_reads_as_about_20ms() {
-        let h = hist_of(&[20_100_000; 250]);
+    fn percentiles_are_within_two_percent_of_the_truth() {
+        // A pseudo-random spread over four decades, and tight clusters like real sleeps.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut spread: Vec<u64> = (0..20_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                10_000 + x % 100_000_000
+            })
+            .collect();
+        spread.sort_unstable();
+        let h = hist_of(&spread);
+        for q in [0.5, 0.9, 0.99] {
+            let (got, truth) = (h.quantile_ns(q).unwrap(), exact(&spread, q));
+            assert!((got - truth).abs() / truth < 0.02, "q{q}: {got} vs {truth}");
+        }
+        for nominal in [1_060_000u64, 5_070_000, 20_080_000, 100_100_000] {
+            let mut v: Vec<u64> = (0..500).map(|i| nominal + (i * 37) % 40_000).collect();
+            v.sort_unstable();
+            let h = hist_of(&v);
+            let (got, truth) = (h.quantile_ns(0.5).unwrap(), exact(&v, 0.5));
+            assert!(
+                (got - truth).abs() / truth < 0.02,
+                "{nominal}: {got} vs {truth}"
+            );
+        }
+    }
+
+    #[test]
+    fn percentiles_never_leave_the_exact_minimum_and_maximum() {
+        for values in [
+            vec![20_100_000u64; 250],
+            vec![1_049_000, 1_050_000, 1_051_000],
+        ] {
+            let h = hist_of(&values);
+            let (min, max) = (values[0] as f64, values[values.len() - 1] as f64);
+            for q in [0.01, 0.5, 0.9, 0.99, 1.0] {
+                let v = h.quantile_ns(q).unwrap();
+                assert!((min..=max).contains(&v), "q{q}: {v} outside {min}..={max}");
+            }
+        }
+        let l = hist_of(&[20_100_000; 250]).latency().unwrap();
+        assert_eq!((l.p50_ms, l.max_ms, l.min_ms), (Some(20.1), 20.1, 20.1));
+        assert_eq!((l.count, l.mean_ms), (250, 20.1));
+    }
+
+    #[test]
+    fn without_a_histogram_there_are_no_percentiles() {
+        let mut h = Hist::default();
+        h.add_waits(3, 30_000_000, 9_000_000, 11_000_000);
         let l = h.latency().unwrap();
-        assert!((18.0..=25.0).contains(&l.p50_ms), "{l:?}");
-        assert!(l.p99_ms <= l.max_ms);
-        assert_eq!(l.count, 250);
-        assert_eq!(l.mean_ms, 20.1);
+        assert_eq!((l.p50_ms, l.mean_ms, l.max_ms), (None, 10.0, 11.0));
     }
 
     #[test]

@@ -128,6 +128,8 @@ pub fn write_summary(
 }
 
 /// Busiest threads by where their time went, as % of the capture: what `top -H` cannot say.
+/// Running is CPU time as the scheduler charges it (schedstat), the profiler's own programs
+/// shown apart.
 fn write_thread_table(out: &mut impl Write, profile: &Profile) -> io::Result<()> {
     const SHOWN: usize = 10;
     let window = profile.window.len_ns().max(1) as f64;
@@ -135,21 +137,21 @@ fn write_thread_table(out: &mut impl Write, profile: &Profile) -> io::Result<()>
     threads.sort_by_key(|(tid, t)| (std::cmp::Reverse(t.on_cpu_ns), **tid));
     writeln!(
         out,
-        "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8}",
-        "thread", "running", "runnable", "sleep", "io", "other"
+        "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9}",
+        "thread", "running", "runnable", "sleep", "io", "other", "profiler"
     )?;
     let pct = |ns: u64| format!("{:.1}%", 100.0 * ns as f64 / window);
     for (tid, t) in threads.iter().take(SHOWN) {
-        let runq = t.off(WaitState::RunqueuePreempted) + t.off(WaitState::RunqueueWoken);
         writeln!(
             out,
-            "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8}",
+            "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9}",
             format!("{}-{tid}", t.name),
-            pct(t.on_cpu_ns),
-            pct(runq),
+            pct(t.running_ns()),
+            pct(t.runnable_ns()),
             pct(t.off(WaitState::Sleep)),
             pct(t.off(WaitState::Io)),
             pct(t.off(WaitState::Other)),
+            pct(t.overhead_ns),
         )?;
     }
     if threads.len() > SHOWN {

@@ -128,7 +128,12 @@ impl Workload {
             .expect("start the workload");
         if matches!(
             args.first(),
-            Some(&"mixed") | Some(&"latency") | Some(&"dlopen")
+            Some(&"mixed")
+                | Some(&"latency")
+                | Some(&"dlopen")
+                | Some(&"fsync")
+                | Some(&"accuracy")
+                | Some(&"sleeps")
         ) {
             // Wait until every thread exists.
             let stdout = child.stdout.take().expect("piped stdout");
@@ -339,4 +344,28 @@ pub fn outputs(name: &str) -> Outputs {
         svg: dir.join(format!("{name}.svg")),
         folded: dir.join(format!("{name}.folded")),
     }
+}
+
+/// CPU and run-queue seconds per thread of `pid`, from the kernel's own accounting
+/// (`/proc/<pid>/task/<tid>/schedstat`): the ground truth captures are checked against.
+pub fn schedstat(pid: u32) -> BTreeMap<u32, (f64, f64)> {
+    let mut out = BTreeMap::new();
+    let dir = format!("/proc/{pid}/task");
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("read {dir}: {e}")) {
+        let Ok(entry) = entry else { continue };
+        let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(entry.path().join("schedstat")) else {
+            continue;
+        };
+        let f: Vec<f64> = text
+            .split_whitespace()
+            .filter_map(|v| v.parse::<f64>().ok())
+            .collect();
+        if f.len() >= 2 {
+            out.insert(tid, (f[0] / 1e9, f[1] / 1e9));
+        }
+    }
+    out
 }
