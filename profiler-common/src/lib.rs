@@ -12,6 +12,9 @@ pub const MAX_STACK_DEPTH: usize = 127;
 /// `TASK_COMM_LEN` in the kernel.
 pub const COMM_LEN: usize = 16;
 
+/// `BPF_NOEXIST`: a map update that only creates (include/uapi/linux/bpf.h).
+pub const BPF_NOEXIST: u64 = 1;
+
 /// Buckets of the wait-time histograms, see [`hist_bucket`].
 pub const WAIT_HIST_BUCKETS: usize = 2 + HIST_OCTAVES * HIST_SUB_BUCKETS;
 /// Powers of two covered: 2^10 ns (1 µs) up to 2^36 ns (69 s); longer waits share the last
@@ -293,6 +296,7 @@ unsafe impl aya::Pod for SampleValue {}
 /// Why a thread is off the CPU. Stored as `u32` in the wire types.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
 pub enum WaitState {
     /// Interruptible sleep: sockets, futexes, epoll, nanosleep.
     Sleep = 1,
@@ -399,6 +403,7 @@ pub struct WaitValue {
 /// reported per site; per thread the exact count, total, minimum and maximum remain).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
 pub struct SiteKey {
     /// A [`WaitState`].
     pub state: u32,
@@ -420,6 +425,50 @@ impl Default for WaitHist {
         Self {
             buckets: [0; WAIT_HIST_BUCKETS],
         }
+    }
+}
+
+/// Saved as its non-empty buckets, `[[bucket, count], …]`.
+#[cfg(feature = "user")]
+impl serde::Serialize for WaitHist {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq as _;
+        let used = self.buckets.iter().filter(|&&c| c != 0).count();
+        let mut seq = s.serialize_seq(Some(used))?;
+        for (i, &c) in self.buckets.iter().enumerate() {
+            if c != 0 {
+                seq.serialize_element(&(i as u32, c))?;
+            }
+        }
+        seq.end()
+    }
+}
+
+#[cfg(feature = "user")]
+impl<'de> serde::Deserialize<'de> for WaitHist {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Buckets;
+        impl<'de> serde::de::Visitor<'de> for Buckets {
+            type Value = WaitHist;
+            fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+                f.write_str("a list of [bucket, count] pairs")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<WaitHist, A::Error> {
+                let mut h = WaitHist::default();
+                while let Some((i, c)) = a.next_element::<(u32, u32)>()? {
+                    let slot = h
+                        .buckets
+                        .get_mut(i as usize)
+                        .ok_or_else(|| serde::de::Error::custom("histogram bucket out of range"))?;
+                    *slot = c;
+                }
+                Ok(h)
+            }
+        }
+        d.deserialize_seq(Buckets)
     }
 }
 
@@ -777,6 +826,14 @@ pub struct TaskSnapshot {
 /// value each), so a binary search step costs one inlined array lookup. The target's mappings
 /// ([`ProcMappings`]) say which rows cover which addresses.
 pub mod unwind {
+    /// `ucontext_t` offsets of the registers a signal frame saved, from the rsp of
+    /// `__restore_rt` (x86_64: `struct sigcontext` inside `uc_mcontext` at offset 40; rbp is
+    /// greg 10, rsp greg 15, rip greg 16). libc's CFI for `__restore_rt` says the same
+    /// (`DW_OP_breg7 (rsp): 120 / 160 / 168`).
+    pub const UC_RBP: u64 = 40 + 10 * 8;
+    pub const UC_RSP: u64 = 40 + 15 * 8;
+    pub const UC_RIP: u64 = 40 + 16 * 8;
+
     /// Rows per chunk (one `BPF_MAP_TYPE_ARRAY` value of 768 KiB).
     pub const ROWS_PER_CHUNK: usize = 1 << 16;
     /// Executable mappings of the target the unwinder can tell apart.
@@ -923,8 +980,76 @@ pub enum Counter {
     SiteHistsFull,
 }
 
+/// What a counter counts: something lost (the user must see it, with the flag that avoids it)
+/// or an event (how the capture went).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CounterKind {
+    Loss,
+    Event,
+}
+
 impl Counter {
     pub const COUNT: u32 = 20;
+
+    /// Every counter is one or the other: the match has no wildcard, so a new counter must be
+    /// classified before it compiles.
+    pub const fn kind(self) -> CounterKind {
+        use Counter::*;
+        match self {
+            SamplesMapFull | UserStackFailed | KernelStackFailed | StackTableFull
+            | WaitsMapFull | ThreadsFull | WakersMapFull | SiteHistsFull => CounterKind::Loss,
+            Samples | SwitchesOut | Waits | WaitsFiltered | MissedSwitchIns | Wakeups
+            | UnwindMemoHits | UnwindMemoMisses | UnwindFrames | RowCacheMisses
+            | KernelMemoHits | KernelMemoMisses => CounterKind::Event,
+        }
+    }
+
+    /// The counter's name in reports (snake case).
+    pub const fn name(self) -> &'static str {
+        use Counter::*;
+        match self {
+            Samples => "samples",
+            SamplesMapFull => "samples_map_full",
+            UserStackFailed => "user_stack_failed",
+            KernelStackFailed => "kernel_stack_failed",
+            StackTableFull => "stack_table_full",
+            SwitchesOut => "switches_out",
+            Waits => "waits",
+            WaitsMapFull => "waits_map_full",
+            WaitsFiltered => "waits_filtered",
+            ThreadsFull => "threads_full",
+            MissedSwitchIns => "missed_switch_ins",
+            Wakeups => "wakeups",
+            WakersMapFull => "wakers_map_full",
+            UnwindMemoHits => "unwind_memo_hits",
+            UnwindMemoMisses => "unwind_memo_misses",
+            UnwindFrames => "unwind_frames",
+            RowCacheMisses => "row_cache_misses",
+            KernelMemoHits => "kernel_memo_hits",
+            KernelMemoMisses => "kernel_memo_misses",
+            SiteHistsFull => "site_hists_full",
+        }
+    }
+
+    /// For a loss: what was lost, and the flag that enlarges the table that filled (None:
+    /// no flag helps).
+    pub const fn loss(self) -> Option<(&'static str, Option<&'static str>)> {
+        use Counter::*;
+        match self {
+            SamplesMapFull => Some(("samples: sample table full", Some("--max-keys"))),
+            WaitsMapFull => Some(("waits: wait table full", Some("--max-keys"))),
+            WakersMapFull => Some(("wakers: waker table full", Some("--max-keys"))),
+            SiteHistsFull => Some((
+                "wait latencies: site histogram table full",
+                Some("--max-keys"),
+            )),
+            ThreadsFull => Some(("threads: thread table full", Some("--max-threads"))),
+            StackTableFull => Some(("stacks: stack table full", Some("--max-stacks"))),
+            UserStackFailed => Some(("user stacks: unwinding failed", None)),
+            KernelStackFailed => Some(("kernel stacks: unwinding failed", None)),
+            _ => None,
+        }
+    }
 
     pub const ALL: [Counter; Self::COUNT as usize] = [
         Counter::Samples,
@@ -1157,6 +1282,24 @@ mod tests {
         assert_eq!(Counter::ALL.len(), Counter::COUNT as usize);
         for (i, c) in Counter::ALL.iter().enumerate() {
             assert_eq!(*c as usize, i);
+        }
+    }
+
+    #[test]
+    fn every_loss_says_what_was_lost_and_no_event_does() {
+        for c in Counter::ALL {
+            assert_eq!(
+                c.kind() == CounterKind::Loss,
+                c.loss().is_some(),
+                "{c:?} is classified as {:?} but its loss text is {:?}",
+                c.kind(),
+                c.loss()
+            );
+            assert!(!c.name().is_empty());
+        }
+        let names: [&str; Counter::COUNT as usize] = Counter::ALL.map(Counter::name);
+        for (i, a) in names.iter().enumerate() {
+            assert!(!names[i + 1..].contains(a), "{a} named twice");
         }
     }
 }

@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use profiler_common::{
-    Counter, SampleKey, SampleValue, Thread, ThreadStats, config_flags, stack_id,
+    BPF_NOEXIST, Counter, SampleKey, SampleValue, Thread, ThreadStats, config_flags, stack_id,
 };
 
 use crate::{
@@ -16,8 +16,6 @@ use crate::{
     maps::{SAMPLES, Scratch, THREADS, capture_start, count},
     stack,
 };
-
-const NOEXIST: u64 = 1;
 
 #[perf_event]
 pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
@@ -72,7 +70,8 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
                 count: 1,
                 period_ns,
             };
-            if SAMPLES.insert(&key, &value, NOEXIST).is_err() && count(Counter::SamplesMapFull) == 0
+            if SAMPLES.insert(&key, &value, BPF_NOEXIST).is_err()
+                && count(Counter::SamplesMapFull) == 0
             {
                 debug!(&ctx, "sample map full: raise --max-samples");
             }
@@ -107,7 +106,7 @@ fn remember_thread(flags: u32, tid: u32, started: u64) {
                 },
                 ..Thread::default()
             };
-            if THREADS.insert(&tid, &thread, NOEXIST).is_err() {
+            if THREADS.insert(&tid, &thread, BPF_NOEXIST).is_err() {
                 count(Counter::ThreadsFull);
             }
         }

@@ -15,8 +15,8 @@ use aya_ebpf::{
     helpers::generated::{bpf_get_stack, bpf_loop},
 };
 use profiler_common::{
-    Counter, HASH_SEED, IRQ_ENTRY_RANGES, MAX_STACK_DEPTH, config_flags, hash_finish, hash_step,
-    stack_id,
+    BPF_NOEXIST, Counter, HASH_SEED, IRQ_ENTRY_RANGES, MAX_STACK_DEPTH, config_flags, hash_finish,
+    hash_step, stack_id,
 };
 
 use crate::{
@@ -24,8 +24,6 @@ use crate::{
     unwind,
 };
 
-/// `BPF_NOEXIST` for map updates.
-const NOEXIST: u64 = 1;
 /// `EEXIST`: another CPU stored the same stack first.
 const EEXIST: i32 = 17;
 
@@ -282,7 +280,7 @@ pub fn store_hashed(scratch: Scratch, len: u64, hash: u64) -> u64 {
     // SAFETY: the per-CPU scratch stack this program filled.
     let buf = unsafe { &mut *buf };
     buf.len = len;
-    match STACKS.insert(&id, &*buf, NOEXIST) {
+    match STACKS.insert(&id, &*buf, BPF_NOEXIST) {
         Ok(()) => id,
         Err(e) if e == -EEXIST => id,
         Err(_) => {

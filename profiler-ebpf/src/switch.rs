@@ -32,9 +32,9 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use profiler_common::{
-    COMM_LEN, Config, Counter, Cycle, CycleInput, RunqueueHist, SiteKey, Thread, ThreadStats,
-    WaitKey, WaitStart, WaitState, WaitValue, WakerKey, WakerValue, classify_switch, config_flags,
-    hist_bucket, split_cycle, stack_id, task_state, thread_flags,
+    BPF_NOEXIST, COMM_LEN, Config, Counter, Cycle, CycleInput, RunqueueHist, SiteKey, Thread,
+    ThreadStats, WaitKey, WaitStart, WaitState, WaitValue, WakerKey, WakerValue, classify_switch,
+    config_flags, hist_bucket, split_cycle, stack_id, task_state, thread_flags,
 };
 
 use crate::{
@@ -46,7 +46,6 @@ use crate::{
     stack,
 };
 
-const NOEXIST: u64 = 1;
 /// `-EEXIST`: another CPU inserted the same key first.
 const EEXIST: i64 = -17;
 
@@ -183,7 +182,9 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
             },
             wait,
         };
-        if THREADS.insert(&out.tid, &thread, NOEXIST).is_err() && count(Counter::ThreadsFull) == 0 {
+        if THREADS.insert(&out.tid, &thread, BPF_NOEXIST).is_err()
+            && count(Counter::ThreadsFull) == 0
+        {
             debug!(ctx, "thread table full: raise --max-threads");
         }
         return;
@@ -312,7 +313,7 @@ fn switch_in(cfg: &Config, next: *const u8, tid: u32, now: u64) -> Option<*mut T
             },
             ..Thread::default()
         };
-        if THREADS.insert(&tid, &thread, NOEXIST).is_err() {
+        if THREADS.insert(&tid, &thread, BPF_NOEXIST).is_err() {
             count(Counter::ThreadsFull);
         }
         return None;
@@ -400,7 +401,7 @@ fn add_waker(site: &WaitKey, slot: &WaitStart, blocked: u64) {
                 total_ns: blocked,
                 waker_comm: slot.waker_comm,
             };
-            if WAKERS.insert(&key, &value, NOEXIST).is_err() {
+            if WAKERS.insert(&key, &value, BPF_NOEXIST).is_err() {
                 count(Counter::WakersMapFull);
             }
         }
@@ -429,7 +430,7 @@ fn add_wait(key: &WaitKey, delta: u64) {
                 max_ns: delta,
                 min_ns: delta,
             };
-            if WAITS.insert(key, &value, NOEXIST).is_err() {
+            if WAITS.insert(key, &value, BPF_NOEXIST).is_err() {
                 count(Counter::WaitsMapFull);
             }
         }
@@ -462,7 +463,7 @@ fn add_site_hist(key: &WaitKey, delta: u64) {
         return;
     };
     *b = 1;
-    let inserted = SITE_HISTS.insert(&site, &*scratch, NOEXIST);
+    let inserted = SITE_HISTS.insert(&site, &*scratch, BPF_NOEXIST);
     if let Some(b) = scratch.buckets.get_mut(bucket) {
         *b = 0;
     }

@@ -27,8 +27,8 @@ use aya_ebpf::{
 use profiler_common::{
     HASH_SEED, MAX_STACK_DEPTH, hash_finish, hash_step,
     unwind::{
-        ExecMapping, MAX_MAPPINGS, ProcMappings, ROWS_PER_CHUNK, RowChunk, UnwindRow, cfa_kind,
-        rbp_kind,
+        ExecMapping, MAX_MAPPINGS, ProcMappings, ROWS_PER_CHUNK, RowChunk, UC_RBP, UC_RIP, UC_RSP,
+        UnwindRow, cfa_kind, rbp_kind,
     },
 };
 
@@ -41,12 +41,6 @@ pub static UNWIND_ROWS: Array<RowChunk> = Array::with_max_entries(1, 0);
 /// The target's executable mappings.
 #[map]
 pub static PROC_MAPPINGS: Array<ProcMappings> = Array::with_max_entries(1, 0);
-
-/// `ucontext_t` offsets of the registers a signal frame saved (x86_64 `struct sigcontext`
-/// inside `uc_mcontext` at offset 40): rbp is greg 10, rsp greg 15, rip greg 16.
-const UC_RBP: u64 = 40 + 10 * 8;
-const UC_RSP: u64 = 40 + 15 * 8;
-const UC_RIP: u64 = 40 + 16 * 8;
 
 /// Steps of a binary search over `MAX_MAPPINGS` (2^9) mappings.
 const MAPPING_SEARCH_STEPS: usize = 10;

@@ -15,8 +15,8 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use profiler_common::{
-    COMM_LEN, Config, Counter, Thread, ThreadStats, WaitStart, WaitState, config_flags, stack_id,
-    thread_flags, waker_context,
+    BPF_NOEXIST, COMM_LEN, Config, Counter, Thread, ThreadStats, WaitStart, WaitState,
+    config_flags, stack_id, thread_flags, waker_context,
 };
 
 use crate::{
@@ -25,8 +25,6 @@ use crate::{
     stack,
     switch::load,
 };
-
-const NOEXIST: u64 = 1;
 
 /// `TP_PROTO(struct task_struct *p)` for both tracepoints.
 const ARG_TASK: usize = 0;
@@ -102,7 +100,7 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
                     },
                     wait,
                 };
-                if THREADS.insert(&tid, &thread, NOEXIST).is_err() {
+                if THREADS.insert(&tid, &thread, BPF_NOEXIST).is_err() {
                     count(Counter::ThreadsFull);
                 }
             }

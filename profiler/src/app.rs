@@ -1,8 +1,9 @@
-//! One run, stage by stage: preflight → load/attach → capture → drain → account → symbolize
-//! → fold → render. Each stage lives in its own module; this file only sequences them.
+//! One run, stage by stage: prepare (preflight, outputs, kernel facts, unwind tables) →
+//! capture (load/attach, the window, drain) → post-process (account, symbolize) → render
+//! (fold, SVG, report, saved capture). Each stage lives in its own module; this file only
+//! sequences them and hands each the model types the previous one produced.
 
 use std::{
-    collections::{HashMap, HashSet},
     io::Write as _,
     path::{Path, PathBuf},
     time::Instant,
@@ -12,95 +13,141 @@ use anyhow::{Context as _, Result};
 
 use crate::{
     capture::{EndReason, Tick, Waiter},
-    cli::{Args, Mode, Unwind},
-    drain::{self, Window},
-    fold::{self, FoldOptions, Folded, StackNames},
-    kernel,
+    cli::{Args, Cli, Command, OutputArgs, ReplayArgs, Unwind},
+    drain,
+    fold::{self, FoldOptions, Folded},
+    kernel::{self, TaskOffsets},
+    model::{CaptureMeta, Drained, Mode, SavedCapture, Seeds, Window, saved::SAVED_FORMAT},
     preflight::{self, Output, PreflightError, Target},
     probes::{ProbeConfig, Probes},
-    profile::{self, AccountOptions, Profile, Seeds},
+    profile::{self, AccountOptions},
     render::{report, summary, svg},
     snapshot,
-    symbolize::{Symbolizer, perfmap::PerfMap, procmap::ProcessMaps},
+    symbolize::{self, Symbolizer, perfmap::PerfMap, procmap::ProcessMaps},
     unwind::tables::UnwindTables,
 };
 
 /// Row chunks (65,536 rows, 768 KiB each) kept free for files mapped during the capture.
 const UNWIND_CHUNKS_HEADROOM: usize = 4;
 
-/// Every file the run will write, opened before anything is attached.
-struct Outputs {
-    svg: Output,
-    folded: Option<Output>,
-    report: Option<(Output, ReportFormat)>,
-    wakers_svg: Option<Output>,
-    wakers_folded: Option<Output>,
+pub async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Some(Command::Replay(r)) => replay(&r),
+        None => record(&cli.record, cli.verbose).await,
+    }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ReportFormat {
-    Markdown,
-    Json,
+/// `profiler replay CAPTURE`: the render stage alone, from a saved capture.
+fn replay(r: &ReplayArgs) -> Result<()> {
+    let saved = SavedCapture::load(&r.capture)?;
+    let default_svg = default_svg_name(&saved.meta, saved.profile.mode);
+    let outputs = open_outputs(&r.out, default_svg, None, saved.profile.mode)?;
+    render(&saved, &r.out, outputs)
 }
 
-fn open_outputs(args: &Args, target: &Target) -> Result<Outputs, PreflightError> {
-    let svg_path = args
-        .output
-        .clone()
-        .unwrap_or_else(|| preflight::default_output_name(target, args.mode.name()));
-    let report = match &args.report {
-        None => None,
-        Some(path) => {
-            let format = match path.extension().and_then(|e| e.to_str()) {
-                Some("md") => ReportFormat::Markdown,
-                Some("json") => ReportFormat::Json,
-                _ => return Err(PreflightError::ReportExtension(path.clone())),
-            };
-            Some((preflight::open_output("the report", path)?, format))
+async fn record(args: &Args, verbose: u8) -> Result<()> {
+    let mut prepared = prepare(args)?;
+    let mut waiter = Waiter::new(prepared.target.pid).context("cannot install signal handlers")?;
+    let captured = capture(args, verbose, &mut prepared, &mut waiter).await?;
+    let post_started = Instant::now();
+    let Prepared {
+        target,
+        outputs,
+        maps,
+        ..
+    } = prepared;
+    let Captured {
+        drained,
+        seeds,
+        window,
+        reason,
+        probes,
+    } = captured;
+    if let Some(note) = reason.note() {
+        eprintln!("profiler: {note}");
+    }
+    let meta = CaptureMeta {
+        target: target.name.clone(),
+        pid: target.pid,
+        kernel: kernel::release(),
+        ended_early: reason.note().map(str::to_string),
+    };
+    let opts = AccountOptions {
+        target_pid: target.pid,
+        mode: args.mode,
+        window,
+        period_ns: args.period_ns(),
+        min_block_ns: args.min_block_ns(),
+        max_block_ns: args.max_block_ns(),
+    };
+    let out = args.out.clone();
+    // Post-processing runs beside the signal handlers: a Ctrl-C now abandons it instead of
+    // going unheard. The outputs are still temporary files; they are removed.
+    let temp_paths = outputs.temp_paths();
+    let work = tokio::task::spawn_blocking(move || -> Result<bool> {
+        let saved = post_process(drained, seeds, &opts, meta, maps);
+        let empty = saved.profile.entries.is_empty();
+        render(&saved, &out, outputs)?;
+        Ok(empty)
+    });
+    let empty = tokio::select! {
+        done = work => done.context("post-processing failed")??,
+        () = waiter.interrupted() => {
+            for p in temp_paths {
+                let _ = std::fs::remove_file(p);
+            }
+            anyhow::bail!("interrupted while writing the output; nothing was written");
         }
     };
-    let wakers = args.wakers && args.mode.traces_switches();
-    let with_wakers =
-        |p: &Path, ext: &str| -> PathBuf { p.with_extension(format!("wakers.{ext}")) };
-    Ok(Outputs {
-        folded: args
-            .folded
-            .as_deref()
-            .map(|p| preflight::open_output("the folded stacks", p))
-            .transpose()?,
-        wakers_svg: wakers
-            .then(|| preflight::open_output("the wakeup graph", &with_wakers(&svg_path, "svg")))
-            .transpose()?,
-        wakers_folded: match (&args.folded, wakers) {
-            (Some(p), true) => Some(preflight::open_output(
-                "the wakeup chains",
-                &with_wakers(p, "folded"),
-            )?),
-            _ => None,
-        },
-        svg: preflight::open_output("the flame graph", &svg_path)?,
-        report,
-    })
+    // The programs stay loaded until their own frames have been named (and cut off).
+    drop(probes);
+    log::info!(
+        "post-processing took {:.3} s",
+        post_started.elapsed().as_secs_f64()
+    );
+    if empty {
+        eprintln!(
+            "profiler: nothing was recorded for PID {}{}",
+            target.pid,
+            if reason == EndReason::TargetExited {
+                " before it exited"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
 }
 
-pub async fn run(args: Args) -> Result<()> {
-    // Preflight: everything that can be refused is refused before anything is attached.
+/// What the prepare stage hands the capture.
+struct Prepared {
+    target: Target,
+    outputs: Outputs,
+    offsets: TaskOffsets,
+    maps: ProcessMaps,
+    /// `.eh_frame` rows of every executable file the target maps (with `--unwind dwarf`).
+    tables: Option<UnwindTables>,
+}
+
+/// Everything that can be refused is refused here, before anything is attached.
+fn prepare(args: &Args) -> Result<Prepared> {
     preflight::check_privilege()?;
     preflight::check_btf()?;
-    let target = preflight::resolve_target(args.pid)?;
+    let pid = args.pid.ok_or(PreflightError::NoSuchProcess(0))?;
+    let target = preflight::resolve_target(pid)?;
     if let Some(tid) = target.given_tid {
         eprintln!(
             "profiler: {tid} is a thread of {} (PID {}); profiling the whole process",
             target.name, target.pid
         );
     }
-    if args.wakers && !args.mode.traces_switches() {
+    if args.out.wakers && !args.mode.traces_switches() {
         eprintln!("profiler: --wakers needs off-CPU tracing; ignored in --mode cpu");
     }
-    let outputs = open_outputs(&args, &target)?;
+    let default_svg = preflight::default_output_name(&target, args.mode.name());
+    let outputs = open_outputs(&args.out, default_svg, args.save.as_deref(), args.mode)?;
     let offsets = kernel::task_offsets(Path::new(preflight::VMLINUX_BTF))
         .context("cannot find the task_struct layout of this kernel")?;
-
     let mut maps = ProcessMaps::new(target.pid);
     maps.refresh().map_err(|error| {
         if Path::new(&format!("/proc/{}", target.pid)).exists() {
@@ -112,12 +159,10 @@ pub async fn run(args: Args) -> Result<()> {
             PreflightError::NoSuchProcess(target.pid)
         }
     })?;
-
     // Unwind tables for every executable file the target maps, before the programs load:
     // their size decides the size of the kernel's row array.
-    let mut tables = UnwindTables::default();
-    let dwarf = args.unwind == Unwind::Dwarf;
-    if dwarf {
+    let tables = (args.unwind == Unwind::Dwarf).then(|| {
+        let mut tables = UnwindTables::default();
         tables.update(&maps);
         log::info!(
             "unwind tables: {} rows from {} files in {:.3} s ({:.1} MiB)",
@@ -130,33 +175,66 @@ pub async fn run(args: Args) -> Result<()> {
         for (file, why) in &tables.failures {
             log::debug!("no unwind table for {file} ({why}): frame pointers there");
         }
-    }
+        tables
+    });
+    Ok(Prepared {
+        target,
+        outputs,
+        offsets,
+        maps,
+        tables,
+    })
+}
 
-    // Load and attach. Signals are hooked first: a Ctrl-C from now on ends the capture.
-    let mut waiter = Waiter::new(target.pid).context("cannot install signal handlers")?;
+/// What the capture stage hands post-processing. The programs are still loaded.
+struct Captured {
+    drained: Drained,
+    seeds: Seeds,
+    window: Window,
+    reason: EndReason,
+    probes: Probes,
+}
+
+/// Load and attach, open the window, wait it out (keeping the target's mappings current),
+/// close it and drain the maps.
+async fn capture(
+    args: &Args,
+    verbose: u8,
+    prepared: &mut Prepared,
+    waiter: &mut Waiter,
+) -> Result<Captured> {
+    let Prepared {
+        target,
+        offsets,
+        maps,
+        tables,
+        ..
+    } = prepared;
     let load_started = Instant::now();
     let mut probes = Probes::load(&ProbeConfig {
         target_pid: target.pid,
-        offsets,
+        offsets: *offsets,
         mode: args.mode,
         period_ns: args.period_ns(),
         min_block_ns: args.min_block_ns(),
         max_block_ns: args.max_block_ns(),
         kernel_stacks: !args.no_kernel_stacks,
-        waker_stacks: args.wakers,
+        waker_stacks: args.out.wakers,
         // Room for libraries loaded during the capture.
-        dwarf_chunks: dwarf.then(|| (tables.chunks_needed() + UNWIND_CHUNKS_HEADROOM) as u32),
+        dwarf_chunks: tables
+            .as_ref()
+            .map(|t| (t.chunks_needed() + UNWIND_CHUNKS_HEADROOM) as u32),
         max_stacks: args.max_stacks,
         max_keys: args.max_keys,
         max_threads: args.max_threads,
-        verbose: args.verbose,
+        verbose,
         irq_entry: std::fs::read_to_string("/proc/kallsyms")
             .map(|text| kernel::interrupt_entry_ranges(&text))
             .unwrap_or_default(),
     })?;
     let loaded = load_started.elapsed();
-    if dwarf {
-        probes.upload_unwind_tables(&mut tables, &maps)?;
+    if let Some(tables) = tables.as_mut() {
+        probes.upload_unwind_tables(tables, maps)?;
     }
     probes.attach()?;
     let attached = load_started.elapsed();
@@ -179,8 +257,8 @@ pub async fn run(args: Args) -> Result<()> {
     );
     let sched_at_start = drain::sched_stats(target.pid);
     let seeds = if args.mode.traces_switches() {
-        let mappings = dwarf.then(|| tables.proc_mappings(&maps));
-        let with_tables = mappings.as_deref().map(|m| (&tables, m));
+        let mappings = tables.as_mut().map(|t| t.proc_mappings(maps));
+        let with_tables = tables.as_ref().zip(mappings.as_deref());
         snapshot::seed_threads(&mut probes, target.pid, start_ns, with_tables)?
     } else {
         Seeds::default()
@@ -192,16 +270,16 @@ pub async fn run(args: Args) -> Result<()> {
         opened.elapsed().as_secs_f64()
     );
 
+    let pid = target.pid;
     let reason = waiter
         .wait(opened, args.secs, || {
             // New libraries (dlopen) and JIT regions become resolvable and unwindable as they
             // appear.
-            let gone =
-                maps.refresh().is_err() && !Path::new(&format!("/proc/{}", target.pid)).exists();
-            if dwarf
+            let gone = maps.refresh().is_err() && !Path::new(&format!("/proc/{pid}")).exists();
+            if let Some(tables) = tables.as_mut()
                 && !gone
-                && tables.update(&maps)
-                && let Err(e) = probes.upload_unwind_tables(&mut tables, &maps)
+                && tables.update(maps)
+                && let Err(e) = probes.upload_unwind_tables(tables, maps)
             {
                 log::warn!("new unwind tables not uploaded: {e}");
             }
@@ -214,13 +292,9 @@ pub async fn run(args: Args) -> Result<()> {
         })
         .await;
     let stop_ns = probes.stop(start_ns)?;
-    let post_started = Instant::now();
     let mut drained = drain::drain(&probes, target.pid)?;
     drained.sched_at_start = sched_at_start;
     let _ = maps.refresh();
-    if let Some(note) = reason.note() {
-        eprintln!("profiler: {note}");
-    }
     for counter in profiler_common::Counter::ALL {
         log::debug!("counter {counter:?}: {}", drained.counters.get(counter));
     }
@@ -232,41 +306,144 @@ pub async fn run(args: Args) -> Result<()> {
         drained.stacks.len(),
         drained.threads.len()
     );
-
-    let profile = profile::account(
+    Ok(Captured {
         drained,
         seeds,
-        &AccountOptions {
-            target_pid: target.pid,
-            mode: args.mode,
-            window: Window { start_ns, stop_ns },
-            period_ns: args.period_ns(),
-            min_block_ns: args.min_block_ns(),
-            max_block_ns: args.max_block_ns(),
-        },
-    );
-    let symbolizer = Symbolizer::new(maps, PerfMap::load(target.pid));
-    let names = name_stacks(&profile, &symbolizer);
-    // The programs stay loaded until their own frames have been named (and cut off).
-    drop(probes);
-    let fold_opts = FoldOptions {
-        process: target.name.clone(),
-        per_thread: args.per_thread,
-    };
-    let folded = fold::fold(&profile, &names, &fold_opts);
+        window: Window { start_ns, stop_ns },
+        reason,
+        probes,
+    })
+}
 
-    let mode_words = match args.mode {
+/// Account the time, then name every stack it refers to.
+fn post_process(
+    drained: Drained,
+    seeds: Seeds,
+    opts: &AccountOptions,
+    meta: CaptureMeta,
+    maps: ProcessMaps,
+) -> SavedCapture {
+    let pid = meta.pid;
+    let profile = profile::account(drained, seeds, opts);
+    let symbolizer = Symbolizer::new(maps, PerfMap::load(pid));
+    let names = symbolize::name_stacks(&profile, &symbolizer);
+    SavedCapture {
+        format: SAVED_FORMAT,
+        meta,
+        profile,
+        names,
+    }
+}
+
+/// Every file the run writes, opened before anything is attached.
+struct Outputs {
+    svg: Output,
+    folded: Option<Output>,
+    report: Option<(Output, ReportFormat)>,
+    wakers_svg: Option<Output>,
+    wakers_folded: Option<Output>,
+    saved: Option<Output>,
+}
+
+impl Outputs {
+    fn temp_paths(&self) -> Vec<PathBuf> {
+        let mut all: Vec<&Output> = vec![&self.svg];
+        all.extend(self.folded.iter());
+        all.extend(self.report.iter().map(|(o, _)| o));
+        all.extend(self.wakers_svg.iter());
+        all.extend(self.wakers_folded.iter());
+        all.extend(self.saved.iter());
+        all.iter().map(|o| o.temp_path().to_path_buf()).collect()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReportFormat {
+    Markdown,
+    Json,
+}
+
+fn open_outputs(
+    out: &OutputArgs,
+    default_svg: PathBuf,
+    save: Option<&Path>,
+    mode: Mode,
+) -> Result<Outputs, PreflightError> {
+    let svg_path = out.output.clone().unwrap_or(default_svg);
+    let report = match &out.report {
+        None => None,
+        Some(path) => {
+            let format = match path.extension().and_then(|e| e.to_str()) {
+                Some("md") => ReportFormat::Markdown,
+                Some("json") => ReportFormat::Json,
+                _ => return Err(PreflightError::ReportExtension(path.clone())),
+            };
+            Some((preflight::open_output("the report", path)?, format))
+        }
+    };
+    let wakers = out.wakers && mode.traces_switches();
+    let with_wakers =
+        |p: &Path, ext: &str| -> PathBuf { p.with_extension(format!("wakers.{ext}")) };
+    Ok(Outputs {
+        folded: out
+            .folded
+            .as_deref()
+            .map(|p| preflight::open_output("the folded stacks", p))
+            .transpose()?,
+        wakers_svg: wakers
+            .then(|| preflight::open_output("the wakeup graph", &with_wakers(&svg_path, "svg")))
+            .transpose()?,
+        wakers_folded: match (&out.folded, wakers) {
+            (Some(p), true) => Some(preflight::open_output(
+                "the wakeup chains",
+                &with_wakers(p, "folded"),
+            )?),
+            _ => None,
+        },
+        saved: save
+            .map(|p| preflight::open_output("the saved capture", p))
+            .transpose()?,
+        svg: preflight::open_output("the flame graph", &svg_path)?,
+        report,
+    })
+}
+
+fn default_svg_name(meta: &CaptureMeta, mode: Mode) -> PathBuf {
+    preflight::default_output_name(
+        &Target {
+            pid: meta.pid,
+            name: meta.target.clone(),
+            given_tid: None,
+        },
+        mode.name(),
+    )
+}
+
+/// Fold, then write every output and print the summary.
+fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()> {
+    let SavedCapture {
+        meta,
+        profile,
+        names,
+        ..
+    } = saved;
+    let fold_opts = FoldOptions {
+        process: meta.target.clone(),
+        per_thread: out.per_thread,
+    };
+    let folded = fold::fold(profile, names, &fold_opts);
+    let mode_words = match profile.mode {
         Mode::Cpu => "on-CPU",
         Mode::Off => "off-CPU",
         Mode::Wall => "wall clock: on-CPU + off-CPU",
     };
-    let title = format!("{} (PID {}) — {mode_words}", target.name, target.pid);
-    let subtitle = summary::subtitle(&profile, &folded);
+    let title = format!("{} (PID {}) — {mode_words}", meta.target, meta.pid);
     let svg_path = outputs.svg.path.clone();
     write_folded(&folded, outputs.folded)?;
+    let subtitle = summary::subtitle(profile, &folded);
     write_svg(&folded, outputs.svg, title.clone(), subtitle, false)?;
     if outputs.wakers_svg.is_some() || outputs.wakers_folded.is_some() {
-        let chains = fold::fold_wakers(&profile, &names, &fold_opts);
+        let chains = fold::fold_wakers(profile, names, &fold_opts);
         write_folded(&chains, outputs.wakers_folded)?;
         if let Some(out) = outputs.wakers_svg {
             let subtitle = format!(
@@ -276,54 +453,54 @@ pub async fn run(args: Args) -> Result<()> {
             write_svg(&chains, out, format!("{title} — wakeups"), subtitle, true)?;
         }
     }
-
     let report = report::build(&report::ReportInput {
-        profile: &profile,
-        names: &names,
-        target: &target.name,
-        pid: target.pid,
-        ended_early: reason.note(),
+        profile,
+        names,
+        meta,
     });
-    if let Some((Output { path, file }, format)) = outputs.report {
-        let mut writer = std::io::BufWriter::new(file);
-        match format {
-            ReportFormat::Markdown => report::write_markdown(&report, &mut writer),
-            ReportFormat::Json => report::write_json(&report, &mut writer),
-        }
-        .and_then(|()| writer.flush())
-        .with_context(|| format!("cannot write the report to {}", path.display()))?;
+    if let Some((output, format)) = outputs.report {
+        let path = write_output(output, "the report", |w| match format {
+            ReportFormat::Markdown => report::write_markdown(&report, &mut { w }),
+            ReportFormat::Json => report::write_json(&report, &mut { w }),
+        })?;
         eprintln!("profiler: wrote the report to {}", path.display());
     }
-    let post = post_started.elapsed();
-
-    let mut out = std::io::stdout().lock();
-    summary::write_summary(&mut out, &profile, &target.name, target.pid)?;
-    report::write_text(&report, &mut out, args.mode)?;
-    writeln!(out, "profiler: wrote flame graph to {}", svg_path.display())?;
-    log::info!("post-processing took {:.3} s", post.as_secs_f64());
-    if folded.lines.is_empty() {
-        eprintln!(
-            "profiler: nothing was recorded for PID {}{}",
-            target.pid,
-            if reason == EndReason::TargetExited {
-                " before it exited"
-            } else {
-                ""
-            }
-        );
+    if let Some(output) = outputs.saved {
+        let path = write_output(output, "the saved capture", |w| saved.write_to(w))?;
+        eprintln!("profiler: saved the capture to {}", path.display());
     }
+    let mut stdout = std::io::stdout().lock();
+    summary::write_summary(&mut stdout, profile, &meta.target, meta.pid)?;
+    report::write_text(&report, &mut stdout, profile.mode)?;
+    writeln!(
+        stdout,
+        "profiler: wrote flame graph to {}",
+        svg_path.display()
+    )?;
     Ok(())
 }
 
+/// Writes an output through a buffer and puts it in place.
+fn write_output(
+    mut out: Output,
+    what: &str,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<PathBuf> {
+    let path = out.path.clone();
+    let written = {
+        let mut writer = std::io::BufWriter::new(out.file());
+        write(&mut writer).and_then(|()| writer.flush())
+    };
+    written
+        .and_then(|()| out.commit())
+        .with_context(|| format!("cannot write {what} to {}", path.display()))
+}
+
 fn write_folded(folded: &Folded, out: Option<Output>) -> Result<()> {
-    let Some(Output { path, file }) = out else {
+    let Some(out) = out else {
         return Ok(());
     };
-    let mut writer = std::io::BufWriter::new(file);
-    folded
-        .write_to(&mut writer)
-        .and_then(|()| writer.flush())
-        .with_context(|| format!("cannot write the folded stacks to {}", path.display()))?;
+    let path = write_output(out, "the folded stacks", |w| folded.write_to(&mut { w }))?;
     eprintln!("profiler: wrote folded stacks to {}", path.display());
     Ok(())
 }
@@ -335,48 +512,14 @@ fn write_svg(
     subtitle: String,
     wakeup_palette: bool,
 ) -> Result<()> {
-    let Output { path, file } = out;
-    let mut writer = std::io::BufWriter::new(file);
-    svg::write_svg(
-        folded,
-        &svg::SvgOptions {
-            title,
-            subtitle,
-            wakeup_palette,
-        },
-        &mut writer,
-    )
-    .and_then(|()| writer.flush())
-    .with_context(|| format!("cannot write the flame graph to {}", path.display()))?;
+    let opts = svg::SvgOptions {
+        title,
+        subtitle,
+        wakeup_palette,
+    };
+    let path = write_output(out, "the flame graph", |w| svg::write_svg(folded, &opts, w))?;
     if wakeup_palette {
         eprintln!("profiler: wrote wakeup graph to {}", path.display());
     }
     Ok(())
-}
-
-/// Symbolizes every stack the profile refers to (samples, waits and wakers).
-fn name_stacks(profile: &Profile, symbolizer: &Symbolizer) -> StackNames {
-    use crate::profile::Kind;
-    let mut user_ids = HashSet::new();
-    // Kernel stacks by id, and whether a wait refers to it (see Symbolizer::kernel_stacks).
-    let mut kernel_ids: HashMap<u64, bool> = HashMap::new();
-    for e in &profile.entries {
-        user_ids.insert(e.user_stack);
-        *kernel_ids.entry(e.kernel_stack).or_default() |= matches!(e.kind, Kind::Off(_));
-    }
-    for w in &profile.wakers {
-        user_ids.extend([w.user_stack, w.waker_user_stack]);
-        kernel_ids.insert(w.kernel_stack, true);
-        kernel_ids.entry(w.waker_kernel_stack).or_default();
-    }
-    let user = user_ids
-        .iter()
-        .filter_map(|id| profile.stacks.get(id).map(|s| (*id, s.as_slice())));
-    let kernel = kernel_ids
-        .iter()
-        .filter_map(|(id, wait)| profile.stacks.get(id).map(|s| (*id, s.as_slice(), *wait)));
-    StackNames {
-        user: symbolizer.user_stacks(user),
-        kernel: symbolizer.kernel_stacks(kernel),
-    }
 }

@@ -95,6 +95,16 @@ impl Waiter {
     }
 }
 
+impl Waiter {
+    /// Resolves at the next Ctrl-C or SIGTERM (after the window: to abandon post-processing).
+    pub async fn interrupted(&mut self) {
+        tokio::select! {
+            _ = self.sigint.recv() => {}
+            _ = self.sigterm.recv() => {}
+        }
+    }
+}
+
 /// What the periodic tick learned.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Tick {

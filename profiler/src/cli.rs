@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
+
+pub use crate::model::Mode;
 
 /// Default sampling frequency: 99 Hz avoids lockstep with 100 Hz timers in the target.
 pub const DEFAULT_FREQ_HZ: u64 = 99;
@@ -28,40 +30,78 @@ pub enum Unwind {
     Dwarf,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Mode {
-    /// On-CPU samples only; counts are samples.
-    Cpu,
-    /// Off-CPU waits only; counts are microseconds.
-    Off,
-    /// On-CPU and off-CPU in one graph; counts are microseconds.
-    Wall,
-}
-
-impl Mode {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Cpu => "cpu",
-            Mode::Off => "off",
-            Mode::Wall => "wall",
-        }
-    }
-    pub fn samples_on_cpu(self) -> bool {
-        matches!(self, Mode::Cpu | Mode::Wall)
-    }
-    pub fn traces_switches(self) -> bool {
-        matches!(self, Mode::Off | Mode::Wall)
-    }
-}
-
 /// Where every thread of one process spends its time: on the CPU, asleep, in I/O, or waiting
 /// for a CPU, as one flame graph.
 #[derive(Debug, Parser)]
-#[command(name = "profiler", version, about, long_about = None)]
+#[command(
+    name = "profiler",
+    version,
+    about,
+    long_about = None,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub record: Args,
+
+    /// Show eBPF-side diagnostics (aya-log) and more detail; repeat for more.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Render a capture saved with `--save` again: the same outputs, without root and
+    /// without the target.
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// A file written by `--save`.
+    #[arg(value_name = "CAPTURE")]
+    pub capture: PathBuf,
+
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// What a run writes.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct OutputArgs {
+    /// SVG flame graph to write [default: profile-<name>-<pid>-<mode>.svg].
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+
+    /// Also write the folded stacks (`frame;frame;… count`) here.
+    #[arg(long, value_name = "PATH")]
+    pub folded: Option<PathBuf>,
+
+    /// Put each thread's name and tid as the frame below the process.
+    #[arg(long)]
+    pub per_thread: bool,
+
+    /// Also write the wakeup chains (`waiter stack;--;waker stack`) as `<output>.wakers.svg`
+    /// (and `<folded>.wakers.folded`); when recording, take the wakers' stacks.
+    #[arg(long)]
+    pub wakers: bool,
+
+    /// Write the report here too: Markdown (`.md`) or JSON (`.json`, schema in
+    /// docs/report.schema.json).
+    #[arg(long, value_name = "PATH")]
+    pub report: Option<PathBuf>,
+}
+
+/// Recording: what to profile and how.
+#[derive(Debug, clap::Args)]
 pub struct Args {
     /// Process to profile (a thread id selects its whole process).
-    #[arg(short, long, value_name = "PID")]
-    pub pid: u32,
+    #[arg(short, long, value_name = "PID", required = true)]
+    pub pid: Option<u32>,
 
     /// Capture length in seconds; Ctrl-C or SIGTERM end it early and still write the output.
     #[arg(short = 'd', long = "secs", value_name = "SECONDS", default_value_t = DEFAULT_SECS,
@@ -77,27 +117,12 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Mode::Wall)]
     pub mode: Mode,
 
-    /// SVG flame graph to write [default: profile-<name>-<pid>-<mode>.svg].
-    #[arg(short, long, value_name = "PATH")]
-    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: OutputArgs,
 
-    /// Also write the folded stacks (`frame;frame;… count`) here.
+    /// Also save the capture (gzipped JSON) for `profiler replay` and `profiler diff`.
     #[arg(long, value_name = "PATH")]
-    pub folded: Option<PathBuf>,
-
-    /// Put each thread's name and tid as the frame below the process.
-    #[arg(long)]
-    pub per_thread: bool,
-
-    /// Also write the wakeup chains (`waiter stack;--;waker stack`) as `<output>.wakers.svg`
-    /// (and `<folded>.wakers.folded`), taking the wakers' stacks.
-    #[arg(long)]
-    pub wakers: bool,
-
-    /// Write the report here too: Markdown (`.md`) or JSON (`.json`, schema in
-    /// docs/report.schema.json).
-    #[arg(long, value_name = "PATH")]
-    pub report: Option<PathBuf>,
+    pub save: Option<PathBuf>,
 
     /// Ignore waits shorter than this many microseconds.
     #[arg(long, value_name = "US", default_value_t = DEFAULT_MIN_BLOCK_US)]
@@ -127,10 +152,6 @@ pub struct Args {
     /// Number of threads tracked in the kernel.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_THREADS)]
     pub max_threads: u32,
-
-    /// Show eBPF-side diagnostics (aya-log) and more detail; repeat for more.
-    #[arg(short, long, action = clap::ArgAction::Count)]
-    pub verbose: u8,
 }
 
 impl Args {
@@ -152,14 +173,20 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
 
+    fn record(args: &[&str]) -> Result<Args, clap::Error> {
+        let cli = Cli::try_parse_from(std::iter::once("profiler").chain(args.iter().copied()))?;
+        assert!(cli.command.is_none());
+        Ok(cli.record)
+    }
+
     #[test]
     fn command_is_well_formed() {
-        Args::command().debug_assert();
+        Cli::command().debug_assert();
     }
 
     #[test]
     fn bare_command_line_uses_the_documented_defaults() {
-        let args = Args::try_parse_from(["profiler", "--pid", "1"]).unwrap();
+        let args = record(&["--pid", "1"]).unwrap();
         assert_eq!(args.secs, DEFAULT_SECS);
         assert_eq!(args.freq, DEFAULT_FREQ_HZ);
         assert_eq!(args.mode, Mode::Wall);
@@ -167,24 +194,39 @@ mod tests {
         assert_eq!(args.max_block_ns(), u64::MAX);
         assert_eq!(args.max_stacks, DEFAULT_MAX_STACKS);
         assert_eq!(args.unwind, Unwind::Dwarf);
-        assert!(!args.per_thread);
+        assert!(!args.out.per_thread);
+        assert_eq!(args.save, None);
     }
 
     #[test]
     fn short_flags_match_the_contract() {
-        let args =
-            Args::try_parse_from(["profiler", "-p", "7", "-d", "3", "-F", "49", "-o", "x.svg"])
-                .unwrap();
-        assert_eq!((args.pid, args.secs, args.freq), (7, 3, 49));
-        assert_eq!(args.output.as_deref(), Some(std::path::Path::new("x.svg")));
+        let args = record(&["-p", "7", "-d", "3", "-F", "49", "-o", "x.svg"]).unwrap();
+        assert_eq!((args.pid, args.secs, args.freq), (Some(7), 3, 49));
+        assert_eq!(
+            args.out.output.as_deref(),
+            Some(std::path::Path::new("x.svg"))
+        );
         assert_eq!(args.period_ns(), 1_000_000_000 / 49);
     }
 
     #[test]
     fn nonsense_values_are_refused() {
-        assert!(Args::try_parse_from(["profiler", "-p", "1", "-F", "0"]).is_err());
-        assert!(Args::try_parse_from(["profiler", "-p", "1", "-d", "0"]).is_err());
-        assert!(Args::try_parse_from(["profiler", "-p", "1", "--mode", "gpu"]).is_err());
-        assert!(Args::try_parse_from(["profiler"]).is_err());
+        assert!(record(&["-p", "1", "-F", "0"]).is_err());
+        assert!(record(&["-p", "1", "-d", "0"]).is_err());
+        assert!(record(&["-p", "1", "--mode", "gpu"]).is_err());
+        assert!(record(&[]).is_err());
+    }
+
+    #[test]
+    fn replay_needs_no_pid_and_takes_the_output_options() {
+        let cli =
+            Cli::try_parse_from(["profiler", "replay", "x.capture", "--report", "r.md"]).unwrap();
+        let Some(Command::Replay(r)) = cli.command else {
+            panic!("not a replay: {cli:?}");
+        };
+        assert_eq!(r.capture, PathBuf::from("x.capture"));
+        assert_eq!(r.out.report, Some(PathBuf::from("r.md")));
+        // Recording options do not mix with it.
+        assert!(Cli::try_parse_from(["profiler", "-p", "1", "replay", "x"]).is_err());
     }
 }

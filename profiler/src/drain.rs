@@ -12,52 +12,10 @@ use profiler_common::{
     WaitKey, WaitValue, WakerKey, WakerValue, names,
 };
 
-use crate::probes::{Counters, ProbeError, Probes};
-
-/// The capture window on the BPF clock (CLOCK_MONOTONIC, ns).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Window {
-    pub start_ns: u64,
-    pub stop_ns: u64,
-}
-
-impl Window {
-    pub fn len_ns(&self) -> u64 {
-        self.stop_ns.saturating_sub(self.start_ns)
-    }
-}
-
-/// Everything the kernel side aggregated.
-#[derive(Debug, Default)]
-pub struct Drained {
-    pub samples: Vec<(SampleKey, SampleValue)>,
-    pub waits: Vec<(WaitKey, WaitValue)>,
-    /// Who woke each blocking site.
-    pub wakers: Vec<(WakerKey, WakerValue)>,
-    /// Per thread: its bookkeeping, and the wait that began its current cycle.
-    pub threads: HashMap<u32, Thread>,
-    /// Frames (leaf first) by stack id.
-    pub stacks: HashMap<u64, Vec<u64>>,
-    pub counters: Counters,
-    /// Blocked-time histogram per blocking site.
-    pub site_hists: HashMap<SiteKey, WaitHist>,
-    /// Run-queue delay histograms (all CPUs summed), indexed by [`RunqueueHist`].
-    pub runqueue_hists: [WaitHist; RunqueueHist::COUNT as usize],
-    /// The scheduler's counters per live thread, read right after the window opened (by the
-    /// caller: the drain happens at the end) and right after it closed: the latter close each
-    /// thread's last cycle; both give the schedstat figures the report checks against.
-    pub sched_at_start: HashMap<u32, SchedStat>,
-    pub sched_at_stop: HashMap<u32, SchedStat>,
-}
-
-/// One line of `/proc/<pid>/task/<tid>/schedstat`: the scheduler's own accounting of a thread.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SchedStat {
-    /// `se.sum_exec_runtime`: time on a CPU.
-    pub exec_ns: u64,
-    /// `sched_info.run_delay`: time runnable, waiting on a run queue.
-    pub delay_ns: u64,
-}
+use crate::{
+    model::{Drained, SchedStat},
+    probes::{ProbeError, Probes},
+};
 
 pub fn drain(probes: &Probes, pid: u32) -> Result<Drained, ProbeError> {
     let ebpf = probes.ebpf();

@@ -4,21 +4,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use profiler_common::{stack_id, waker_context};
-
-use crate::{
-    cli::Mode,
-    kernel::is_interrupt_entry,
-    profile::{Entry, Kind, Profile, Waker},
-    symbolize::Name,
+use crate::model::{
+    Kind, Mode, Profile, StackNames, named::sanitize, stack_frames, waker_frames, waker_identity,
 };
-
-/// Named frames (root→leaf) for the stack ids of a profile.
-#[derive(Debug, Default)]
-pub struct StackNames {
-    pub user: HashMap<u64, Vec<Name>>,
-    pub kernel: HashMap<u64, Vec<Name>>,
-}
 
 #[derive(Clone, Debug)]
 pub struct FoldOptions {
@@ -94,7 +82,7 @@ pub fn fold(profile: &Profile, names: &StackNames, opts: &FoldOptions) -> Folded
                 .unwrap_or("?");
             frames.push(sanitize(&format!("{thread}-{}", entry.tid)));
         }
-        push_stack(&mut frames, entry, names);
+        frames.extend(stack_frames(entry.user_stack, entry.kernel_stack, names));
         if let Some(leaf) = off_cpu_frame(entry.kind) {
             frames.push(leaf);
         }
@@ -111,69 +99,6 @@ pub fn fold(profile: &Profile, names: &StackNames, opts: &FoldOptions) -> Folded
         unit,
         lines,
         frame_split,
-    }
-}
-
-fn push_stack(frames: &mut Vec<String>, entry: &Entry, names: &StackNames) {
-    push_side(frames, entry.user_stack, &names.user, "user");
-    push_side(frames, entry.kernel_stack, &names.kernel, "kernel");
-}
-
-/// Who a waker really is. A wakeup from interrupt context (a timer expiring, a packet
-/// arriving) runs on whatever task the CPU was running: that task did not wake anyone, so
-/// such wakers are named after the interrupt and lose the interrupted task's user stack.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct WakerIdentity {
-    pub name: String,
-    pub tid: u32,
-    pub pid: u32,
-    pub interrupt: bool,
-}
-
-/// A waker's frames root→leaf. An interrupt's stack starts at its entry: what the CPU was
-/// running before is not part of the wakeup.
-pub fn waker_frames(w: &Waker, who: &WakerIdentity, names: &StackNames) -> Vec<String> {
-    if !who.interrupt {
-        return stack_frames(w.waker_user_stack, w.waker_kernel_stack, names);
-    }
-    let mut frames = stack_frames(stack_id::EMPTY, w.waker_kernel_stack, names);
-    if let Some(entry) = frames.iter().position(|f| is_interrupt_entry(f)) {
-        frames.drain(..entry);
-    }
-    frames
-}
-
-pub fn waker_identity(w: &Waker, names: &StackNames) -> WakerIdentity {
-    let kernel = names.kernel.get(&w.waker_kernel_stack);
-    let has = |pred: &dyn Fn(&str) -> bool| kernel.is_some_and(|k| k.iter().any(|f| pred(f)));
-    // The probe read the preempt count; without it, an interrupt shows by its entry frame.
-    let interrupt = match w.waker_context {
-        waker_context::TASK => false,
-        waker_context::SOFTIRQ | waker_context::HARDIRQ => true,
-        _ => has(&is_interrupt_entry),
-    };
-    if interrupt {
-        let name = if has(&|f| f.starts_with("hrtimer_wakeup")) {
-            "[timer interrupt]"
-        } else {
-            "[interrupt]"
-        };
-        return WakerIdentity {
-            name: name.into(),
-            tid: 0,
-            pid: 0,
-            interrupt: true,
-        };
-    }
-    WakerIdentity {
-        name: if w.waker_name.is_empty() {
-            "?".into()
-        } else {
-            w.waker_name.clone()
-        },
-        tid: w.waker_tid,
-        pid: w.waker_pid,
-        interrupt: false,
     }
 }
 
@@ -213,40 +138,6 @@ pub fn fold_wakers(profile: &Profile, names: &StackNames, opts: &FoldOptions) ->
     }
 }
 
-/// User then kernel frames, root→leaf, of a pair of stack ids, as folded lines show them.
-pub fn stack_frames(user_stack: u64, kernel_stack: u64, names: &StackNames) -> Vec<String> {
-    let mut frames = Vec::new();
-    push_side(&mut frames, user_stack, &names.user, "user");
-    push_side(&mut frames, kernel_stack, &names.kernel, "kernel");
-    frames
-}
-
-fn push_side(frames: &mut Vec<String>, id: u64, names: &HashMap<u64, Vec<Name>>, side: &str) {
-    match id {
-        stack_id::EMPTY => {}
-        stack_id::LOST_FETCH => frames.push(format!("[{side} stack unavailable]")),
-        stack_id::LOST_TABLE_FULL => frames.push(format!("[{side} stack lost: stack table full]")),
-        stack_id::UNSAMPLED => frames.push("[on-cpu: between samples]".into()),
-        stack_id::FOREIGN => frames.push("[user stack of another process]".into()),
-        stack_id::SWITCHING_IN => frames.push("[on-cpu: switching in]".into()),
-        stack_id::PROFILER => frames.push("[profiler overhead]".into()),
-        _ => match names.get(&id) {
-            Some(named) => frames.extend(named.iter().map(|n| sanitize(n))),
-            None => frames.push(format!("[{side} stack missing]")),
-        },
-    }
-}
-
-/// Frame names must not contain the separators of the folded format (Java perf-map names do
-/// contain `;`).
-fn sanitize(name: &str) -> String {
-    if name.contains([';', '\n', '\r']) {
-        name.replace(';', ":").replace(['\n', '\r'], " ")
-    } else {
-        name.to_string()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -254,11 +145,11 @@ mod tests {
     use profiler_common::WaitState;
 
     use super::*;
-    use crate::{
-        drain::Window,
-        probes::Counters,
-        profile::{Profile, ThreadTime},
-    };
+    use std::collections::HashMap;
+
+    use profiler_common::stack_id;
+
+    use crate::model::{Counters, Entry, Name, ThreadTime, Window};
 
     fn entry(tid: u32, user: u64, kernel: u64, kind: Kind, samples: u64, time_ns: u64) -> Entry {
         Entry {

@@ -8,6 +8,8 @@ use btf_rs::{Btf, Type};
 use profiler_common::IRQ_ENTRY_RANGES;
 use thiserror::Error;
 
+use crate::model::named::is_interrupt_entry;
+
 #[derive(Debug, Error)]
 pub enum KernelError {
     #[error("cannot read kernel BTF from {path}: {message}")]
@@ -51,6 +53,13 @@ pub struct PreemptCountPath {
     /// Offsets of `runqueues` and `__preempt_count` in `.data..percpu`.
     pub percpu_runqueues: u32,
     pub percpu_preempt_count: u32,
+}
+
+/// The running kernel's release (`uname -r`), for the report.
+pub fn release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 pub fn task_offsets(btf_path: &Path) -> Result<TaskOffsets, KernelError> {
@@ -145,17 +154,6 @@ fn percpu_offsets<const N: usize>(btf: &Btf, names: &[&str; N]) -> Option<[u32; 
         *o = f?;
     }
     Some(offsets)
-}
-
-/// Interrupt entry frames: a wakeup below one of these ran in interrupt context (a timer
-/// expiring, a packet arriving, another CPU's wakeup arriving as an IPI), whatever task the
-/// CPU happened to be running.
-pub fn is_interrupt_entry(frame: &str) -> bool {
-    frame.starts_with("asm_sysvec_")
-        || frame.starts_with("asm_common_interrupt")
-        || frame.starts_with("asm_spurious_interrupt")
-        || frame.starts_with("handle_softirqs")
-        || frame.starts_with("__do_softirq")
 }
 
 /// Where interrupt entry code lies in kernel text, as `[start, end)` pairs flattened into

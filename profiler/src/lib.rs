@@ -8,6 +8,7 @@ pub mod cli;
 pub mod drain;
 pub mod fold;
 pub mod kernel;
+pub mod model;
 pub mod preflight;
 pub mod probes;
 pub mod profile;

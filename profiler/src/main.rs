@@ -7,7 +7,7 @@ use clap::Parser as _;
 use profiler::{app, cli};
 
 fn main() -> std::process::ExitCode {
-    let args = cli::Args::parse();
+    let args = cli::Cli::parse();
     let level = match args.verbose {
         0 => log::LevelFilter::Warn,
         1 => log::LevelFilter::Debug,

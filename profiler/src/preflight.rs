@@ -2,7 +2,7 @@
 //! failing with one sentence that says what to do, so a 20-second capture is never wasted.
 
 use std::{
-    fs::{File, OpenOptions},
+    fs::File,
     io,
     path::{Path, PathBuf},
 };
@@ -114,25 +114,55 @@ pub fn resolve_target(pid: u32) -> Result<Target, PreflightError> {
     })
 }
 
-/// An output file opened (created or truncated) before the capture, so an unwritable path is
-/// reported before anything is attached.
+/// An output file, checked before the capture: a temporary file beside its path, so an
+/// unwritable path is reported before anything is attached and a run that fails leaves the
+/// user's previous file as it was. [`Output::commit`] puts it in place.
 #[derive(Debug)]
 pub struct Output {
     pub path: PathBuf,
-    pub file: File,
+    file: tempfile::NamedTempFile,
+}
+
+impl Output {
+    pub fn file(&mut self) -> &mut File {
+        self.file.as_file_mut()
+    }
+
+    /// Where the output is written until it is committed.
+    pub fn temp_path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// Renames the finished file to its path, readable by all as a plain new file would be.
+    pub fn commit(self) -> io::Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt as _;
+        self.file
+            .as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        self.file.persist(&self.path).map_err(|e| e.error)?;
+        Ok(self.path)
+    }
 }
 
 pub fn open_output(what: &'static str, path: &Path) -> Result<Output, PreflightError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .map_err(|error| PreflightError::Output {
-            what,
-            path: path.to_path_buf(),
-            error,
-        })?;
+    let error = |error| PreflightError::Output {
+        what,
+        path: path.to_path_buf(),
+        error,
+    };
+    if path.is_dir() {
+        return Err(error(io::Error::from(io::ErrorKind::IsADirectory)));
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let file = tempfile::Builder::new()
+        .prefix(&format!(".{}.", name.as_deref().unwrap_or("out")))
+        .suffix(".partial")
+        .tempfile_in(dir)
+        .map_err(error)?;
     Ok(Output {
         path: path.to_path_buf(),
         file,
@@ -210,6 +240,30 @@ mod tests {
             text.starts_with("cannot write the flame graph to /nonexistent-dir/x.svg"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_output_replaces_the_old_file_only_when_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("profile.svg");
+        std::fs::write(&path, "previous").unwrap();
+        // A run that fails after the outputs were opened: the old file stays.
+        let out = open_output("the flame graph", &path).unwrap();
+        drop(out);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "previous");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        // A run that succeeds replaces it.
+        let mut out = open_output("the flame graph", &path).unwrap();
+        std::io::Write::write_all(out.file(), b"new").unwrap();
+        out.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_directory_is_not_an_output() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(open_output("the flame graph", dir.path()).is_err());
     }
 
     #[test]

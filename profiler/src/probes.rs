@@ -13,15 +13,15 @@ use aya::{
     util::online_cpus,
 };
 use profiler_common::{
-    Config, Control, Counter, TaskSnapshot, Thread, config_flags,
+    BPF_NOEXIST, Config, Control, Counter, TaskSnapshot, Thread, config_flags,
     names::{self, GLOBAL_CONFIG, GLOBAL_IRQ_ENTRY},
     unwind::{ProcMappings, RowChunk},
 };
 use thiserror::Error;
 
 use crate::{
-    cli::Mode,
     kernel::{PreemptCountPath, TaskOffsets},
+    model::{Counters, Mode},
     symbolize::procmap::ProcessMaps,
     unwind::tables::UnwindTables,
 };
@@ -339,7 +339,7 @@ impl Probes {
                     name: names::MAP_COUNTERS,
                     source,
                 })?;
-            counters.values[counter as usize] = values.iter().sum();
+            counters.set(counter, values.iter().sum());
         }
         Ok(counters)
     }
@@ -380,7 +380,6 @@ impl Probes {
                 source,
             })?;
         let thread = *thread;
-        const BPF_NOEXIST: u64 = 1;
         match hash.insert(tid, thread, BPF_NOEXIST) {
             Ok(()) => Ok(SeedOutcome::Seeded),
             Err(aya::maps::MapError::SyscallError(e))
@@ -450,18 +449,6 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: valid pointer to a timespec; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Counter totals over all CPUs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    values: [u64; Counter::COUNT as usize],
-}
-
-impl Counters {
-    pub fn get(&self, counter: Counter) -> u64 {
-        self.values[counter as usize]
-    }
 }
 
 fn start_ebpf_logger(ebpf: &mut Ebpf) {

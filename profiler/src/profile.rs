@@ -20,160 +20,13 @@
 use std::collections::{BTreeMap, HashMap};
 
 use profiler_common::{
-    Counter, CycleInput, RunqueueHist, SiteKey, Thread, WaitHist, WaitKey, WaitState, WaitValue,
+    CycleInput, SampleKey, SampleValue, SiteKey, Thread, WaitHist, WaitKey, WaitState, WaitValue,
     WakerKey, WakerValue, hist_bucket, split_cycle, stack_id, thread_flags, wait_flags,
 };
 
-use crate::{
-    cli::Mode,
-    drain::{Drained, SchedStat, Window},
-    probes::Counters,
+use crate::model::{
+    Drained, Entry, Kind, Mode, Profile, SchedStat, Seeds, ThreadTime, Waker, Window, comm_name,
 };
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    OnCpu,
-    Off(WaitState),
-}
-
-/// Time of one thread in one stack and kind.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
-    pub tid: u32,
-    pub user_stack: u64,
-    pub kernel_stack: u64,
-    pub kind: Kind,
-    /// On-CPU samples (0 for waits).
-    pub samples: u64,
-    /// Time inside the window, in nanoseconds.
-    pub time_ns: u64,
-    /// Finished waits (0 for on-CPU).
-    pub waits: u64,
-    /// Shortest and longest finished wait (0 when none).
-    pub min_ns: u64,
-    pub max_ns: u64,
-}
-
-impl Entry {
-    fn new(tid: u32, user_stack: u64, kernel_stack: u64, kind: Kind) -> Self {
-        Self {
-            tid,
-            user_stack,
-            kernel_stack,
-            kind,
-            samples: 0,
-            time_ns: 0,
-            waits: 0,
-            min_ns: 0,
-            max_ns: 0,
-        }
-    }
-
-    /// One more finished wait of `ns`.
-    fn finished(&mut self, ns: u64) {
-        self.min_ns = if self.waits == 0 {
-            ns
-        } else {
-            self.min_ns.min(ns)
-        };
-        self.max_ns = self.max_ns.max(ns);
-        self.waits += 1;
-    }
-}
-
-/// Where one thread's time went.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ThreadTime {
-    pub name: String,
-    pub samples: u64,
-    /// CPU time inside the window: as the scheduler charged it when switches are traced
-    /// (`overhead_ns` and `switching_in_ns` included), else sample periods.
-    pub on_cpu_ns: u64,
-    /// Of `on_cpu_ns`, the profiler's own programs.
-    pub overhead_ns: u64,
-    /// Of `on_cpu_ns`, time charged before the thread was switched in (see
-    /// `stack_id::SWITCHING_IN`).
-    pub switching_in_ns: u64,
-    /// Off-CPU time per state, indexed by `WaitState as usize - 1`.
-    pub off_ns: [u64; 5],
-    /// Whether `on_cpu_ns` was measured at context switches (exact) or from samples.
-    pub on_cpu_exact: bool,
-    /// The thread's schedstat over the window, read from /proc at its start and end (threads
-    /// alive at both); the ground truth the other figures are checked against.
-    pub schedstat: Option<SchedStat>,
-}
-
-impl ThreadTime {
-    pub fn off(&self, state: WaitState) -> u64 {
-        self.off_ns[state as usize - 1]
-    }
-
-    /// CPU time that is the thread's own work (the profiler's programs left out).
-    pub fn running_ns(&self) -> u64 {
-        self.on_cpu_ns.saturating_sub(self.overhead_ns)
-    }
-
-    pub fn runnable_ns(&self) -> u64 {
-        self.off(WaitState::RunqueuePreempted) + self.off(WaitState::RunqueueWoken)
-    }
-}
-
-/// Stacks user space recorded itself (threads blocked at capture start), by stack id.
-#[derive(Debug, Default)]
-pub struct Seeds {
-    pub stacks: HashMap<u64, Vec<u64>>,
-    /// Thread names seen by the snapshot (threads that never ran during the capture).
-    pub names: HashMap<u32, String>,
-    /// Threads found blocked at capture start.
-    pub blocked: u64,
-    /// Threads whose entry could not be seeded (thread table full).
-    pub lost: u64,
-}
-
-#[derive(Debug)]
-pub struct Profile {
-    pub mode: Mode,
-    pub window: Window,
-    pub period_ns: u64,
-    pub entries: Vec<Entry>,
-    pub threads: BTreeMap<u32, ThreadTime>,
-    /// Frames (leaf first) by stack id, kernel-side and user-side recorded ones together.
-    pub stacks: HashMap<u64, Vec<u64>>,
-    pub counters: Counters,
-    /// Blocked-time histogram per blocking site (all threads).
-    pub site_hists: HashMap<SiteKey, WaitHist>,
-    /// Run-queue delay histograms, indexed by `RunqueueHist`.
-    pub runqueue_hists: [WaitHist; RunqueueHist::COUNT as usize],
-    /// Waits still in progress when the window closed (cut at the end).
-    pub open_waits: u64,
-    /// Threads found blocked at capture start (their waits start at the window start).
-    pub blocked_at_start: u64,
-    /// Who woke each blocking site, largest first.
-    pub wakers: Vec<Waker>,
-    /// Threads found at start whose entry could not be seeded.
-    pub lost_seeds: u64,
-}
-
-/// A thread that woke a blocking site, and how often.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Waker {
-    /// The blocking site: wakee, state, stacks.
-    pub tid: u32,
-    pub state: WaitState,
-    pub user_stack: u64,
-    pub kernel_stack: u64,
-    /// The waker (tid 0: an interrupt on an idle CPU).
-    pub waker_tid: u32,
-    pub waker_pid: u32,
-    pub waker_name: String,
-    pub waker_user_stack: u64,
-    pub waker_kernel_stack: u64,
-    /// Where the wakeup ran: a `profiler_common::waker_context` value.
-    pub waker_context: u32,
-    pub count: u64,
-    /// Blocked time those wakeups ended.
-    pub time_ns: u64,
-}
 
 pub struct AccountOptions {
     /// The profiled process: wakers from other processes keep only their kernel stacks.
@@ -225,7 +78,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
     for (tid, t) in threads.iter_mut() {
         t.name = kernel_threads
             .get(tid)
-            .map(|t| comm_to_string(&t.stats.comm))
+            .map(|t| comm_name(&t.stats.comm))
             .filter(|n| !n.is_empty())
             .or_else(|| seeds.names.get(tid).cloned())
             .unwrap_or_else(|| format!("tid-{tid}"));
@@ -427,7 +280,7 @@ impl Accumulator {
     /// switch-in get entries of their own. Otherwise each sample is one period.
     fn on_cpu(
         &mut self,
-        samples: &[(profiler_common::SampleKey, profiler_common::SampleValue)],
+        samples: &[(SampleKey, SampleValue)],
         cpu: &HashMap<u32, CpuTime>,
         opts: &AccountOptions,
     ) {
@@ -509,7 +362,7 @@ fn wakers_of(records: &[(WakerKey, WakerValue)], target_pid: u32) -> Vec<Waker> 
                 kernel_stack: k.kernel_stack,
                 waker_tid: k.waker_tid,
                 waker_pid: k.waker_tgid,
-                waker_name: comm_to_string(&v.waker_comm),
+                waker_name: comm_name(&v.waker_comm),
                 waker_user_stack: if k.waker_tgid == target_pid
                     || k.waker_user_stack == stack_id::EMPTY
                 {
@@ -526,78 +379,6 @@ fn wakers_of(records: &[(WakerKey, WakerValue)], target_pid: u32) -> Vec<Waker> 
         .collect();
     wakers.sort_by(|a, b| b.time_ns.cmp(&a.time_ns).then(a.tid.cmp(&b.tid)));
     wakers
-}
-
-pub fn comm_to_string(comm: &[u8]) -> String {
-    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..end]).into_owned()
-}
-
-impl Profile {
-    pub fn lost(&self) -> Vec<(&'static str, u64, &'static str)> {
-        let c = &self.counters;
-        vec![
-            (
-                "samples: sample table full",
-                c.get(Counter::SamplesMapFull),
-                "--max-keys",
-            ),
-            (
-                "waits: wait table full",
-                c.get(Counter::WaitsMapFull),
-                "--max-keys",
-            ),
-            (
-                "wakers: waker table full",
-                c.get(Counter::WakersMapFull),
-                "--max-keys",
-            ),
-            (
-                "wait latencies: site histogram table full",
-                c.get(Counter::SiteHistsFull),
-                "--max-keys",
-            ),
-            (
-                "threads at start: thread table full",
-                self.lost_seeds,
-                "--max-threads",
-            ),
-            (
-                "threads: thread table full",
-                c.get(Counter::ThreadsFull),
-                "--max-threads",
-            ),
-            (
-                "stacks: stack table full",
-                c.get(Counter::StackTableFull),
-                "--max-stacks",
-            ),
-            (
-                "user stacks: unwinding failed",
-                c.get(Counter::UserStackFailed),
-                "",
-            ),
-            (
-                "kernel stacks: unwinding failed",
-                c.get(Counter::KernelStackFailed),
-                "",
-            ),
-        ]
-    }
-
-    /// Total of all losses (0 in a clean capture).
-    pub fn total_lost(&self) -> u64 {
-        self.lost().iter().map(|l| l.1).sum()
-    }
-
-    /// Sum of time per kind over all threads.
-    pub fn totals(&self) -> BTreeMap<Kind, u64> {
-        let mut totals = BTreeMap::new();
-        for e in &self.entries {
-            *totals.entry(e.kind).or_default() += e.time_ns;
-        }
-        totals
-    }
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@ use profiler_common::{
 };
 
 use crate::{
+    model::{Seeds, comm_name},
     probes::{ProbeError, Probes, SeedOutcome},
-    profile::{Seeds, comm_to_string},
     unwind::{
         tables::UnwindTables,
         walk::{Regs, walk},
@@ -38,7 +38,7 @@ pub fn seed_threads(
         stack_id::SNAPSHOT | next_id
     };
     for snap in &snapshots {
-        seeds.names.insert(snap.tid, comm_to_string(&snap.comm));
+        seeds.names.insert(snap.tid, comm_name(&snap.comm));
         let Some(wait) = wait_at_start(snap) else {
             // Exiting.
             continue;

@@ -14,14 +14,13 @@ use std::{
 };
 
 use profiler_common::{
-    RunqueueHist, SiteKey as KernelSite, WAIT_HIST_BUCKETS, WaitHist, WaitState, hist_bucket_bounds,
+    RunqueueHist, SiteKey as KernelSite, WAIT_HIST_BUCKETS, WaitHist, WaitState,
+    hist_bucket_bounds, stack_id,
 };
 use serde::Serialize;
 
-use crate::{
-    cli::Mode,
-    fold::{StackNames, stack_frames, waker_frames, waker_identity},
-    profile::{Kind, Profile},
+use crate::model::{
+    CaptureMeta, Kind, Mode, Profile, StackNames, stack_frames, waker_frames, waker_identity,
 };
 
 /// Version of the JSON layout (docs/report.schema.json).
@@ -61,6 +60,8 @@ pub struct Capture {
     pub blocked_at_start: u64,
     pub lost_total: u64,
     pub lost: Vec<Loss>,
+    /// Every in-kernel counter by name, losses and events alike.
+    pub counters: BTreeMap<&'static str, u64>,
     pub ended_early: Option<String>,
 }
 
@@ -125,8 +126,10 @@ pub struct SiteRow {
     pub state: &'static str,
     /// The blocking call and its caller, leaf first (`read ← blocked_reader`).
     pub site: String,
-    /// Frames root→leaf, user then kernel.
+    /// Frames root→leaf, user then kernel, of the site's largest stack.
     pub stack: Vec<String>,
+    /// Distinct stacks the site groups (kernel paths below the call, callers above it).
+    pub stacks: usize,
     pub threads: Vec<String>,
     pub thread_count: usize,
     pub total_s: f64,
@@ -160,8 +163,6 @@ pub struct RunQueue {
     pub after_wakeup: Option<Latency>,
 }
 
-/// A blocking site: state label and frames root→leaf.
-type SiteKey = (&'static str, Vec<String>);
 /// A waker: name, tid, pid.
 type WakerKey = (String, u32, u32);
 
@@ -169,9 +170,7 @@ type WakerKey = (String, u32, u32);
 pub struct ReportInput<'a> {
     pub profile: &'a Profile,
     pub names: &'a StackNames,
-    pub target: &'a str,
-    pub pid: u32,
-    pub ended_early: Option<&'a str>,
+    pub meta: &'a CaptureMeta,
 }
 
 /// Merged waits: exact count, total, minimum and maximum, and (where kept) their histogram.
@@ -265,66 +264,107 @@ fn secs(ns: u64) -> f64 {
     round3(ns as f64 / 1e9)
 }
 
-fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 /// The blocking call and its nearest named caller, leaf first: `clock_nanosleep ←
 /// sleep_20ms` (a caller without a symbol, `nginx+0x54173`, says less than the next one up).
-fn site_label(user_frames: &[String], all: &[String]) -> String {
+/// `callers` > 1 names more callers up the stack, to tell apart sites that share the first.
+fn site_label(user_frames: &[String], all: &[String], callers: usize) -> String {
     let frames = if user_frames.is_empty() {
         all
     } else {
         user_frames
     };
-    let Some((leaf, callers)) = frames.split_last() else {
+    let Some((leaf, above)) = frames.split_last() else {
         return String::new();
     };
     // A libc-internal wrapper (`__nanosleep`) says less than the function that called it.
     let named = |f: &&String| !f.contains("+0x") && !f.starts_with('[');
     let public = |f: &&String| named(f) && !f.starts_with("__");
-    let caller = callers.iter().rev().find(public);
-    match caller
-        .or_else(|| callers.iter().rev().find(named))
-        .or_else(|| callers.last())
-    {
-        Some(caller) => format!("{leaf} ← {caller}"),
-        None => leaf.clone(),
+    let first = above
+        .iter()
+        .rposition(|f| public(&f))
+        .or_else(|| above.iter().rposition(|f| named(&f)))
+        .or_else(|| above.len().checked_sub(1));
+    let Some(first) = first else {
+        return leaf.clone();
+    };
+    let mut label = format!("{leaf} ← {}", above[first]);
+    for f in above[..first].iter().rev().filter(named).take(callers.saturating_sub(1)) {
+        label.push_str(" ← ");
+        label.push_str(f);
     }
+    label
 }
 
 pub fn build(input: &ReportInput<'_>) -> Report {
     let profile = input.profile;
     let names = input.names;
     let window_ns = profile.window.len_ns().max(1);
+    // All threads' time: the denominator of every share.
+    let all_thread_ns: u64 = profile
+        .threads
+        .values()
+        .map(|t| t.on_cpu_ns + t.off_ns.iter().sum::<u64>())
+        .sum::<u64>()
+        .max(1);
+    let threads = thread_rows(profile);
+    let functions = function_rows(profile, names);
+    let sites = site_rows(profile, names, all_thread_ns);
+    let run_queue = run_queue(profile);
+    let verdict = verdict(profile, all_thread_ns, &functions, &sites, &run_queue);
+    let lost = profile
+        .lost()
+        .into_iter()
+        .filter(|l| l.1 > 0)
+        .map(|(what, count, raise_with)| Loss {
+            what,
+            count,
+            raise_with,
+        })
+        .collect();
+    let meta = input.meta;
+    Report {
+        schema_version: SCHEMA_VERSION,
+        capture: Capture {
+            target: meta.target.clone(),
+            pid: meta.pid,
+            mode: profile.mode.name(),
+            duration_s: secs(window_ns),
+            frequency_hz: profile
+                .mode
+                .samples_on_cpu()
+                .then(|| round1(1e9 / profile.period_ns.max(1) as f64)),
+            samples: profile.counters.get(profiler_common::Counter::Samples),
+            kernel: meta.kernel.clone(),
+            threads: profile.threads.len(),
+            waits: profile.counters.get(profiler_common::Counter::Waits),
+            open_waits_at_end: profile.open_waits,
+            blocked_at_start: profile.blocked_at_start,
+            lost_total: profile.total_lost(),
+            lost,
+            counters: profile.counters.named().collect(),
+            ended_early: meta.ended_early.clone(),
+        },
+        verdict,
+        threads,
+        top_on_cpu_functions: functions,
+        top_blocking_sites: sites,
+        run_queue,
+        notes: notes(profile),
+        percentile_method: PERCENTILE_METHOD,
+    }
+}
 
-    // Threads.
+/// Per thread, where its time went, busiest first.
+fn thread_rows(profile: &Profile) -> Vec<ThreadRow> {
+    let window_ns = profile.window.len_ns().max(1);
     let mut run_queue_per_thread: HashMap<u32, Hist> = HashMap::new();
-    let mut preempted = Hist::default();
-    let mut after_wakeup = Hist::default();
-    preempted.add_buckets(&profile.runqueue_hists[RunqueueHist::Preempted as usize]);
-    after_wakeup.add_buckets(&profile.runqueue_hists[RunqueueHist::Woken as usize]);
-    let (mut preempted_ns, mut after_wakeup_ns) = (0u64, 0u64);
     for e in &profile.entries {
-        let Kind::Off(state) = e.kind else { continue };
-        let target = match state {
-            WaitState::RunqueuePreempted => {
-                preempted_ns += e.time_ns;
-                &mut preempted
-            }
-            WaitState::RunqueueWoken => {
-                after_wakeup_ns += e.time_ns;
-                &mut after_wakeup
-            }
-            _ => continue,
-        };
-        target.add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
-        run_queue_per_thread
-            .entry(e.tid)
-            .or_default()
-            .add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
+        if let Kind::Off(WaitState::RunqueuePreempted | WaitState::RunqueueWoken) = e.kind {
+            run_queue_per_thread
+                .entry(e.tid)
+                .or_default()
+                .add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
+        }
     }
     let pct = |ns: u64| round1(100.0 * ns as f64 / window_ns as f64);
     let exact = profile.mode.traces_switches();
@@ -348,22 +388,25 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         })
         .collect();
     threads.sort_by(|a, b| b.on_cpu_s.total_cmp(&a.on_cpu_s).then(a.tid.cmp(&b.tid)));
+    threads
+}
 
-    // All threads' time: the denominator of every share.
-    let all_thread_ns: u64 = profile
-        .threads
-        .values()
-        .map(|t| t.on_cpu_ns + t.off_ns.iter().sum::<u64>())
-        .sum::<u64>()
-        .max(1);
-
-    // On-CPU functions, self and total.
+/// On-CPU functions, self and total, largest self first.
+fn function_rows(profile: &Profile, names: &StackNames) -> Vec<FunctionRow> {
     let mut self_ns: HashMap<String, u64> = HashMap::new();
     let mut total_ns: HashMap<String, u64> = HashMap::new();
     let mut on_cpu_ns = 0u64;
     for e in profile.entries.iter().filter(|e| e.kind == Kind::OnCpu) {
-        let frames = stack_frames(e.user_stack, e.kernel_stack, names);
         on_cpu_ns += e.time_ns;
+        // CPU time that is not code (charged before a switch-in, the profiler's programs,
+        // between samples) is in the thread table, not among functions.
+        if matches!(
+            e.user_stack,
+            stack_id::SWITCHING_IN | stack_id::PROFILER | stack_id::UNSAMPLED
+        ) {
+            continue;
+        }
+        let frames = stack_frames(e.user_stack, e.kernel_stack, names);
         if let Some(leaf) = frames.last() {
             *self_ns.entry(leaf.clone()).or_default() += e.time_ns;
         }
@@ -392,171 +435,227 @@ pub fn build(input: &ReportInput<'_>) -> Report {
             .then(a.function.cmp(&b.function))
     });
     functions.truncate(TOP_FUNCTIONS);
+    functions
+}
 
-    // Blocking sites: the same stack and state across threads is one site.
-    #[derive(Default)]
-    struct Site {
-        hist: Hist,
-        time_ns: u64,
-        threads: BTreeSet<u32>,
-        user_frames: Vec<String>,
-    }
-    let mut sites: BTreeMap<(&'static str, Vec<String>), Site> = BTreeMap::new();
-    let mut runnable_after: HashMap<Vec<String>, u64> = HashMap::new();
+/// One blocking site as the user reads it: a state and a user stack (the blocking call and
+/// its callers). Kernel paths that differ below the call (several of one `fsync`) are the
+/// same site; sites whose labels would read alike name more callers.
+#[derive(Default)]
+struct Site {
+    hist: Hist,
+    time_ns: u64,
+    threads: BTreeSet<u32>,
+    /// Each full stack of the site with its time: the largest is shown.
+    stacks: HashMap<Vec<String>, u64>,
+    runnable_after_ns: u64,
+    /// Wakeups per waker, with a stack of the waker.
+    wakers: BTreeMap<WakerKey, (u64, Vec<String>)>,
+}
+
+/// The frames that identify a site: its user stack, or all of it for a kernel thread.
+type SiteFrames = Vec<String>;
+
+/// The top blocking sites, most blocked time first.
+fn site_rows(profile: &Profile, names: &StackNames, all_thread_ns: u64) -> Vec<SiteRow> {
+    // Stack pair → (full frames, site frames): computed once per pair.
+    let mut frames_of: HashMap<(u64, u64), (Vec<String>, SiteFrames)> = HashMap::new();
+    let mut lookup = |user: u64, kernel: u64| {
+        frames_of
+            .entry((user, kernel))
+            .or_insert_with(|| {
+                let all = stack_frames(user, kernel, names);
+                let user_frames = stack_frames(user, stack_id::EMPTY, names);
+                let key = if user_frames.is_empty() {
+                    all.clone()
+                } else {
+                    user_frames
+                };
+                (all, key)
+            })
+            .clone()
+    };
+    let mut sites: BTreeMap<(&'static str, SiteFrames), Site> = BTreeMap::new();
     let mut hists_added: BTreeSet<KernelSite> = BTreeSet::new();
+    let mut runnable_after: Vec<(SiteFrames, u64)> = Vec::new();
     for e in &profile.entries {
         let Kind::Off(state) = e.kind else { continue };
-        let frames = stack_frames(e.user_stack, e.kernel_stack, names);
-        match state {
+        let (frames, key) = lookup(e.user_stack, e.kernel_stack);
+        let state = match state {
+            WaitState::RunqueuePreempted => continue,
+            // The run-queue part after a wakeup belongs to the blocking site it followed.
             WaitState::RunqueueWoken => {
-                *runnable_after.entry(frames).or_default() += e.time_ns;
+                runnable_after.push((key, e.time_ns));
+                continue;
             }
-            WaitState::RunqueuePreempted => {}
-            _ => {
-                let site = sites.entry((state.label(), frames)).or_default();
-                site.hist.add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
-                // The kernel keeps one histogram per stack pair, shared by its threads.
-                let kernel_site = KernelSite {
-                    state: state as u32,
-                    _pad: 0,
-                    user_stack: e.user_stack,
-                    kernel_stack: e.kernel_stack,
-                };
-                if hists_added.insert(kernel_site)
-                    && let Some(h) = profile.site_hists.get(&kernel_site)
-                {
-                    site.hist.add_buckets(h);
-                }
-                site.time_ns += e.time_ns;
-                site.threads.insert(e.tid);
-                if site.user_frames.is_empty() {
-                    site.user_frames =
-                        stack_frames(e.user_stack, profiler_common::stack_id::EMPTY, names);
-                }
-            }
+            s => s,
+        };
+        let site = sites.entry((state.label(), key)).or_default();
+        site.hist.add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
+        site.time_ns += e.time_ns;
+        site.threads.insert(e.tid);
+        *site.stacks.entry(frames).or_default() += e.time_ns;
+        // The kernel keeps one histogram per stack pair, shared by its threads.
+        let kernel_site = KernelSite {
+            state: state as u32,
+            _pad: 0,
+            user_stack: e.user_stack,
+            kernel_stack: e.kernel_stack,
+        };
+        if hists_added.insert(kernel_site)
+            && let Some(h) = profile.site_hists.get(&kernel_site)
+        {
+            site.hist.add_buckets(h);
         }
     }
-    // Wakers by site, then by waker thread.
-    let mut wakers_by_site: HashMap<SiteKey, BTreeMap<WakerKey, (u64, Vec<String>)>> =
-        HashMap::new();
+    for (key, ns) in runnable_after {
+        // Which state the wait was in is not in the run-queue key: the one the stack has.
+        let state = ["sleep", "io", "other"]
+            .into_iter()
+            .find(|st| sites.contains_key(&(*st, key.clone())));
+        if let Some(site) = state.and_then(|st| sites.get_mut(&(st, key))) {
+            site.runnable_after_ns += ns;
+        }
+    }
     for w in &profile.wakers {
-        let frames = stack_frames(w.user_stack, w.kernel_stack, names);
+        let (_, key) = lookup(w.user_stack, w.kernel_stack);
+        let Some(site) = sites.get_mut(&(w.state.label(), key)) else {
+            continue;
+        };
         let who = waker_identity(w, names);
         let stack = waker_frames(w, &who, names);
-        let entry = wakers_by_site
-            .entry((w.state.label(), frames))
-            .or_default()
+        let entry = site
+            .wakers
             .entry((who.name, who.tid, who.pid))
-            .or_insert((0, stack.clone()));
+            .or_insert((0, Vec::new()));
         entry.0 += w.count;
         if entry.1.is_empty() {
             entry.1 = stack;
         }
     }
-    let mut site_rows: Vec<SiteRow> = sites
+    let labels = distinct_labels(sites.keys());
+    let mut rows: Vec<SiteRow> = sites
         .into_iter()
-        .map(|((state, frames), site)| {
-            let wakers = wakers_by_site.get(&(state, frames.clone()));
-            let total_wakeups: u64 = wakers.map_or(0, |w| w.values().map(|v| v.0).sum());
-            let mut waker_rows: Vec<WakerRow> = wakers
-                .map(|w| {
-                    w.iter()
-                        .map(|((name, tid, pid), (count, stack))| WakerRow {
-                            name: if name.is_empty() {
-                                "?".into()
-                            } else {
-                                name.clone()
-                            },
-                            tid: *tid,
-                            pid: *pid,
-                            wakeups: *count,
-                            wakeups_pct: round1(
-                                100.0 * *count as f64 / total_wakeups.max(1) as f64,
-                            ),
-                            stack: stack.clone(),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            waker_rows.sort_by(|a, b| b.wakeups.cmp(&a.wakeups).then(a.tid.cmp(&b.tid)));
-            waker_rows.truncate(TOP_WAKERS);
-            let thread_names: Vec<String> = site
-                .threads
-                .iter()
-                .take(5)
-                .map(|tid| {
-                    let name = profile.threads.get(tid).map_or("?", |t| t.name.as_str());
-                    format!("{name}-{tid}")
-                })
-                .collect();
-            SiteRow {
-                rank: 0,
-                state,
-                site: site_label(&site.user_frames, &frames),
-                runnable_after_wakeup_s: secs(runnable_after.get(&frames).copied().unwrap_or(0)),
-                stack: frames,
-                threads: thread_names,
-                thread_count: site.threads.len(),
-                total_s: secs(site.time_ns),
-                share_pct: round1(100.0 * site.time_ns as f64 / all_thread_ns as f64),
-                waits: site.hist.count,
-                latency: site.hist.latency(),
-                wakers: waker_rows,
-            }
-        })
+        .zip(labels)
+        .map(|(((state, _), site), label)| site_row(profile, state, label, site, all_thread_ns))
         .collect();
-    site_rows.sort_by(|a, b| b.total_s.total_cmp(&a.total_s).then(a.site.cmp(&b.site)));
-    site_rows.truncate(TOP_SITES);
-    for (i, s) in site_rows.iter_mut().enumerate() {
+    rows.sort_by(|a, b| b.total_s.total_cmp(&a.total_s).then(a.site.cmp(&b.site)));
+    rows.truncate(TOP_SITES);
+    for (i, s) in rows.iter_mut().enumerate() {
         s.rank = i + 1;
     }
+    rows
+}
 
-    let run_queue = RunQueue {
+/// Labels for the sites, in their order: the blocking call and its caller, or as many more
+/// callers as it takes for two sites in the same state not to read alike.
+fn distinct_labels<'a>(
+    keys: impl Iterator<Item = &'a (&'static str, SiteFrames)> + Clone,
+) -> Vec<String> {
+    const MAX_CALLERS: usize = 8;
+    let keys: Vec<&(&str, SiteFrames)> = keys.collect();
+    let mut depth = vec![1usize; keys.len()];
+    loop {
+        let labels: Vec<String> = keys
+            .iter()
+            .zip(&depth)
+            .map(|((_, frames), &d)| site_label(frames, frames, d))
+            .collect();
+        let mut seen: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+        for (i, l) in labels.iter().enumerate() {
+            seen.entry((keys[i].0, l.as_str())).or_default().push(i);
+        }
+        let mut deeper = false;
+        for same in seen.values().filter(|v| v.len() > 1) {
+            for &i in same {
+                if depth[i] < MAX_CALLERS {
+                    depth[i] += 1;
+                    deeper = true;
+                }
+            }
+        }
+        if !deeper {
+            return labels;
+        }
+    }
+}
+
+fn site_row(
+    profile: &Profile,
+    state: &'static str,
+    label: String,
+    site: Site,
+    all_thread_ns: u64,
+) -> SiteRow {
+    let total_wakeups: u64 = site.wakers.values().map(|v| v.0).sum();
+    let mut wakers: Vec<WakerRow> = site
+        .wakers
+        .into_iter()
+        .map(|((name, tid, pid), (count, stack))| WakerRow {
+            name: if name.is_empty() { "?".into() } else { name },
+            tid,
+            pid,
+            wakeups: count,
+            wakeups_pct: round1(100.0 * count as f64 / total_wakeups.max(1) as f64),
+            stack,
+        })
+        .collect();
+    wakers.sort_by(|a, b| b.wakeups.cmp(&a.wakeups).then(a.tid.cmp(&b.tid)));
+    wakers.truncate(TOP_WAKERS);
+    let thread_names: Vec<String> = site
+        .threads
+        .iter()
+        .take(5)
+        .map(|tid| {
+            let name = profile.threads.get(tid).map_or("?", |t| t.name.as_str());
+            format!("{name}-{tid}")
+        })
+        .collect();
+    let paths = site.stacks.len();
+    let stack = site
+        .stacks
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+        .map(|(frames, _)| frames)
+        .unwrap_or_default();
+    SiteRow {
+        rank: 0,
+        state,
+        site: label,
+        stack,
+        stacks: paths,
+        runnable_after_wakeup_s: secs(site.runnable_after_ns),
+        threads: thread_names,
+        thread_count: site.threads.len(),
+        total_s: secs(site.time_ns),
+        share_pct: round1(100.0 * site.time_ns as f64 / all_thread_ns as f64),
+        waits: site.hist.count,
+        latency: site.hist.latency(),
+        wakers,
+    }
+}
+
+/// Run-queue delay after preemption and after wakeup, all threads together.
+fn run_queue(profile: &Profile) -> RunQueue {
+    let mut preempted = Hist::default();
+    let mut after_wakeup = Hist::default();
+    preempted.add_buckets(&profile.runqueue_hists[RunqueueHist::Preempted as usize]);
+    after_wakeup.add_buckets(&profile.runqueue_hists[RunqueueHist::Woken as usize]);
+    let (mut preempted_ns, mut after_wakeup_ns) = (0u64, 0u64);
+    for e in &profile.entries {
+        let (hist, total) = match e.kind {
+            Kind::Off(WaitState::RunqueuePreempted) => (&mut preempted, &mut preempted_ns),
+            Kind::Off(WaitState::RunqueueWoken) => (&mut after_wakeup, &mut after_wakeup_ns),
+            _ => continue,
+        };
+        *total += e.time_ns;
+        hist.add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
+    }
+    RunQueue {
         preempted_s: secs(preempted_ns),
         preempted: preempted.latency(),
         after_wakeup_s: secs(after_wakeup_ns),
         after_wakeup: after_wakeup.latency(),
-    };
-    let verdict = verdict(profile, all_thread_ns, &functions, &site_rows, &run_queue);
-    let notes = notes(profile);
-    let lost = profile
-        .lost()
-        .into_iter()
-        .filter(|l| l.1 > 0)
-        .map(|(what, count, flag)| Loss {
-            what,
-            count,
-            raise_with: (!flag.is_empty()).then_some(flag),
-        })
-        .collect();
-    Report {
-        schema_version: SCHEMA_VERSION,
-        capture: Capture {
-            target: input.target.to_string(),
-            pid: input.pid,
-            mode: profile.mode.name(),
-            duration_s: secs(window_ns),
-            frequency_hz: profile
-                .mode
-                .samples_on_cpu()
-                .then(|| round1(1e9 / profile.period_ns.max(1) as f64)),
-            samples: profile.counters.get(profiler_common::Counter::Samples),
-            kernel: kernel_release(),
-            threads: profile.threads.len(),
-            waits: profile.counters.get(profiler_common::Counter::Waits),
-            open_waits_at_end: profile.open_waits,
-            blocked_at_start: profile.blocked_at_start,
-            lost_total: profile.total_lost(),
-            lost,
-            ended_early: input.ended_early.map(str::to_string),
-        },
-        verdict,
-        threads,
-        top_on_cpu_functions: functions,
-        top_blocking_sites: site_rows,
-        run_queue,
-        notes,
-        percentile_method: PERCENTILE_METHOD,
     }
 }
 
@@ -707,6 +806,15 @@ fn lat(l: &Option<Latency>) -> [String; 4] {
     }
 }
 
+/// ` (3 stacks)` when a site groups several.
+fn paths(s: &SiteRow) -> String {
+    if s.stacks > 1 {
+        format!(" ({} stacks)", s.stacks)
+    } else {
+        String::new()
+    }
+}
+
 fn wakers_text(wakers: &[WakerRow]) -> String {
     wakers
         .iter()
@@ -815,10 +923,11 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
             let [p50, p90, p99, max] = lat(&s.latency);
             writeln!(
                 out,
-                "| {} | {} | `{}` | {} | {:.2} s | {:.1} % | {} | {p50} | {p90} | {p99} | {max} | {} |",
+                "| {} | {} | `{}`{} | {} | {:.2} s | {:.1} % | {} | {p50} | {p90} | {p99} | {max} | {} |",
                 s.rank,
                 s.state,
                 s.site,
+                paths(s),
                 s.thread_count,
                 s.total_s,
                 s.share_pct,
@@ -889,7 +998,7 @@ pub fn write_text(r: &Report, out: &mut impl Write, mode: Mode) -> io::Result<()
                 "  {:>2}. {:<5} {:<48} {:>8.2} s {:>5.1} %  {:>6} waits  p50 {p50}  p99 {p99}  max {max}{woken}",
                 s.rank,
                 s.state,
-                truncate(&s.site, 48),
+                truncate(&format!("{}{}", s.site, paths(s)), 48),
                 s.total_s,
                 s.share_pct,
                 s.waits
@@ -1006,14 +1115,36 @@ mod tests {
     }
 
     #[test]
+    fn sites_that_would_read_alike_name_more_callers() {
+        let stack = |caller: &str| {
+            ["main", caller, "nap_ns", "__nanosleep", "__clock_nanosleep"]
+                .map(String::from)
+                .to_vec()
+        };
+        let a = ("sleep", stack("sleep_1ms"));
+        let b = ("sleep", stack("sleep_5ms"));
+        let c = ("io", stack("sleep_1ms"));
+        let labels = distinct_labels([&a, &b, &c].into_iter());
+        assert_eq!(
+            labels,
+            [
+                "__clock_nanosleep ← nap_ns ← sleep_1ms",
+                "__clock_nanosleep ← nap_ns ← sleep_5ms",
+                // Another state: no one to be told apart from.
+                "__clock_nanosleep ← nap_ns",
+            ]
+        );
+    }
+
+    #[test]
     fn site_labels_name_the_call_and_its_caller() {
         let user = vec!["main".to_string(), "reader".to_string(), "read".to_string()];
-        assert_eq!(site_label(&user, &user), "read ← reader");
+        assert_eq!(site_label(&user, &user, 1), "read ← reader");
         let kernel_only = vec!["schedule_[k]".to_string()];
-        assert_eq!(site_label(&[], &kernel_only), "schedule_[k]");
+        assert_eq!(site_label(&[], &kernel_only, 1), "schedule_[k]");
         let wrapped = ["main", "sleep_20ms", "__nanosleep", "__clock_nanosleep"].map(String::from);
         assert_eq!(
-            site_label(&wrapped, &wrapped),
+            site_label(&wrapped, &wrapped, 1),
             "__clock_nanosleep ← sleep_20ms"
         );
         let stripped = [
@@ -1024,7 +1155,7 @@ mod tests {
         ]
         .map(String::from);
         assert_eq!(
-            site_label(&stripped, &stripped),
+            site_label(&stripped, &stripped, 1),
             "epoll_wait ← ngx_process_events_and_timers"
         );
     }

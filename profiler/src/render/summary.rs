@@ -5,9 +5,8 @@ use std::io::{self, Write};
 use profiler_common::{Counter, WaitState};
 
 use crate::{
-    cli::Mode,
     fold::Folded,
-    profile::{Kind, Profile},
+    model::{Kind, Mode, Profile},
 };
 
 /// Seconds with a precision that suits the magnitude.
@@ -111,12 +110,9 @@ pub fn write_summary(
             .lost()
             .into_iter()
             .filter(|l| l.1 > 0)
-            .map(|(what, n, flag)| {
-                if flag.is_empty() {
-                    format!("{n} {what}")
-                } else {
-                    format!("{n} {what} (raise {flag})")
-                }
+            .map(|(what, n, flag)| match flag {
+                None => format!("{n} {what}"),
+                Some(flag) => format!("{n} {what} (raise {flag})"),
             })
             .collect();
         writeln!(out, "  lost     {lost}: {}", details.join("; "))?;

@@ -30,8 +30,8 @@ use self::{
     procmap::{MappingKind, ProcessMaps},
 };
 
-/// A frame name, shared between the many stacks that contain it.
-pub type Name = Arc<str>;
+pub use crate::model::Name;
+use crate::model::{Kind, Profile, StackNames};
 
 /// Marks kernel frames for inferno (and for readers).
 pub const KERNEL_SUFFIX: &str = "_[k]";
@@ -49,6 +49,32 @@ fn is_probe_plumbing(name: &str) -> bool {
         "trace_call_bpf",
     ];
     PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Names every stack the profile refers to (samples, waits and wakers).
+pub fn name_stacks(profile: &Profile, symbolizer: &Symbolizer) -> StackNames {
+    let mut user_ids = std::collections::HashSet::new();
+    // Kernel stacks by id, and whether a wait refers to it (see Symbolizer::kernel_stacks).
+    let mut kernel_ids: HashMap<u64, bool> = HashMap::new();
+    for e in &profile.entries {
+        user_ids.insert(e.user_stack);
+        *kernel_ids.entry(e.kernel_stack).or_default() |= matches!(e.kind, Kind::Off(_));
+    }
+    for w in &profile.wakers {
+        user_ids.extend([w.user_stack, w.waker_user_stack]);
+        kernel_ids.insert(w.kernel_stack, true);
+        kernel_ids.entry(w.waker_kernel_stack).or_default();
+    }
+    let user = user_ids
+        .iter()
+        .filter_map(|id| profile.stacks.get(id).map(|s| (*id, s.as_slice())));
+    let kernel = kernel_ids
+        .iter()
+        .filter_map(|(id, wait)| profile.stacks.get(id).map(|s| (*id, s.as_slice(), *wait)));
+    StackNames {
+        user: symbolizer.user_stacks(user),
+        kernel: symbolizer.kernel_stacks(kernel),
+    }
 }
 
 pub struct Symbolizer {

@@ -68,12 +68,9 @@ const RIP: Register = Register(16);
 //
 // A row is SIGNAL_FRAME when the CFA, rip and rbp rules are exactly these.
 
-/// Offset from rsp of the interrupted rsp (`gregs[REG_RSP]`) in a signal frame.
-pub const UC_RSP: i64 = 160;
-/// Offset from rsp of the interrupted rip (`gregs[REG_RIP]`) in a signal frame.
-pub const UC_RIP: i64 = 168;
-/// Offset from rsp of the interrupted rbp (`gregs[REG_RBP]`) in a signal frame.
-pub const UC_RBP: i64 = 120;
+pub use profiler_common::unwind::{UC_RBP, UC_RIP, UC_RSP};
+/// [`UC_RSP`] as a DWARF register offset (a pattern needs a constant of the operand's type).
+const UC_RSP_OFFSET: i64 = UC_RSP as i64;
 
 // The lazy `.plt` CFA expression of binutils (`elf_x86_64_eh_frame_lazy_plt`):
 // `rsp + 8 + (((rip & 15) >= threshold) << 3)`: past the `push` of its 16-byte entry, a stub
@@ -467,9 +464,9 @@ fn convert(
         CfaRule::Expression(expr) => {
             let cfa = ops(expr);
             match cfa.as_slice() {
-                [Op::Breg(RSP, UC_RSP), Op::Deref]
-                    if expr_rule(RIP).as_slice() == [Op::Breg(RSP, UC_RIP)]
-                        && expr_rule(RBP).as_slice() == [Op::Breg(RSP, UC_RBP)] =>
+                [Op::Breg(RSP, UC_RSP_OFFSET), Op::Deref]
+                    if expr_rule(RIP).as_slice() == [Op::Breg(RSP, UC_RIP as i64)]
+                        && expr_rule(RBP).as_slice() == [Op::Breg(RSP, UC_RBP as i64)] =>
                 {
                     // rip, rsp and rbp come from the ucontext; rbp_kind has no CFA-relative
                     // rule to give, the offsets say where in the ucontext (from rsp) to look.

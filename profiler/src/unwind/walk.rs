@@ -55,9 +55,9 @@ pub fn walk(
             Some((cfa_kind::SIGNAL_FRAME, _)) => {
                 let uc = sp;
                 let (Some(i), Some(s), Some(b)) = (
-                    read(uc.wrapping_add(UC_RIP as u64)),
-                    read(uc.wrapping_add(UC_RSP as u64)),
-                    read(uc.wrapping_add(UC_RBP as u64)),
+                    read(uc.wrapping_add(UC_RIP)),
+                    read(uc.wrapping_add(UC_RSP)),
+                    read(uc.wrapping_add(UC_RBP)),
                 ) else {
                     break;
                 };

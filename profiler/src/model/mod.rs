@@ -1,0 +1,49 @@
+//! The model: every type one stage hands another, in data-path order, with the rules that
+//! belong to the data itself. Stages import from here and from earlier stages only.
+//!
+//! - [`raw`]: what the kernel side aggregated ([`Drained`]) and what the start snapshot
+//!   recorded ([`Seeds`]), with the counters and the window.
+//! - [`time`]: the accounted time model ([`Profile`]) that `profile::account` builds.
+//! - [`named`]: symbolized stacks ([`StackNames`]) and how stacks and wakers are named.
+//! - [`saved`]: a capture as a file, replayable without root ([`SavedCapture`]).
+
+pub mod named;
+pub mod raw;
+pub mod saved;
+pub mod time;
+
+pub use named::{Name, StackNames, WakerIdentity, stack_frames, waker_frames, waker_identity};
+pub use raw::{Counters, Drained, SchedStat, Seeds, Window, comm_name};
+pub use saved::{CaptureMeta, SavedCapture};
+pub use time::{Entry, Kind, Profile, ThreadTime, Waker};
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+
+/// What a capture records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// On-CPU samples only; counts are samples.
+    Cpu,
+    /// Off-CPU waits only; counts are microseconds.
+    Off,
+    /// On-CPU and off-CPU in one graph; counts are microseconds.
+    Wall,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Cpu => "cpu",
+            Mode::Off => "off",
+            Mode::Wall => "wall",
+        }
+    }
+    pub fn samples_on_cpu(self) -> bool {
+        matches!(self, Mode::Cpu | Mode::Wall)
+    }
+    pub fn traces_switches(self) -> bool {
+        matches!(self, Mode::Off | Mode::Wall)
+    }
+}

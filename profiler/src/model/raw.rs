@@ -1,0 +1,103 @@
+//! What the kernel side hands user space: the drained aggregates, the start snapshot's seeds,
+//! the counters, the window, and the scheduler's own per-thread accounting.
+
+use std::collections::HashMap;
+
+use profiler_common::{
+    Counter, CounterKind, RunqueueHist, SampleKey, SampleValue, SiteKey, Thread, WaitHist, WaitKey,
+    WaitValue, WakerKey, WakerValue,
+};
+use serde::{Deserialize, Serialize};
+
+/// The capture window on the BPF clock (CLOCK_MONOTONIC, ns).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    pub start_ns: u64,
+    pub stop_ns: u64,
+}
+
+impl Window {
+    pub fn len_ns(&self) -> u64 {
+        self.stop_ns.saturating_sub(self.start_ns)
+    }
+}
+
+/// Counter totals over all CPUs, indexed by `profiler_common::Counter`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    values: [u64; Counter::COUNT as usize],
+}
+
+impl Counters {
+    pub fn get(&self, counter: Counter) -> u64 {
+        self.values[counter as usize]
+    }
+
+    pub fn set(&mut self, counter: Counter, value: u64) {
+        self.values[counter as usize] = value;
+    }
+
+    /// Every counter with its report name, in `Counter::ALL` order.
+    pub fn named(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Counter::ALL.iter().map(|&c| (c.name(), self.get(c)))
+    }
+
+    /// The losses (`CounterKind::Loss`) with what was lost and the flag that helps.
+    pub fn losses(&self) -> impl Iterator<Item = (Counter, u64)> + '_ {
+        Counter::ALL
+            .iter()
+            .filter(|c| c.kind() == CounterKind::Loss)
+            .map(|&c| (c, self.get(c)))
+    }
+}
+
+/// One line of `/proc/<pid>/task/<tid>/schedstat`: the scheduler's own accounting of a thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedStat {
+    /// `se.sum_exec_runtime`: time on a CPU.
+    pub exec_ns: u64,
+    /// `sched_info.run_delay`: time runnable, waiting on a run queue.
+    pub delay_ns: u64,
+}
+
+/// Everything the kernel side aggregated, read once after the window closed.
+#[derive(Debug, Default)]
+pub struct Drained {
+    pub samples: Vec<(SampleKey, SampleValue)>,
+    pub waits: Vec<(WaitKey, WaitValue)>,
+    /// Who woke each blocking site.
+    pub wakers: Vec<(WakerKey, WakerValue)>,
+    /// Per thread: its bookkeeping, and the wait that began its current cycle.
+    pub threads: HashMap<u32, Thread>,
+    /// Frames (leaf first) by stack id.
+    pub stacks: HashMap<u64, Vec<u64>>,
+    pub counters: Counters,
+    /// Blocked-time histogram per blocking site.
+    pub site_hists: HashMap<SiteKey, WaitHist>,
+    /// Run-queue delay histograms (all CPUs summed), indexed by [`RunqueueHist`].
+    pub runqueue_hists: [WaitHist; RunqueueHist::COUNT as usize],
+    /// The scheduler's counters per live thread, read right after the window opened and right
+    /// after it closed: the latter close each thread's last cycle; both give the schedstat
+    /// figures the report checks against.
+    pub sched_at_start: HashMap<u32, SchedStat>,
+    pub sched_at_stop: HashMap<u32, SchedStat>,
+}
+
+/// What the start snapshot recorded in user space: stacks of threads already waiting when the
+/// capture began, and the names of all threads.
+#[derive(Debug, Default)]
+pub struct Seeds {
+    pub stacks: HashMap<u64, Vec<u64>>,
+    /// Thread names seen by the snapshot (threads that never ran during the capture).
+    pub names: HashMap<u32, String>,
+    /// Threads found blocked at capture start.
+    pub blocked: u64,
+    /// Threads whose entry could not be seeded (thread table full).
+    pub lost: u64,
+}
+
+/// A kernel `comm` (NUL-padded) as a string.
+pub fn comm_name(comm: &[u8]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}

@@ -1,0 +1,100 @@
+//! A capture as a file (`--save PATH`): the accounted profile with its stacks already named
+//! and what the report says about the capture, as gzipped JSON. `profiler replay` renders it
+//! again and `profiler diff` compares two, without root and without the target.
+
+use std::{
+    fs::File,
+    io::{BufReader, BufWriter, Read as _, Write},
+    path::Path,
+};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::{Profile, StackNames};
+
+/// Bumped when the layout changes incompatibly.
+pub const SAVED_FORMAT: u32 = 1;
+
+/// What the capture was of, beyond its time model.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureMeta {
+    /// Process name, the root frame of every stack.
+    pub target: String,
+    pub pid: u32,
+    /// Kernel release the capture ran on.
+    pub kernel: String,
+    /// Why the window closed early, if it did.
+    pub ended_early: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SavedCapture {
+    pub format: u32,
+    pub meta: CaptureMeta,
+    pub profile: Profile,
+    pub names: StackNames,
+}
+
+#[derive(Debug, Error)]
+pub enum SavedError {
+    #[error("cannot read {path}: {error}")]
+    Io { path: String, error: std::io::Error },
+    #[error("{path} is not a saved capture: {error}")]
+    Format {
+        path: String,
+        error: serde_json::Error,
+    },
+    #[error(
+        "{path} is a saved capture of format {found}; this profiler reads format {SAVED_FORMAT}"
+    )]
+    Version { path: String, found: u32 },
+}
+
+impl SavedCapture {
+    /// Writes gzipped JSON.
+    pub fn write_to(&self, out: impl Write) -> std::io::Result<()> {
+        let mut gz =
+            flate2::write::GzEncoder::new(BufWriter::new(out), flate2::Compression::new(6));
+        serde_json::to_writer(&mut gz, self).map_err(std::io::Error::other)?;
+        gz.finish()?.flush()
+    }
+
+    /// Reads a file [`SavedCapture::write_to`] wrote (plain JSON is accepted too).
+    pub fn load(path: &Path) -> Result<Self, SavedError> {
+        let shown = path.display().to_string();
+        let io = |error| SavedError::Io {
+            path: shown.clone(),
+            error,
+        };
+        let mut bytes = Vec::new();
+        File::open(path)
+            .and_then(|f| BufReader::new(f).read_to_end(&mut bytes))
+            .map_err(io)?;
+        let json = if bytes.starts_with(&[0x1f, 0x8b]) {
+            let mut text = Vec::new();
+            flate2::read::GzDecoder::new(&bytes[..])
+                .read_to_end(&mut text)
+                .map_err(io)?;
+            text
+        } else {
+            bytes
+        };
+        #[derive(Deserialize)]
+        struct Version {
+            format: u32,
+        }
+        let version: Version =
+            serde_json::from_slice(&json).map_err(|error| SavedError::Format {
+                path: shown.clone(),
+                error,
+            })?;
+        if version.format != SAVED_FORMAT {
+            return Err(SavedError::Version {
+                path: shown,
+                found: version.format,
+            });
+        }
+        serde_json::from_slice(&json).map_err(|error| SavedError::Format { path: shown, error })
+    }
+}
