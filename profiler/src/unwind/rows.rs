@@ -863,13 +863,8 @@ mod tests {
         eprintln!("libc: {} rows in {took:?}", table.rows.len());
         assert!(table.rows.len() > 1000, "{} rows", table.rows.len());
         assert_sorted_and_merged(&table);
-        // Debug builds are ~10x slower; release must stay well under a second.
-        let limit = if cfg!(debug_assertions) {
-            Duration::from_secs(5)
-        } else {
-            Duration::from_millis(300)
-        };
-        assert!(took < limit, "{took:?}");
+        // The time is printed, not asserted: a wall-clock limit here fails whenever other
+        // work shares the CPUs. Timing the table build belongs to the bench.
 
         // libc.so.6 is stripped of `.symtab`: find `__restore_rt` by its code,
         // `mov $15 (rt_sigreturn), %rax; syscall`.
