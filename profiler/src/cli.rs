@@ -129,7 +129,7 @@ pub struct Args {
     pub min_block_us: u64,
 
     /// Ignore waits longer than this many microseconds [default: no limit].
-    #[arg(long, value_name = "US")]
+    #[arg(long, value_name = "US", value_parser = wait_limit_us)]
     pub max_block_us: Option<u64>,
 
     /// Leave kernel frames out of every stack.
@@ -142,16 +142,34 @@ pub struct Args {
     pub unwind: Unwind,
 
     /// Size of the in-kernel stack table (distinct stacks).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STACKS)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STACKS, value_parser = table_size)]
     pub max_stacks: u32,
 
     /// Size of the in-kernel sample and wait tables (distinct thread × stack keys).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_KEYS)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_KEYS, value_parser = table_size)]
     pub max_keys: u32,
 
     /// Number of threads tracked in the kernel.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_THREADS)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_THREADS, value_parser = table_size)]
     pub max_threads: u32,
+}
+
+/// `--max-stacks`, `--max-keys`, `--max-threads`: the `max_entries` of in-kernel maps. The
+/// kernel refuses a map of 0 entries (EINVAL) only once the programs are being loaded, so 0 is
+/// refused here, with the flag's name, instead of as a loader error.
+fn table_size(value: &str) -> Result<u32, String> {
+    match value.parse::<u32>().map_err(|e| e.to_string())? {
+        0 => Err("an in-kernel table needs at least 1 entry".to_string()),
+        n => Ok(n),
+    }
+}
+
+/// `--max-block-us`: 0 would drop every wait and leave an empty off-CPU view.
+fn wait_limit_us(value: &str) -> Result<u64, String> {
+    match value.parse::<u64>().map_err(|e| e.to_string())? {
+        0 => Err("0 would ignore every wait; leave the flag out for no limit".to_string()),
+        n => Ok(n),
+    }
 }
 
 impl Args {
@@ -228,5 +246,56 @@ mod tests {
         assert_eq!(r.out.report, Some(PathBuf::from("r.md")));
         // Recording options do not mix with it.
         assert!(Cli::try_parse_from(["profiler", "-p", "1", "replay", "x"]).is_err());
+    }
+
+    /// The first line clap prints when it refuses `-p 1` followed by `args`.
+    fn refusal(args: &[&str]) -> String {
+        let argv = ["profiler", "-p", "1"].iter().chain(args);
+        let err = Args::try_parse_from(argv).expect_err("refused by the parser");
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{err}");
+        err.to_string()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    #[test]
+    fn table_sizes_of_zero_are_refused_with_the_flag_named() {
+        for flag in ["--max-stacks", "--max-keys", "--max-threads"] {
+            assert_eq!(
+                refusal(&[flag, "0"]),
+                format!(
+                    "error: invalid value '0' for '{flag} <N>': an in-kernel table needs at least 1 entry"
+                )
+            );
+            assert!(refusal(&[flag, "many"]).contains(flag));
+            let one = Args::try_parse_from(["profiler", "-p", "1", flag, "1"])
+                .unwrap_or_else(|e| panic!("{flag} 1: {e}"));
+            let sizes = (one.max_stacks, one.max_keys, one.max_threads);
+            let expected = match flag {
+                "--max-stacks" => (1, DEFAULT_MAX_KEYS, DEFAULT_MAX_THREADS),
+                "--max-keys" => (DEFAULT_MAX_STACKS, 1, DEFAULT_MAX_THREADS),
+                _ => (DEFAULT_MAX_STACKS, DEFAULT_MAX_KEYS, 1),
+            };
+            assert_eq!(sizes, expected, "{flag} 1");
+        }
+    }
+
+    #[test]
+    fn a_wait_limit_of_zero_is_refused() {
+        assert_eq!(
+            refusal(&["--max-block-us", "0"]),
+            "error: invalid value '0' for '--max-block-us <US>': 0 would ignore every wait; \
+             leave the flag out for no limit"
+        );
+        let one = Args::try_parse_from(["profiler", "-p", "1", "--max-block-us", "1"]).unwrap();
+        assert_eq!(one.max_block_ns(), 1_000);
+    }
+
+    #[test]
+    fn zero_seconds_and_zero_hertz_are_refused() {
+        assert!(refusal(&["--secs", "0"]).starts_with("error: invalid value '0' for '--secs"));
+        assert!(refusal(&["--freq", "0"]).starts_with("error: invalid value '0' for '--freq"));
     }
 }

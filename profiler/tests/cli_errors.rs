@@ -105,11 +105,60 @@ fn without_privilege_the_user_is_told_to_use_root() {
     assert_refused(&out, started.elapsed(), "needs root");
 }
 
+/// A value the parser refuses: clap's usage error (exit code 2, not the 1 of a failure after
+/// parsing), before anything is loaded, its first line naming the flag and why.
+fn assert_parser_refused(args: &[&str], first_line: &str) {
+    let (out, took) = timed(args);
+    let err = stderr_of(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?}: {}; stderr:\n{err}",
+        out.status
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "{args:?}: refusal took {took:?}"
+    );
+    assert_eq!(
+        err.lines().next(),
+        Some(first_line),
+        "{args:?}: stderr:\n{err}"
+    );
+    // Then only clap's hint: no loader or kernel error behind it.
+    let rest: Vec<&str> = err.lines().skip(1).filter(|l| !l.is_empty()).collect();
+    assert_eq!(
+        rest,
+        ["For more information, try '--help'."],
+        "{args:?}: {err}"
+    );
+}
+
 #[test]
 fn bad_arguments_are_refused_by_the_parser() {
-    let out = profile(&["--pid", "1", "--freq", "0"]);
-    assert!(!out.status.success());
-    assert!(stderr_of(&out).contains("--freq"));
+    let me = std::process::id().to_string();
+    assert_parser_refused(
+        &["--pid", &me, "--freq", "0"],
+        "error: invalid value '0' for '--freq <HZ>': 0 is not in 1..=10000",
+    );
+    assert_parser_refused(
+        &["--pid", &me, "--secs", "0"],
+        "error: invalid value '0' for '--secs <SECONDS>': 0 is not in 1..=86400",
+    );
+    // The kernel would refuse maps of 0 entries, but only once loading had begun.
+    for flag in ["--max-stacks", "--max-keys", "--max-threads"] {
+        assert_parser_refused(
+            &["--pid", &me, flag, "0"],
+            &format!(
+                "error: invalid value '0' for '{flag} <N>': an in-kernel table needs at least 1 entry"
+            ),
+        );
+    }
+    assert_parser_refused(
+        &["--pid", &me, "--max-block-us", "0"],
+        "error: invalid value '0' for '--max-block-us <US>': 0 would ignore every wait; \
+         leave the flag out for no limit",
+    );
 }
 
 /// Starts a capture of a spinning workload and returns once its window is open.

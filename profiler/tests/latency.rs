@@ -95,13 +95,23 @@ fn wait_distributions_and_wakers_match_the_workload() {
     );
     assert_eq!(wakers[0]["name"], "writer");
 
-    // The chain view exists, in offwaketime's layout.
+    // The chain view exists, in offwaketime's layout: the waiter's stack root → leaf, `--`,
+    // then the waker's leaf → root. Each side is a whole call chain; across `--` there are
+    // gaps: the waiter's kernel frames before it, the waker's after it.
     let chains = read_folded(&out.folded.with_extension("wakers.folded"));
     assert!(
+        chains.iter().any(|l| {
+            l.has_chain(&["pipe_reader_loop", "read_token", "__libc_read"])
+                && l.has_chain(&["[off-cpu:sleep]", "--"])
+                && l.has_chain(&["__libc_write", "write_token", "pipe_writer_loop"])
+                && l.has_with_gaps(&["pipe_reader_loop", "--", "pipe_writer_loop"])
+        }),
+        "no reader;--;writer chain:\n{}",
         chains
             .iter()
-            .any(|l| l.has_in_order(&["pipe_reader_loop", "--", "pipe_writer_loop"])),
-        "no reader;--;writer chain"
+            .map(|l| format!("{} {}", l.frames.join(";"), l.count))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     let svg = std::fs::read_to_string(out.svg.with_extension("wakers.svg")).expect("wakeup SVG");
     assert!(svg.contains("pipe_writer_loop"));

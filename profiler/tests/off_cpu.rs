@@ -53,7 +53,7 @@ fn wall_mode_accounts_every_thread_for_the_whole_capture() {
     let sleeper = thread_lines(&lines, "sleeper");
     let off = total(&sleeper, |l| l.state().is_some());
     let under = total(&sleeper, |l| {
-        l.state().is_some() && l.has_in_order(&["sleeper", "sleeper_loop"])
+        l.state().is_some() && l.has_chain(&["start_thread", "sleeper", "sleeper_loop"])
     });
     assert!(
         under as f64 >= 0.99 * off as f64,
@@ -68,7 +68,7 @@ fn wall_mode_accounts_every_thread_for_the_whole_capture() {
     let syncer = thread_lines(&lines, "syncer");
     let io_all = total(&syncer, |l| l.state() == Some("io"));
     let io = total(&syncer, |l| {
-        l.state() == Some("io") && l.has_in_order(&["sync_loop", "fsync"])
+        l.state() == Some("io") && l.has_chain(&["sync_loop", "write_and_sync", "fsync"])
     });
     let split = |state: &str| total(&syncer, |l| l.state() == Some(state));
     let why = format!(
@@ -98,7 +98,14 @@ fn wall_mode_accounts_every_thread_for_the_whole_capture() {
     // (e) Blocked since before the capture: about the whole duration, with its real stack.
     let blocked = thread_lines(&lines, "blocked");
     let waiting = total(&blocked, |l| {
-        l.state() == Some("sleep") && l.has_in_order(&["blocked", "blocked_reader"])
+        l.state() == Some("sleep")
+            && l.has_chain(&[
+                "start_thread",
+                "blocked",
+                "blocked_reader",
+                "wait_forever",
+                "__libc_read",
+            ])
     });
     assert_close("blocked thread's wait", waiting as f64, WINDOW_US, 0.03);
 

@@ -860,13 +860,8 @@ mod tests {
         eprintln!("libc: {} rows in {took:?}", table.rows.len());
         assert!(table.rows.len() > 1000, "{} rows", table.rows.len());
         assert_sorted_and_merged(&table);
-        // Debug builds are ~10x slower; release must stay well under a second.
-        let limit = if cfg!(debug_assertions) {
-            Duration::from_secs(5)
-        } else {
-            Duration::from_millis(300)
-        };
-        assert!(took < limit, "{took:?}");
+        // The time is printed, not asserted: a wall-clock limit here fails whenever other
+        // work shares the CPUs. Timing the table build belongs to the bench.
 
         // libc.so.6 is stripped of `.symtab`: find `__restore_rt` by its code,
         // `mov $15 (rt_sigreturn), %rax; syscall`.
@@ -1364,20 +1359,51 @@ mod tests {
 
     #[test]
     fn empty_random_and_truncated_input() {
-        assert!(matches!(build_rows(&[]), Err(UnwindError::Elf(_))));
+        let elf_error = |input: &[u8], what: &str| match build_rows(input) {
+            Err(UnwindError::Elf(_)) => {}
+            other => panic!("{what}: expected an ELF error, got {other:?}"),
+        };
+        elf_error(&[], "empty input");
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         for len in [1, 4, 16, 63, 64, 65, 200, 4096, 65536] {
-            let _ = build_rows(&rng.bytes(len));
-            // With a valid ELF64 little-endian x86_64 identification in front.
+            elf_error(&rng.bytes(len), &format!("{len} random bytes"));
+            // With a valid ELF64 little-endian x86_64 identification in front: the rest of
+            // the header is random, and its sizes are wrong.
             let mut elf = rng.bytes(len.max(64));
             elf[..7].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1]);
             elf[18..20].copy_from_slice(&elf::EM_X86_64.to_le_bytes());
-            let _ = build_rows(&elf);
+            elf_error(
+                &elf,
+                &format!("an ELF identification and {len} random bytes"),
+            );
         }
         let Ok(libc) = std::fs::read(LIBC) else {
             eprintln!("skipping the truncated libc part: no {LIBC}");
             return;
         };
+        let whole = build_rows(&libc).expect("build libc rows");
+        // Where the cuts change the outcome: the end of the program headers, and the end of
+        // the file bytes of the segment `.eh_frame` (and `.eh_frame_hdr`) lie in.
+        let file = ElfFile64::<ElfEndian>::parse(&*libc).expect("parse libc");
+        let endian = file.endian();
+        let header = file.elf_header();
+        let headers_end = header.e_phoff(endian) as usize
+            + usize::from(header.e_phnum(endian)) * usize::from(header.e_phentsize(endian));
+        let eh_frame = file_range(&libc, ".eh_frame");
+        let eh_frame_hdr = file_range(&libc, ".eh_frame_hdr");
+        let segment_end = file
+            .elf_program_headers()
+            .iter()
+            .filter(|p| p.p_type(endian) == elf::PT_LOAD)
+            .map(|p| {
+                let (offset, size) = p.file_range(endian);
+                offset as usize..(offset + size) as usize
+            })
+            .find(|r| r.contains(&eh_frame.start))
+            .expect("a segment holds .eh_frame")
+            .end
+            .max(eh_frame_hdr.end);
+        assert!(headers_end < eh_frame_hdr.start && segment_end < libc.len());
         for len in [
             0,
             4,
@@ -1385,12 +1411,33 @@ mod tests {
             63,
             64,
             100,
-            1000,
-            4096,
-            libc.len() / 2,
+            headers_end - 1,
+            headers_end,
+            eh_frame.start + 1,
+            (eh_frame.start + eh_frame.end) / 2,
+            segment_end - 1,
+            segment_end,
             libc.len() - 1,
         ] {
-            let _ = build_rows(&libc[..len]);
+            // The section headers sit at the end of the file: every cut loses them.
+            elf_error(&libc[..len], &format!("libc cut to {len} bytes"));
+            // What `sstrip` leaves (as in files_without_section_headers_use_pt_gnu_eh_frame):
+            // `.eh_frame` is found through PT_GNU_EH_FRAME and its segment.
+            let mut stripped = libc[..len].to_vec();
+            if let Some(header) = stripped.get_mut(..0x40) {
+                header[0x28..0x30].fill(0);
+                header[0x3c..0x40].fill(0);
+            }
+            let what = format!("libc without section headers cut to {len} bytes");
+            match build_rows(&stripped) {
+                Err(UnwindError::Elf(_)) if len < headers_end => {}
+                Err(UnwindError::BadEhFrameHdr) if (headers_end..segment_end).contains(&len) => {}
+                Ok(table) if len >= segment_end => assert_eq!(table, whole, "{what}"),
+                other => panic!(
+                    "{what} (program headers end at {headers_end}, the segment at \
+                     {segment_end}): got {other:?}"
+                ),
+            }
         }
     }
 
@@ -1399,9 +1446,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let elf = test_exe(dir.path(), &[]);
         let range = file_range(&elf, ".eh_frame");
+        let original = build_rows(&elf).expect("build rows");
         let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-        let (mut ok, mut err) = (0, 0);
-        for round in 0..3000 {
+        let rounds = 3000;
+        let (mut ok, mut changed, mut err) = (0, 0, 0);
+        for round in 0..rounds {
             let mut broken = elf.clone();
             if round % 10 == 0 {
                 let garbage = rng.bytes(range.len());
@@ -1417,10 +1466,20 @@ mod tests {
                 Ok(table) => {
                     assert_sorted_and_merged(&table);
                     ok += 1;
+                    if table != original {
+                        changed += 1;
+                    }
                 }
                 Err(_) => err += 1,
             }
         }
-        eprintln!("garbage .eh_frame: {ok} tables, {err} errors");
+        eprintln!("garbage .eh_frame: {ok} tables ({changed} changed), {err} errors");
+        // Both outcomes, each often: a parser that refused every damaged section (or accepted
+        // every one) would pass the loop above, and the sorted-and-merged check would never
+        // have run on a table built from a damaged section.
+        assert!(
+            changed > rounds / 10 && err > rounds / 10,
+            "of {rounds} damaged sections: {ok} tables ({changed} unlike the original), {err} errors"
+        );
     }
 }

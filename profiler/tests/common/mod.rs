@@ -241,8 +241,19 @@ pub struct Line {
 }
 
 impl Line {
-    /// Whether `wanted` appear in this order (not necessarily adjacent).
-    pub fn has_in_order(&self, wanted: &[&str]) -> bool {
+    /// Whether `chain` appears as consecutive frames, each the direct caller of the next:
+    /// nothing skipped between them, nothing bogus inserted.
+    pub fn has_chain(&self, chain: &[&str]) -> bool {
+        !chain.is_empty()
+            && self
+                .frames
+                .windows(chain.len())
+                .any(|w| w.iter().zip(chain).all(|(f, c)| f == c))
+    }
+    /// Whether `wanted` appear in this order with anything between them. Only where frames
+    /// between them are expected (and then the call site says which ones): for a caller and
+    /// its callee use [`Line::has_chain`].
+    pub fn has_with_gaps(&self, wanted: &[&str]) -> bool {
         let mut it = self.frames.iter();
         wanted.iter().all(|w| it.any(|f| f == w))
     }
