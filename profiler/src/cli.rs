@@ -251,7 +251,7 @@ mod tests {
     /// The first line clap prints when it refuses `-p 1` followed by `args`.
     fn refusal(args: &[&str]) -> String {
         let argv = ["profiler", "-p", "1"].iter().chain(args);
-        let err = Args::try_parse_from(argv).expect_err("refused by the parser");
+        let err = Cli::try_parse_from(argv).expect_err("refused by the parser");
         assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{err}");
         err.to_string()
             .lines()
@@ -270,8 +270,7 @@ mod tests {
                 )
             );
             assert!(refusal(&[flag, "many"]).contains(flag));
-            let one = Args::try_parse_from(["profiler", "-p", "1", flag, "1"])
-                .unwrap_or_else(|e| panic!("{flag} 1: {e}"));
+            let one = record(&["-p", "1", flag, "1"]).unwrap_or_else(|e| panic!("{flag} 1: {e}"));
             let sizes = (one.max_stacks, one.max_keys, one.max_threads);
             let expected = match flag {
                 "--max-stacks" => (1, DEFAULT_MAX_KEYS, DEFAULT_MAX_THREADS),
@@ -289,7 +288,7 @@ mod tests {
             "error: invalid value '0' for '--max-block-us <US>': 0 would ignore every wait; \
              leave the flag out for no limit"
         );
-        let one = Args::try_parse_from(["profiler", "-p", "1", "--max-block-us", "1"]).unwrap();
+        let one = record(&["-p", "1", "--max-block-us", "1"]).unwrap();
         assert_eq!(one.max_block_ns(), 1_000);
     }
 

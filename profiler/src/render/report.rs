@@ -288,7 +288,12 @@ fn site_label(user_frames: &[String], all: &[String], callers: usize) -> String 
         return leaf.clone();
     };
     let mut label = format!("{leaf} ← {}", above[first]);
-    for f in above[..first].iter().rev().filter(named).take(callers.saturating_sub(1)) {
+    for f in above[..first]
+        .iter()
+        .rev()
+        .filter(named)
+        .take(callers.saturating_sub(1))
+    {
         label.push_str(" ← ");
         label.push_str(f);
     }
