@@ -3,7 +3,8 @@
 //!
 //! The CFI comes from `.eh_frame`, and from `.debug_frame` for the functions no `.eh_frame`
 //! FDE covers: Go's linker writes only `.debug_frame` (zlib-compressed since Go 1.11), and a
-//! cgo binary has `.eh_frame` for its C code and `.debug_frame` for its Go code.
+//! cgo binary has `.eh_frame` for its C code and `.debug_frame` for its Go code. Go's CFI does
+//! not mark the ends of its stacks nor its signal return; [`GO_FRAMES`] does.
 //!
 //! Every FDE's call frame program is evaluated with gimli; every row of its table becomes one
 //! `UnwindRow`. Rules the unwinder can follow (CFA = rsp/rbp + offset, the `.plt` expression,
@@ -33,7 +34,7 @@ use gimli::{
     UnwindContext, UnwindExpression, UnwindOffset, UnwindSection, UnwindTableRow,
 };
 use object::{
-    LittleEndian as ElfEndian, Object as _, ObjectSection as _, elf,
+    LittleEndian as ElfEndian, Object as _, ObjectSection as _, ObjectSymbol as _, SymbolKind, elf,
     read::elf::{ElfFile64, FileHeader as _, ProgramHeader as _},
 };
 use profiler_common::unwind::{ROWS_PER_CHUNK, UnwindRow, cfa_kind, rbp_kind};
@@ -96,6 +97,48 @@ pub const UC_RBP: i64 = 120;
 // `-z ibtplt` links), 10 in the old MPX (BND) one. Any threshold 0–15 is taken as written.
 const PLT_MASK: u64 = 15;
 
+/// How a Go runtime function is unwound instead of by its `.debug_frame` rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GoFrame {
+    /// One `END_OF_STACK` row: nothing above its frame belongs to the stack being walked.
+    End,
+    /// One `SIGNAL_FRAME` row: the signal return trampoline, where rsp points at the
+    /// `ucontext_t` of the interrupted code (Go's copies glibc's `__restore_rt`).
+    Signal,
+}
+
+/// Go functions whose `.debug_frame` FDE becomes one fixed row. Go's CFI says nothing about
+/// them (every FDE's return address is at CFA − 8, `goexit`'s included); Go's own traceback
+/// knows them by function flags in `.gopclntab` (`runtime/traceback.go`, Go 1.19, lines
+/// 209–235: stop at `TOPFRAME`; in a profiling signal also at `SPWRITE`). Matched by symbol
+/// name, with or without the `.abi0` suffix Go 1.17+ gives assembly functions. From Go 1.19's
+/// `runtime/asm_amd64.s`, `sys_linux_amd64.s` and `time_linux_amd64.s`:
+pub const GO_FRAMES: &[(&str, GoFrame)] = &[
+    // TOPFRAME: the return address a new goroutine starts with is `goexit` + 1
+    // (`newproc1`); a thread Go starts runs `mstart` (from `clone`), the main thread
+    // `rt0_go`; `sigtramp` is entered by the kernel, on the signal stack.
+    ("runtime.goexit", GoFrame::End),
+    ("runtime.mstart", GoFrame::End),
+    ("runtime.rt0_go", GoFrame::End),
+    ("runtime.sigtramp", GoFrame::End),
+    // SPWRITE, calling on another stack: `mcall`, `systemstack` and `morestack` call on the
+    // thread's g0 stack from `g0.sched.sp` (set by `mstart1`), where the word above their
+    // return address is `mstart0`'s; `asmcgocall` calls C there, `cgocallback` calls Go on
+    // the goroutine's stack; `nanotime1` and `time.now` call the vDSO on g0. Their own rows
+    // would take the unwinder into whatever lies above.
+    ("runtime.mcall", GoFrame::End),
+    ("runtime.systemstack", GoFrame::End),
+    ("runtime.morestack", GoFrame::End),
+    ("runtime.asmcgocall", GoFrame::End),
+    ("runtime.asmcgocall_no_g", GoFrame::End),
+    ("runtime.cgocallback", GoFrame::End),
+    ("runtime.nanotime1", GoFrame::End),
+    ("time.now", GoFrame::End),
+    // `sa_restorer` of Go's signal handlers: `mov $15 (rt_sigreturn), %rax; syscall`, seen as
+    // the leaf while the kernel restores the interrupted context.
+    ("runtime.sigreturn", GoFrame::Signal),
+];
+
 #[derive(Debug, Error)]
 pub enum UnwindError {
     #[error("not a readable 64-bit little-endian ELF file: {0}")]
@@ -145,14 +188,19 @@ pub fn build_rows(elf: &[u8]) -> Result<UnwindTable, UnwindError> {
     let exec = ExecRanges::of(&file);
     let eh_frame = locate_eh_frame(&file, elf)?;
     let debug_frame = read_debug_frame(&file)?;
-    build_from_sections(eh_frame.as_ref(), debug_frame.as_deref(), &exec)
+    build_from_sections(eh_frame.as_ref(), debug_frame.as_deref(), &exec, || {
+        go_frames(&file)
+    })
 }
 
 /// The rows of an `.eh_frame` and a `.debug_frame` section's bytes (either may be missing).
+/// `fixed` gives the functions whose `.debug_frame` FDE is one row of the given rule, by
+/// address; it is asked only if `.debug_frame` has FDEs to use.
 fn build_from_sections(
     eh_frame: Option<&Source<'_>>,
     debug_frame: Option<&[u8]>,
     exec: &ExecRanges,
+    fixed: impl FnOnce() -> Vec<(u64, UnwindRow)>,
 ) -> Result<UnwindTable, UnwindError> {
     let mut eh = eh_frame.map(|source| {
         let mut section = EhFrame::new(source.data, LittleEndian);
@@ -183,6 +231,13 @@ fn build_from_sections(
             i <= eh_count || !covered.overlaps(fde.start, fde.end)
         });
     }
+    let fixed = if fdes.len() > eh_count {
+        let mut fixed = fixed();
+        fixed.sort_unstable_by_key(|&(address, _)| address);
+        fixed
+    } else {
+        Vec::new()
+    };
     // Equal starts keep their order: the FDE later in its section wins their addresses.
     fdes.sort_by_key(|fde| fde.start);
 
@@ -197,6 +252,7 @@ fn build_from_sections(
             debug: debug.as_mut(),
         },
         &fdes,
+        &fixed,
         budget,
     )
 }
@@ -294,6 +350,24 @@ fn read_debug_frame<'a>(
         });
     }
     Ok(Some(compressed.decompress()?))
+}
+
+/// The [`GO_FRAMES`] functions' addresses and rows, from `.symtab` (a Go binary that still
+/// has `.debug_frame` has its symbols: `-ldflags=-s` drops both).
+fn go_frames(file: &ElfFile64<'_, ElfEndian>) -> Vec<(u64, UnwindRow)> {
+    file.symbols()
+        .filter(|s| s.kind() == SymbolKind::Text)
+        .filter_map(|s| {
+            let name = s.name_bytes().ok()?;
+            let name = name.strip_suffix(b".abi0").unwrap_or(name);
+            let &(_, frame) = GO_FRAMES.iter().find(|(go, _)| go.as_bytes() == name)?;
+            let row = match frame {
+                GoFrame::End => rule(cfa_kind::END_OF_STACK, 0, (rbp_kind::UNCHANGED, 0)),
+                GoFrame::Signal => SIGNAL_FRAME,
+            };
+            Some((s.address(), row))
+        })
+        .collect()
 }
 
 /// Sorted, disjoint address ranges, from any list of ranges.
@@ -535,10 +609,12 @@ impl<'a> Sections<'_, 'a> {
 }
 
 /// Second pass: every FDE's rows in start order, each closed by a `NO_INFO` row; then sort,
-/// resolve shared addresses, merge repeated rules.
+/// resolve shared addresses, merge repeated rules. An FDE of `.debug_frame` that starts at
+/// an address of `fixed` (sorted) is that one row.
 fn evaluate(
     mut sections: Sections<'_, '_>,
     fdes: &[FdeSpan],
+    fixed: &[(u64, UnwindRow)],
     budget: u64,
 ) -> Result<UnwindTable, UnwindError> {
     let (Some(first), Some(end)) = (fdes.first(), fdes.iter().map(|fde| fde.end).max()) else {
@@ -561,7 +637,16 @@ fn evaluate(
     let mut work: u64 = 0;
     for span in fdes {
         let first_row = rows.len();
-        match sections.push_fde_rows(&mut ctx, span, &pc_of, &mut rows, (&mut work, budget)) {
+        let fixed = fixed
+            .binary_search_by_key(&span.start, |&(address, _)| address)
+            .ok()
+            .and_then(|i| fixed.get(i))
+            .filter(|_| span.from == From::DebugFrame);
+        let result = match fixed {
+            Some(&(_, row)) => push(&mut rows, pc_of(span.start)?, row),
+            None => sections.push_fde_rows(&mut ctx, span, &pc_of, &mut rows, (&mut work, budget)),
+        };
+        match result {
             Ok(()) => {}
             // One FDE whose program does not evaluate (an unknown opcode, a restore_state
             // without remember_state) costs its own function only: frame pointers there.
@@ -790,7 +875,7 @@ mod tests {
         time::{Duration, Instant},
     };
 
-    use object::{ObjectSymbol as _, SectionFlags, read::elf::ElfFile64};
+    use object::{SectionFlags, read::elf::ElfFile64};
     use profiler_common::unwind::{cfa_kind as cfa, rbp_kind as rbp};
 
     use super::*;
@@ -1275,7 +1360,8 @@ mod tests {
             .expect("locate .eh_frame")
             .expect(".eh_frame");
         let eh_frame_only =
-            build_from_sections(Some(&eh_frame), None, &ExecRanges::of(&file)).expect("build rows");
+            build_from_sections(Some(&eh_frame), None, &ExecRanges::of(&file), Vec::new)
+                .expect("build rows");
         let expected = build_rows(&with_eh_frame).expect("build rows");
         let table = build_rows(&elf).expect("build rows");
         assert_sorted_and_merged(&table);
@@ -1356,7 +1442,7 @@ mod tests {
     }
 
     #[test]
-    fn go_assembly_that_clobbers_bp_gets_rsp_rows() {
+    fn go_assembly_that_clobbers_bp_gets_rsp_rows_and_go_stacks_end_at_their_roots() {
         let elf = go_fixture();
         let file = ElfFile64::<ElfEndian>::parse(elf).expect("parse ELF");
         assert!(file.section_by_name(".eh_frame").is_none());
@@ -1400,17 +1486,42 @@ mod tests {
                 .iter()
                 .any(|r| r.1 == cfa::RSP && r.2 > 8)
         );
-        // Go's CFI marks no outermost frame: `goexit`, where every goroutine's stack begins,
-        // says its return address is at CFA - 8 like any other function.
-        assert_eq!(
-            rule_at(&table, symbol(elf, "runtime.goexit.abi0")),
-            (cfa::RSP, 8, rbp::UNCHANGED, 0)
-        );
+        for name in [
+            "runtime.goexit.abi0",
+            "runtime.mstart.abi0",
+            "runtime.rt0_go.abi0",
+            "runtime.mcall",
+            "runtime.systemstack.abi0",
+            "runtime.nanotime1.abi0",
+        ] {
+            let at = symbol(elf, name);
+            assert_eq!(
+                rule_at(&table, at),
+                (cfa::END_OF_STACK, 0, rbp::UNCHANGED, 0),
+                "{name}"
+            );
+            // The return address of a call is looked up one byte before it.
+            assert_eq!(rule_at(&table, at + 1).0, cfa::END_OF_STACK, "{name}");
+        }
+        // Their neighbours are not.
+        assert_eq!(rule_at(&table, symbol(elf, "runtime.goexit1")).0, cfa::RSP);
+        // `runtime.sigreturn`: rsp points at the interrupted context while it runs.
+        let sigreturn = symbol(elf, "runtime.sigreturn.abi0");
+        // `mov $15, %rax` (7 bytes), `syscall`: the kernel sees the user ip after it, at 9.
+        for at in [sigreturn, sigreturn + 7, sigreturn + 9] {
+            assert_eq!(
+                rule_at(&table, at),
+                (cfa::SIGNAL_FRAME, 160, rbp::UNSUPPORTED, 120)
+            );
+        }
         let kinds = |kind| table.rows.iter().filter(|r| r.cfa_kind == kind).count();
         assert_eq!(kinds(cfa::RBP), 0);
         assert_eq!(kinds(cfa::UNSUPPORTED), 0);
-        assert_eq!(kinds(cfa::END_OF_STACK), 0);
-        eprintln!("gohot: {} rows", table.rows.len());
+        eprintln!(
+            "gohot: {} rows, {} stack ends",
+            table.rows.len(),
+            kinds(cfa::END_OF_STACK)
+        );
     }
 
     #[test]
@@ -1533,7 +1644,7 @@ mod tests {
             data,
             bases: BaseAddresses::default().set_eh_frame(0),
         };
-        build_from_sections(Some(&source), None, exec)
+        build_from_sections(Some(&source), None, exec, Vec::new)
     }
 
     fn simple(table: &UnwindTable) -> Vec<Row> {
@@ -1819,13 +1930,24 @@ mod tests {
         let mut body = vec![0x44]; // DW_CFA_advance_loc 4
         body.extend_from_slice(&go_cfa_offset(32));
         debug.fde(cie, 0x1020, 0x10, &body);
+        // A stack end.
         debug.fde(cie, 0x1030, 0x8, &go_cfa_offset(16));
         let source = Source {
             data: &eh,
             bases: BaseAddresses::default().set_eh_frame(0),
         };
-        let table = build_from_sections(Some(&source), Some(&debug.0), &ExecRanges(Vec::new()))
-            .expect("build");
+        let table = build_from_sections(
+            Some(&source),
+            Some(&debug.0),
+            &ExecRanges(Vec::new()),
+            || {
+                vec![
+                    (0x5000, SIGNAL_FRAME),
+                    (0x1030, rule(cfa::END_OF_STACK, 0, (rbp::UNCHANGED, 0))),
+                ]
+            },
+        )
+        .expect("build");
         assert_eq!(
             simple(&table),
             vec![
@@ -1833,15 +1955,21 @@ mod tests {
                 (0x1010, cfa::NO_INFO, 0, rbp::UNCHANGED, 0),
                 (0x1020, cfa::RSP, 8, rbp::UNCHANGED, 0),
                 (0x1024, cfa::RSP, 32, rbp::UNCHANGED, 0),
-                (0x1030, cfa::RSP, 16, rbp::UNCHANGED, 0),
+                (0x1030, cfa::END_OF_STACK, 0, rbp::UNCHANGED, 0),
                 (0x1038, cfa::NO_INFO, 0, rbp::UNCHANGED, 0),
             ]
         );
 
-        // Alone, `.debug_frame` gives every FDE.
-        let table =
-            build_from_sections(None, Some(&debug.0), &ExecRanges(Vec::new())).expect("build");
+        // Alone, `.debug_frame` gives every FDE; fixed rows are asked for only then.
+        let table = build_from_sections(None, Some(&debug.0), &ExecRanges(Vec::new()), Vec::new)
+            .expect("build");
         assert_eq!(rule_at(&table, 0x1000), (cfa::RSP, 48, rbp::UNCHANGED, 0));
+        assert_eq!(rule_at(&table, 0x1030), (cfa::RSP, 16, rbp::UNCHANGED, 0));
+        let table = build_from_sections(Some(&source), None, &ExecRanges(Vec::new()), || {
+            panic!("no .debug_frame FDE in use: no need for fixed rows")
+        })
+        .expect("build");
+        assert_eq!(table.rows.len(), 2);
     }
 
     // ---- Malformed input: an error or a table, never a panic ----
