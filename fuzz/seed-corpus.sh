@@ -11,7 +11,7 @@ cat > "$tmp/t.c" <<'C'
 __attribute__((noinline)) long fp(long n) { long a[4] = {n, n + 1, n + 2, n + 3}; printf("%ld", a[1]); return a[0] + a[3]; }
 int main(int argc, char **argv) { return (int)fp(argc); }
 C
-for flags in "-O0" "-O2 -fomit-frame-pointer" "-O2 -fno-omit-frame-pointer" "-O2 -Wl,-z,now" "-O2 -fcf-protection=full -Wl,-z,ibtplt" "-O2 -static-pie"; do
+for flags in "-O0" "-O2 -fomit-frame-pointer" "-O2 -fno-omit-frame-pointer" "-O2 -Wl,-z,now" "-O2 -fcf-protection=full -Wl,-z,ibtplt" "-O2 -static-pie" "-O2 -g -fno-asynchronous-unwind-tables" "-O2 -g -gz -fno-asynchronous-unwind-tables"; do
     name=$(echo "$flags" | tr -c 'a-z0-9' '_')
     # shellcheck disable=SC2086
     gcc $flags "$tmp/t.c" -o "corpus/eh_frame/gcc$name" 2>/dev/null || true

@@ -1,5 +1,6 @@
-//! Arbitrary bytes → `unwind::rows::build_rows`: an error or a well-formed table, never a
-//! panic, a hang or an allocation out of proportion to the input.
+//! Arbitrary bytes → `unwind::rows::build_rows` (`.eh_frame`, `.debug_frame`, compressed or
+//! not): an error or a well-formed table, never a panic, a hang or an allocation out of
+//! proportion to the input.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

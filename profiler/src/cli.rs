@@ -25,8 +25,8 @@ pub const DEFAULT_MAX_THREADS: u32 = 65_536;
 pub enum Unwind {
     /// Frame pointers only (what BCC and perf's fp mode do).
     Fp,
-    /// `.eh_frame` wherever a file has it, frame pointers elsewhere (JIT code, files
-    /// without unwind tables).
+    /// `.eh_frame` (or `.debug_frame`: Go) wherever a file has it, frame pointers elsewhere
+    /// (JIT code, files without unwind tables).
     Dwarf,
 }
 
@@ -136,8 +136,8 @@ pub struct Args {
     #[arg(long)]
     pub no_kernel_stacks: bool,
 
-    /// How to walk user stacks: `dwarf` unwinds from .eh_frame in the kernel, with frame
-    /// pointers where a file has no unwind table.
+    /// How to walk user stacks: `dwarf` unwinds from .eh_frame (or Go's .debug_frame) in the
+    /// kernel, with frame pointers where a file has no unwind table.
     #[arg(long, value_enum, default_value_t = Unwind::Dwarf)]
     pub unwind: Unwind,
 

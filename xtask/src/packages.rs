@@ -15,11 +15,18 @@ pub(crate) struct Package {
 }
 
 /// What the end-to-end tests run besides the profiler and the C fixtures.
-pub(crate) const TEST_PACKAGES: &[Package] = &[Package {
-    binary: "/usr/bin/javac",
-    name: "openjdk-17-jdk-headless",
-    why: "the JIT test builds and profiles a Java program",
-}];
+pub(crate) const TEST_PACKAGES: &[Package] = &[
+    Package {
+        binary: "/usr/bin/javac",
+        name: "openjdk-17-jdk-headless",
+        why: "the JIT test builds and profiles a Java program",
+    },
+    Package {
+        binary: "/usr/bin/go",
+        name: "golang-go",
+        why: "the Go tests build a Go program, which has .debug_frame and no .eh_frame",
+    },
+];
 
 /// Installs whichever of `packages` is missing.
 pub(crate) fn ensure(packages: &[Package]) -> Result<()> {

@@ -1,5 +1,6 @@
-//! Unwind tables for the in-kernel `.eh_frame` unwinder: executable files in, the
-//! [`UnwindRow`](profiler_common::unwind::UnwindRow)s the eBPF side searches out.
+//! Unwind tables for the in-kernel unwinder (`.eh_frame`, Go's `.debug_frame`): executable
+//! files in, the [`UnwindRow`](profiler_common::unwind::UnwindRow)s the eBPF side searches
+//! out.
 //!
 //! [`rows`] turns one ELF file into its sorted rows; it parses files of untrusted processes
 //! as root, so it never panics and its time and memory are bounded by the input's size.

@@ -1,5 +1,10 @@
-//! One ELF file's bytes → its `.eh_frame` as sorted [`UnwindRow`]s (x86_64): the table the
-//! in-kernel unwinder binary-searches.
+//! One ELF file's bytes → its call frame information as sorted [`UnwindRow`]s (x86_64): the
+//! table the in-kernel unwinder binary-searches.
+//!
+//! The CFI comes from `.eh_frame`, and from `.debug_frame` for the functions no `.eh_frame`
+//! FDE covers: Go's linker writes only `.debug_frame` (zlib-compressed since Go 1.11), and a
+//! cgo binary has `.eh_frame` for its C code and `.debug_frame` for its Go code. Go's CFI does
+//! not mark the ends of its stacks nor its signal return; [`GO_FRAMES`] does.
 //!
 //! Every FDE's call frame program is evaluated with gimli; every row of its table becomes one
 //! `UnwindRow`. Rules the unwinder can follow (CFA = rsp/rbp + offset, the `.plt` expression,
@@ -17,18 +22,19 @@
 //!   neighbours merge.
 //!
 //! The files come from processes we do not trust, and we run as root: nothing here panics,
-//! arithmetic is checked, allocations grow with the input and not with header fields, and both
-//! the rows and the CFI work are capped.
+//! arithmetic is checked, allocations grow with the input and not with header fields (a
+//! compressed `.debug_frame` by at most deflate's 1032:1, and at most 64 MiB), and both the
+//! rows and the CFI work are capped.
 
-use std::collections::HashMap;
+use std::{borrow::Cow, collections::HashMap};
 
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, CommonInformationEntry, EhFrame, EhFrameHdr, EhFrameOffset,
+    BaseAddresses, CfaRule, CieOrFde, CommonInformationEntry, DebugFrame, EhFrame, EhFrameHdr,
     EndianSlice, FrameDescriptionEntry, LittleEndian, Operation, Register, RegisterRule,
-    UnwindContext, UnwindExpression, UnwindSection as _, UnwindTableRow,
+    UnwindContext, UnwindExpression, UnwindOffset, UnwindSection, UnwindTableRow,
 };
 use object::{
-    LittleEndian as ElfEndian, Object as _, ObjectSection as _, elf,
+    LittleEndian as ElfEndian, Object as _, ObjectSection as _, ObjectSymbol as _, SymbolKind, elf,
     read::elf::{ElfFile64, FileHeader as _, ProgramHeader as _},
 };
 use profiler_common::unwind::{ROWS_PER_CHUNK, UnwindRow, cfa_kind, rbp_kind};
@@ -39,13 +45,22 @@ use thiserror::Error;
 /// to fill the kernel's row array on its own.
 pub const MAX_ROWS: usize = 64 * ROWS_PER_CHUNK;
 
-/// CFI bytes evaluated per byte of `.eh_frame` before giving up. Every FDE re-runs its CIE's
+/// CFI bytes evaluated per byte of CFI before giving up. Every FDE re-runs its CIE's
 /// initial instructions; real CIEs are a few dozen bytes, which keeps real files near 1.4
 /// bytes of work per byte (libc, node, libLLVM, librustc_driver), while a crafted file with
 /// one huge CIE shared by many FDEs would otherwise take time quadratic in its size.
 const WORK_PER_BYTE: u64 = 16;
-/// Work allowed to any file, however small its `.eh_frame`.
+/// Work allowed to any file, however small its CFI.
 const MIN_WORK: u64 = 1 << 20;
+
+/// Most bytes a compressed `.debug_frame` may expand to. Its header says how many it will
+/// be, and a few KiB can claim gigabytes; a Go binary has about 45 bytes of `.debug_frame`
+/// per function (62 KiB for the 1436 functions of a small program), so this is room for
+/// 1.4 million functions.
+pub const MAX_DEBUG_FRAME: u64 = 64 << 20;
+/// Most bytes a compressed `.debug_frame` may expand to per compressed byte: deflate's limit
+/// (a 258-byte match per 2 bits, about 1032:1). Real ones expand 3–4 times (Go, zlib).
+const MAX_EXPANSION: u64 = 1032;
 
 /// DWARF register numbers of the x86_64 psABI (figure 3.36).
 const RBP: Register = Register(6);
@@ -79,21 +94,65 @@ const UC_RSP_OFFSET: i64 = UC_RSP as i64;
 // `-z ibtplt` links), 10 in the old MPX (BND) one. Any threshold 0–15 is taken as written.
 const PLT_MASK: u64 = 15;
 
+/// How a Go runtime function is unwound instead of by its `.debug_frame` rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GoFrame {
+    /// One `END_OF_STACK` row: nothing above its frame belongs to the stack being walked.
+    End,
+    /// One `SIGNAL_FRAME` row: the signal return trampoline, where rsp points at the
+    /// `ucontext_t` of the interrupted code (Go's copies glibc's `__restore_rt`).
+    Signal,
+}
+
+/// Go functions whose `.debug_frame` FDE becomes one fixed row. Go's CFI says nothing about
+/// them (every FDE's return address is at CFA − 8, `goexit`'s included); Go's own traceback
+/// knows them by function flags in `.gopclntab` (`runtime/traceback.go`, Go 1.19, lines
+/// 209–235: stop at `TOPFRAME`; in a profiling signal also at `SPWRITE`). Matched by symbol
+/// name, with or without the `.abi0` suffix Go 1.17+ gives assembly functions. From Go 1.19's
+/// `runtime/asm_amd64.s`, `sys_linux_amd64.s` and `time_linux_amd64.s`:
+pub const GO_FRAMES: &[(&str, GoFrame)] = &[
+    // TOPFRAME: the return address a new goroutine starts with is `goexit` + 1
+    // (`newproc1`); a thread Go starts runs `mstart` (from `clone`), the main thread
+    // `rt0_go`; `sigtramp` is entered by the kernel, on the signal stack.
+    ("runtime.goexit", GoFrame::End),
+    ("runtime.mstart", GoFrame::End),
+    ("runtime.rt0_go", GoFrame::End),
+    ("runtime.sigtramp", GoFrame::End),
+    // SPWRITE, calling on another stack: `mcall`, `systemstack` and `morestack` call on the
+    // thread's g0 stack from `g0.sched.sp` (set by `mstart1`), where the word above their
+    // return address is `mstart0`'s; `asmcgocall` calls C there, `cgocallback` calls Go on
+    // the goroutine's stack; `nanotime1` and `time.now` call the vDSO on g0. Their own rows
+    // would take the unwinder into whatever lies above.
+    ("runtime.mcall", GoFrame::End),
+    ("runtime.systemstack", GoFrame::End),
+    ("runtime.morestack", GoFrame::End),
+    ("runtime.asmcgocall", GoFrame::End),
+    ("runtime.asmcgocall_no_g", GoFrame::End),
+    ("runtime.cgocallback", GoFrame::End),
+    ("runtime.nanotime1", GoFrame::End),
+    ("time.now", GoFrame::End),
+    // `sa_restorer` of Go's signal handlers: `mov $15 (rt_sigreturn), %rax; syscall`, seen as
+    // the leaf while the kernel restores the interrupted context.
+    ("runtime.sigreturn", GoFrame::Signal),
+];
+
 #[derive(Debug, Error)]
 pub enum UnwindError {
     #[error("not a readable 64-bit little-endian ELF file: {0}")]
     Elf(#[from] object::read::Error),
     #[error("ELF machine {0} is not x86_64")]
     NotX86_64(u16),
-    #[error("malformed .eh_frame: {0}")]
-    EhFrame(#[from] gimli::Error),
+    #[error("malformed .eh_frame or .debug_frame: {0}")]
+    Cfi(#[from] gimli::Error),
     #[error("PT_GNU_EH_FRAME points outside the file")]
     BadEhFrameHdr,
+    #[error("compressed .debug_frame claims {size} bytes, more than {limit}")]
+    DebugFrameTooLarge { size: u64, limit: u64 },
     #[error("FDEs cover {span:#x} bytes from {base:#x}: more than a 32-bit row pc can address")]
     SpanTooLarge { base: u64, span: u64 },
     #[error("more than {MAX_ROWS} unwind rows")]
     TooManyRows,
-    #[error(".eh_frame needs more than {budget} bytes of CFI evaluation (crafted CIEs?)")]
+    #[error("CFI needs more than {budget} bytes of evaluation (crafted CIEs?)")]
     TooMuchWork { budget: u64 },
 }
 
@@ -113,8 +172,9 @@ pub fn find_row(rows: &[UnwindRow], pc: u32) -> Option<&UnwindRow> {
     rows.get(after.checked_sub(1)?)
 }
 
-/// Builds the unwind table of an x86_64 ELF file. A file without `.eh_frame` (or whose FDEs
-/// all lie outside its executable segments) gives an empty table: frame pointers only.
+/// Builds the unwind table of an x86_64 ELF file: `.eh_frame`, then `.debug_frame` for the
+/// functions `.eh_frame` leaves out. A file with neither (or whose FDEs all lie outside its
+/// executable segments) gives an empty table: frame pointers only.
 pub fn build_rows(elf: &[u8]) -> Result<UnwindTable, UnwindError> {
     let file = ElfFile64::<ElfEndian>::parse(elf)?;
     let machine = file.elf_header().e_machine(file.endian());
@@ -123,27 +183,75 @@ pub fn build_rows(elf: &[u8]) -> Result<UnwindTable, UnwindError> {
         return Err(UnwindError::NotX86_64(machine));
     }
     let exec = ExecRanges::of(&file);
-    let Some(source) = locate_eh_frame(&file, elf)? else {
-        return Ok(UnwindTable::default());
-    };
-    build_from_section(source.data, &source.bases, &exec)
+    let eh_frame = locate_eh_frame(&file, elf)?;
+    let debug_frame = read_debug_frame(&file)?;
+    build_from_sections(eh_frame.as_ref(), debug_frame.as_deref(), &exec, || {
+        go_frames(&file)
+    })
 }
 
-/// The rows of one `.eh_frame` section's bytes.
-fn build_from_section(
-    data: &[u8],
-    bases: &BaseAddresses,
+/// The rows of an `.eh_frame` and a `.debug_frame` section's bytes (either may be missing).
+/// `fixed` gives the functions whose `.debug_frame` FDE is one row of the given rule, by
+/// address; it is asked only if `.debug_frame` has FDEs to use.
+fn build_from_sections(
+    eh_frame: Option<&Source<'_>>,
+    debug_frame: Option<&[u8]>,
     exec: &ExecRanges,
+    fixed: impl FnOnce() -> Vec<(u64, UnwindRow)>,
 ) -> Result<UnwindTable, UnwindError> {
-    let mut eh_frame = EhFrame::new(data, LittleEndian);
-    eh_frame.set_address_size(8);
-    let mut cies = Cies::default();
-    let fdes = list_fdes(&eh_frame, bases, exec, &mut cies)?;
-    let budget = u64::try_from(data.len())
+    let mut eh = eh_frame.map(|source| {
+        let mut section = EhFrame::new(source.data, LittleEndian);
+        section.set_address_size(8);
+        CfiSection::new(section, source.bases.clone())
+    });
+    let mut debug = debug_frame.map(|data| {
+        let mut section = DebugFrame::new(data, LittleEndian);
+        // Only CIEs of version < 4 use it (version 4 names the address size itself); Go
+        // writes version 3.
+        section.set_address_size(8);
+        CfiSection::new(section, BaseAddresses::default())
+    });
+
+    let mut fdes = Vec::new();
+    if let Some(eh) = &mut eh {
+        eh.list_fdes(exec, From::EhFrame, &mut fdes)?;
+    }
+    let eh_count = fdes.len();
+    if let Some(debug) = &mut debug {
+        debug.list_fdes(exec, From::DebugFrame, &mut fdes)?;
+        // `.eh_frame` wins: an FDE of `.debug_frame` is used only where none of `.eh_frame`
+        // covers any of its addresses (`.cfi_sections .eh_frame, .debug_frame` writes both).
+        let covered = Covered::of(fdes.get(..eh_count).unwrap_or_default());
+        let mut i = 0;
+        fdes.retain(|fde| {
+            i += 1;
+            i <= eh_count || !covered.overlaps(fde.start, fde.end)
+        });
+    }
+    let fixed = if fdes.len() > eh_count {
+        let mut fixed = fixed();
+        fixed.sort_unstable_by_key(|&(address, _)| address);
+        fixed
+    } else {
+        Vec::new()
+    };
+    // Equal starts keep their order: the FDE later in its section wins their addresses.
+    fdes.sort_by_key(|fde| fde.start);
+
+    let cfi_len = eh_frame.map_or(0, |s| s.data.len()) + debug_frame.map_or(0, <[u8]>::len);
+    let budget = u64::try_from(cfi_len)
         .unwrap_or(u64::MAX)
         .saturating_mul(WORK_PER_BYTE)
         .max(MIN_WORK);
-    evaluate(&eh_frame, bases, &fdes, &mut cies, budget)
+    evaluate(
+        Sections {
+            eh: eh.as_mut(),
+            debug: debug.as_mut(),
+        },
+        &fdes,
+        &fixed,
+        budget,
+    )
 }
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
@@ -217,6 +325,61 @@ fn from_eh_frame_hdr<'a>(
     Ok(Some(Source { data, bases }))
 }
 
+/// `.debug_frame`'s bytes, decompressed if the section is (`SHF_COMPRESSED`, what Go 1.12+
+/// writes, or GNU `.zdebug_frame`, Go 1.11's: `section_by_name` finds either).
+fn read_debug_frame<'a>(
+    file: &ElfFile64<'a, ElfEndian>,
+) -> Result<Option<Cow<'a, [u8]>>, UnwindError> {
+    let Some(section) = file.section_by_name(".debug_frame") else {
+        return Ok(None);
+    };
+    let compressed = section.compressed_data()?;
+    let limit = u64::try_from(compressed.data.len())
+        .unwrap_or(u64::MAX)
+        .saturating_mul(MAX_EXPANSION)
+        .min(MAX_DEBUG_FRAME);
+    if compressed.format != object::CompressionFormat::None && compressed.uncompressed_size > limit
+    {
+        // object reserves the size the header claims before inflating.
+        return Err(UnwindError::DebugFrameTooLarge {
+            size: compressed.uncompressed_size,
+            limit,
+        });
+    }
+    Ok(Some(compressed.decompress()?))
+}
+
+/// The [`GO_FRAMES`] functions' addresses and rows, from `.symtab` (a Go binary that still
+/// has `.debug_frame` has its symbols: `-ldflags=-s` drops both).
+fn go_frames(file: &ElfFile64<'_, ElfEndian>) -> Vec<(u64, UnwindRow)> {
+    file.symbols()
+        .filter(|s| s.kind() == SymbolKind::Text)
+        .filter_map(|s| {
+            let name = s.name_bytes().ok()?;
+            let name = name.strip_suffix(b".abi0").unwrap_or(name);
+            let &(_, frame) = GO_FRAMES.iter().find(|(go, _)| go.as_bytes() == name)?;
+            let row = match frame {
+                GoFrame::End => rule(cfa_kind::END_OF_STACK, 0, (rbp_kind::UNCHANGED, 0)),
+                GoFrame::Signal => SIGNAL_FRAME,
+            };
+            Some((s.address(), row))
+        })
+        .collect()
+}
+
+/// Sorted, disjoint address ranges, from any list of ranges.
+fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (start, end) in ranges {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    merged
+}
+
 /// Address ranges of the executable load segments, sorted and disjoint. An FDE that starts
 /// outside them (a stale FDE of a section the linker discarded, relocated to 0) would only
 /// stretch the table's span.
@@ -225,24 +388,16 @@ struct ExecRanges(Vec<(u64, u64)>);
 impl ExecRanges {
     fn of(file: &ElfFile64<'_, ElfEndian>) -> Self {
         let endian = file.endian();
-        let mut ranges: Vec<(u64, u64)> = file
-            .elf_program_headers()
-            .iter()
-            .filter(|p| p.p_type(endian) == elf::PT_LOAD && p.p_flags(endian) & elf::PF_X != 0)
-            .filter_map(|p| {
-                let start = p.p_vaddr(endian);
-                Some((start, start.checked_add(p.p_memsz(endian))?))
-            })
-            .collect();
-        ranges.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
-        for (start, end) in ranges {
-            match merged.last_mut() {
-                Some(last) if start <= last.1 => last.1 = last.1.max(end),
-                _ => merged.push((start, end)),
-            }
-        }
-        Self(merged)
+        Self(merged(
+            file.elf_program_headers()
+                .iter()
+                .filter(|p| p.p_type(endian) == elf::PT_LOAD && p.p_flags(endian) & elf::PF_X != 0)
+                .filter_map(|p| {
+                    let start = p.p_vaddr(endian);
+                    Some((start, start.checked_add(p.p_memsz(endian))?))
+                })
+                .collect(),
+        ))
     }
 
     /// A file without program headers (a relocatable object) is not filtered.
@@ -258,78 +413,205 @@ impl ExecRanges {
     }
 }
 
-/// CIEs parsed once each: parsing the CIE again for every FDE would give a crafted file (one
-/// CIE with a huge augmentation string, shared by many FDEs) time quadratic in its size.
-#[derive(Default)]
-struct Cies<'a>(HashMap<usize, CommonInformationEntry<Slice<'a>>>);
+/// The addresses some FDEs cover, sorted and disjoint.
+struct Covered(Vec<(u64, u64)>);
 
-impl<'a> Cies<'a> {
-    fn get(
-        &mut self,
-        eh_frame: &EhFrame<Slice<'a>>,
-        bases: &BaseAddresses,
-        offset: EhFrameOffset<usize>,
-    ) -> gimli::Result<CommonInformationEntry<Slice<'a>>> {
-        if let Some(cie) = self.0.get(&offset.0) {
-            return Ok(cie.clone());
-        }
-        let cie = eh_frame.cie_from_offset(bases, offset)?;
-        self.0.insert(offset.0, cie.clone());
-        Ok(cie)
+impl Covered {
+    fn of(fdes: &[FdeSpan]) -> Self {
+        Self(merged(fdes.iter().map(|f| (f.start, f.end)).collect()))
+    }
+
+    /// Whether any address in `start..end` is covered.
+    fn overlaps(&self, start: u64, end: u64) -> bool {
+        // Only the last range starting before `end` can reach past `start`: the ones before it
+        // end before it starts.
+        let before_end = self.0.partition_point(|&(s, _)| s < end);
+        before_end
+            .checked_sub(1)
+            .and_then(|i| self.0.get(i))
+            .is_some_and(|&(_, e)| e > start)
     }
 }
 
-/// One FDE to evaluate: its range and where it is in the section.
+/// Which section an FDE is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum From {
+    EhFrame,
+    DebugFrame,
+}
+
+/// One FDE to evaluate: its range and where it is.
 struct FdeSpan {
     start: u64,
     end: u64,
+    from: From,
     offset: usize,
 }
 
-/// First pass: every FDE's address range, sorted by start. Equal starts keep section order,
-/// so the FDE that comes later in the section wins their shared addresses.
-fn list_fdes<'a>(
-    eh_frame: &EhFrame<Slice<'a>>,
+/// One CFI section and the CIEs parsed from it so far.
+struct CfiSection<'a, S> {
+    section: S,
+    bases: BaseAddresses,
+    /// CIEs parsed once each: parsing the CIE again for every FDE would give a crafted file
+    /// (one CIE with a huge augmentation string, shared by many FDEs) time quadratic in its
+    /// size.
+    cies: HashMap<usize, CommonInformationEntry<Slice<'a>>>,
+}
+
+fn cached_cie<'a, S: UnwindSection<Slice<'a>>>(
+    cies: &mut HashMap<usize, CommonInformationEntry<Slice<'a>>>,
+    section: &S,
     bases: &BaseAddresses,
-    exec: &ExecRanges,
-    cies: &mut Cies<'a>,
-) -> Result<Vec<FdeSpan>, UnwindError> {
-    let mut fdes = Vec::new();
-    let mut entries = eh_frame.entries(bases);
-    while let Some(entry) = entries.next()? {
-        let CieOrFde::Fde(partial) = entry else {
-            continue;
-        };
-        let fde = partial.parse(|section, bases, offset| cies.get(section, bases, offset))?;
-        let start = fde.initial_address();
-        // gimli wraps the end address; an FDE that wraps around covers nothing real.
-        let Some(end) = start.checked_add(fde.len()) else {
-            continue;
-        };
-        if end == start || !exec.contains(start) {
-            continue;
-        }
-        // Every FDE adds at least two rows (its first and its end marker).
-        if fdes.len() >= MAX_ROWS {
-            return Err(UnwindError::TooManyRows);
-        }
-        fdes.push(FdeSpan {
-            start,
-            end,
-            offset: fde.offset(),
-        });
+    offset: S::Offset,
+) -> gimli::Result<CommonInformationEntry<Slice<'a>>> {
+    let key = UnwindOffset::into(offset);
+    if let Some(cie) = cies.get(&key) {
+        return Ok(cie.clone());
     }
-    fdes.sort_by_key(|fde| fde.start);
-    Ok(fdes)
+    let cie = section.cie_from_offset(bases, offset)?;
+    cies.insert(key, cie.clone());
+    Ok(cie)
+}
+
+impl<'a, S: UnwindSection<Slice<'a>>> CfiSection<'a, S> {
+    fn new(section: S, bases: BaseAddresses) -> Self {
+        Self {
+            section,
+            bases,
+            cies: HashMap::new(),
+        }
+    }
+
+    /// First pass: appends the address range of every FDE that covers executable code.
+    fn list_fdes(
+        &mut self,
+        exec: &ExecRanges,
+        from: From,
+        fdes: &mut Vec<FdeSpan>,
+    ) -> Result<(), UnwindError> {
+        let Self {
+            section,
+            bases,
+            cies,
+        } = self;
+        let mut entries = section.entries(bases);
+        while let Some(entry) = entries.next()? {
+            let CieOrFde::Fde(partial) = entry else {
+                continue;
+            };
+            let fde = partial.parse(|s, b, o| cached_cie(cies, s, b, o))?;
+            let start = fde.initial_address();
+            // gimli wraps the end address; an FDE that wraps around covers nothing real.
+            let Some(end) = start.checked_add(fde.len()) else {
+                continue;
+            };
+            if end == start || !exec.contains(start) {
+                continue;
+            }
+            // Every FDE adds at least two rows (its first and its end marker).
+            if fdes.len() >= MAX_ROWS {
+                return Err(UnwindError::TooManyRows);
+            }
+            fdes.push(FdeSpan {
+                start,
+                end,
+                from,
+                offset: fde.offset(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The FDE at `span`, and the CFI bytes its evaluation runs (its own and its CIE's
+    /// initial instructions, which every FDE re-runs).
+    fn fde(
+        &mut self,
+        span: &FdeSpan,
+    ) -> Result<(FrameDescriptionEntry<Slice<'a>>, u64), UnwindError> {
+        let Self {
+            section,
+            bases,
+            cies,
+        } = self;
+        let fde = section.fde_from_offset(bases, span.offset.into(), |s, b, o| {
+            cached_cie(cies, s, b, o)
+        })?;
+        let len = fde.entry_len().saturating_add(fde.cie().entry_len());
+        Ok((fde, u64::try_from(len).unwrap_or(u64::MAX)))
+    }
+
+    /// The rows of one FDE, pushed onto `rows`.
+    fn push_fde_rows(
+        &self,
+        ctx: &mut UnwindContext<usize>,
+        fde: &FrameDescriptionEntry<Slice<'a>>,
+        span: &FdeSpan,
+        pc_of: &impl Fn(u64) -> Result<u32, UnwindError>,
+        rows: &mut Vec<UnwindRow>,
+    ) -> Result<(), UnwindError> {
+        let mut table = fde.rows(&self.section, &self.bases, ctx)?;
+        while let Some(row) = table.next_row()? {
+            let start = row.start_address();
+            // Empty rows (an advance by 0) are overridden by the next row anyway; rows an
+            // advance pushed past the FDE's end describe addresses the FDE does not cover.
+            if start >= row.end_address() || start < span.start || start >= span.end {
+                continue;
+            }
+            push(rows, pc_of(start)?, convert(row, &self.section, fde.cie()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The sections the FDEs of one file come from.
+struct Sections<'s, 'a> {
+    eh: Option<&'s mut CfiSection<'a, EhFrame<Slice<'a>>>>,
+    debug: Option<&'s mut CfiSection<'a, DebugFrame<Slice<'a>>>>,
+}
+
+impl<'a> Sections<'_, 'a> {
+    /// Evaluates the FDE at `span` onto `rows`, adding the CFI bytes that takes to `work`.
+    fn push_fde_rows(
+        &mut self,
+        ctx: &mut UnwindContext<usize>,
+        span: &FdeSpan,
+        pc_of: &impl Fn(u64) -> Result<u32, UnwindError>,
+        rows: &mut Vec<UnwindRow>,
+        (work, budget): (&mut u64, u64),
+    ) -> Result<(), UnwindError> {
+        fn run<'a, S: UnwindSection<Slice<'a>>>(
+            cfi: &mut CfiSection<'a, S>,
+            ctx: &mut UnwindContext<usize>,
+            span: &FdeSpan,
+            pc_of: &impl Fn(u64) -> Result<u32, UnwindError>,
+            rows: &mut Vec<UnwindRow>,
+            (work, budget): (&mut u64, u64),
+        ) -> Result<(), UnwindError> {
+            let (fde, len) = cfi.fde(span)?;
+            *work = work.saturating_add(len);
+            if *work > budget {
+                return Err(UnwindError::TooMuchWork { budget });
+            }
+            cfi.push_fde_rows(ctx, &fde, span, pc_of, rows)
+        }
+        match (span.from, &mut self.eh, &mut self.debug) {
+            (From::EhFrame, Some(eh), _) => run(eh, ctx, span, pc_of, rows, (work, budget)),
+            (From::DebugFrame, _, Some(debug)) => {
+                run(debug, ctx, span, pc_of, rows, (work, budget))
+            }
+            // Spans only come from sections that exist.
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Second pass: every FDE's rows in start order, each closed by a `NO_INFO` row; then sort,
-/// resolve shared addresses, merge repeated rules.
-fn evaluate<'a>(
-    eh_frame: &EhFrame<Slice<'a>>,
-    bases: &BaseAddresses,
+/// resolve shared addresses, merge repeated rules. An FDE of `.debug_frame` that starts at
+/// an address of `fixed` (sorted) is that one row.
+fn evaluate(
+    mut sections: Sections<'_, '_>,
     fdes: &[FdeSpan],
-    cies: &mut Cies<'a>,
+    fixed: &[(u64, UnwindRow)],
     budget: u64,
 ) -> Result<UnwindTable, UnwindError> {
     let (Some(first), Some(end)) = (fdes.first(), fdes.iter().map(|fde| fde.end).max()) else {
@@ -351,21 +633,21 @@ fn evaluate<'a>(
     let mut rows: Vec<UnwindRow> = Vec::new();
     let mut work: u64 = 0;
     for span in fdes {
-        let fde = eh_frame.fde_from_offset(bases, EhFrameOffset(span.offset), |s, b, o| {
-            cies.get(s, b, o)
-        })?;
-        // Evaluating the FDE re-runs its CIE's initial instructions.
-        let len = fde.entry_len().saturating_add(fde.cie().entry_len());
-        work = work.saturating_add(u64::try_from(len).unwrap_or(u64::MAX));
-        if work > budget {
-            return Err(UnwindError::TooMuchWork { budget });
-        }
         let first_row = rows.len();
-        match push_fde_rows(eh_frame, bases, &mut ctx, &fde, span, &pc_of, &mut rows) {
+        let fixed = fixed
+            .binary_search_by_key(&span.start, |&(address, _)| address)
+            .ok()
+            .and_then(|i| fixed.get(i))
+            .filter(|_| span.from == From::DebugFrame);
+        let result = match fixed {
+            Some(&(_, row)) => push(&mut rows, pc_of(span.start)?, row),
+            None => sections.push_fde_rows(&mut ctx, span, &pc_of, &mut rows, (&mut work, budget)),
+        };
+        match result {
             Ok(()) => {}
             // One FDE whose program does not evaluate (an unknown opcode, a restore_state
             // without remember_state) costs its own function only: frame pointers there.
-            Err(UnwindError::EhFrame(_)) => {
+            Err(UnwindError::Cfi(_)) => {
                 rows.truncate(first_row);
                 push(
                     &mut rows,
@@ -406,27 +688,13 @@ fn push(rows: &mut Vec<UnwindRow>, pc: u32, row: UnwindRow) -> Result<(), Unwind
     Ok(())
 }
 
-fn push_fde_rows(
-    eh_frame: &EhFrame<Slice<'_>>,
-    bases: &BaseAddresses,
-    ctx: &mut UnwindContext<usize>,
-    fde: &FrameDescriptionEntry<Slice<'_>>,
-    span: &FdeSpan,
-    pc_of: &impl Fn(u64) -> Result<u32, UnwindError>,
-    rows: &mut Vec<UnwindRow>,
-) -> Result<(), UnwindError> {
-    let mut table = fde.rows(eh_frame, bases, ctx)?;
-    while let Some(row) = table.next_row()? {
-        let start = row.start_address();
-        // Empty rows (an advance by 0) are overridden by the next row anyway; rows an
-        // advance pushed past the FDE's end describe addresses the FDE does not cover.
-        if start >= row.end_address() || start < span.start || start >= span.end {
-            continue;
-        }
-        push(rows, pc_of(start)?, convert(row, eh_frame, fde.cie()))?;
-    }
-    Ok(())
-}
+/// The signal trampoline's rule: rip, rsp and rbp come from the ucontext; rbp_kind has no
+/// CFA-relative rule to give, the offsets say where in the ucontext (from rsp) to look.
+const SIGNAL_FRAME: UnwindRow = rule(
+    cfa_kind::SIGNAL_FRAME,
+    UC_RSP as i32,
+    (rbp_kind::UNSUPPORTED, UC_RBP as i16),
+);
 
 const fn rule(cfa: u8, cfa_offset: i32, (rbp, rbp_offset): (u8, i16)) -> UnwindRow {
     UnwindRow {
@@ -444,10 +712,10 @@ fn same_rule(a: &UnwindRow, b: &UnwindRow) -> bool {
 }
 
 /// One gimli row → the rule the unwinder follows (`pc` left 0).
-fn convert(
+fn convert<'a, S: UnwindSection<Slice<'a>>>(
     row: &UnwindTableRow<usize>,
-    eh_frame: &EhFrame<Slice<'_>>,
-    cie: &CommonInformationEntry<Slice<'_>>,
+    section: &S,
+    cie: &CommonInformationEntry<Slice<'a>>,
 ) -> UnwindRow {
     let unsupported = rule(cfa_kind::UNSUPPORTED, 0, (rbp_kind::UNCHANGED, 0));
     let ra = row.register(cie.return_address_register());
@@ -455,7 +723,7 @@ fn convert(
         // `_start`, `clone3`: the outermost frame says so.
         return rule(cfa_kind::END_OF_STACK, 0, (rbp_kind::UNCHANGED, 0));
     }
-    let ops = |expr: &UnwindExpression<usize>| Ops::decode(expr, eh_frame, cie);
+    let ops = |expr: &UnwindExpression<usize>| Ops::decode(expr, section, cie);
     let expr_rule = |register| match row.register(register) {
         Some(RegisterRule::Expression(expr)) => ops(&expr),
         _ => Ops::default(),
@@ -468,13 +736,7 @@ fn convert(
                     if expr_rule(RIP).as_slice() == [Op::Breg(RSP, UC_RIP as i64)]
                         && expr_rule(RBP).as_slice() == [Op::Breg(RSP, UC_RBP as i64)] =>
                 {
-                    // rip, rsp and rbp come from the ucontext; rbp_kind has no CFA-relative
-                    // rule to give, the offsets say where in the ucontext (from rsp) to look.
-                    return rule(
-                        cfa_kind::SIGNAL_FRAME,
-                        UC_RSP as i32,
-                        (rbp_kind::UNSUPPORTED, UC_RBP as i16),
-                    );
+                    return SIGNAL_FRAME;
                 }
                 &[
                     Op::Breg(RSP, 8),
@@ -555,12 +817,12 @@ impl Default for Ops {
 }
 
 impl Ops {
-    fn decode(
+    fn decode<'a, S: UnwindSection<Slice<'a>>>(
         expr: &UnwindExpression<usize>,
-        eh_frame: &EhFrame<Slice<'_>>,
-        cie: &CommonInformationEntry<Slice<'_>>,
+        section: &S,
+        cie: &CommonInformationEntry<Slice<'a>>,
     ) -> Self {
-        let Ok(expr) = expr.get(eh_frame) else {
+        let Ok(expr) = expr.get(section) else {
             return Self::default();
         };
         let mut iter = expr.operations(cie.encoding());
@@ -604,12 +866,13 @@ impl Ops {
 #[cfg(test)]
 mod tests {
     use std::{
-        path::Path,
+        path::{Path, PathBuf},
         process::Command,
+        sync::OnceLock,
         time::{Duration, Instant},
     };
 
-    use object::{ObjectSymbol as _, read::elf::ElfFile64};
+    use object::{SectionFlags, read::elf::ElfFile64};
     use profiler_common::unwind::{cfa_kind as cfa, rbp_kind as rbp};
 
     use super::*;
@@ -1056,6 +1319,268 @@ mod tests {
         assert_eq!(rule_at(&table, adjacent_end).0, cfa::NO_INFO);
     }
 
+    #[test]
+    fn c_functions_described_only_in_debug_frame_get_the_same_rows() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let with_eh_frame = test_exe(dir.path(), &[]);
+        // `-g` without unwind tables: gcc writes the CFI to `.debug_frame` instead; `-gz`
+        // has the linker compress it (SHF_COMPRESSED, zlib). main.c and the crt files keep
+        // their `.eh_frame`.
+        let debug_only: &[&str] = &["-g", "-fno-asynchronous-unwind-tables"];
+        let elf = build(
+            dir.path(),
+            &[
+                ("main.c", MAIN_C, &[]),
+                (
+                    "fp.c",
+                    FP_C,
+                    &[&["-fno-omit-frame-pointer"], debug_only].concat(),
+                ),
+                (
+                    "nofp.c",
+                    NOFP_C,
+                    &[&["-fomit-frame-pointer"], debug_only].concat(),
+                ),
+            ],
+            &["-gz"],
+        );
+        let file = ElfFile64::<ElfEndian>::parse(&*elf).expect("parse ELF");
+        let debug_frame = file.section_by_name(".debug_frame").expect(".debug_frame");
+        assert!(matches!(debug_frame.flags(), SectionFlags::Elf { sh_flags }
+            if sh_flags & u64::from(elf::SHF_COMPRESSED) != 0));
+        let eh_frame = locate_eh_frame(&file, &elf)
+            .expect("locate .eh_frame")
+            .expect(".eh_frame");
+        let eh_frame_only =
+            build_from_sections(Some(&eh_frame), None, &ExecRanges::of(&file), Vec::new)
+                .expect("build rows");
+        let expected = build_rows(&with_eh_frame).expect("build rows");
+        let table = build_rows(&elf).expect("build rows");
+        assert_sorted_and_merged(&table);
+        for (name, len) in [("fp_func", 0x37), ("nofp_func", 0x86), ("main", 0x10)] {
+            let (a, b) = (symbol(&with_eh_frame, name), symbol(&elf, name));
+            let rows = rows_in(&table, b, b + len);
+            assert!(rows.len() > 1, "{name}: {rows:?}");
+            if name != "main" {
+                assert_eq!(rule_at(&eh_frame_only, b).0, cfa::NO_INFO, "{name}");
+            }
+            assert_eq!(rows, rows_in(&expected, a, a + len), "{name}");
+        }
+    }
+
+    // ---- Go: `.debug_frame` only ----
+
+    /// `tests/fixtures/gohot` built once per test binary, offline, with Go's build cache next
+    /// to the test binary.
+    fn go_fixture() -> &'static [u8] {
+        static ELF: OnceLock<Vec<u8>> = OnceLock::new();
+        ELF.get_or_init(|| {
+            let exe = std::env::current_exe().expect("the test binary's path");
+            let go = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("the test binary's directory")
+                .join("go-build");
+            let out = go.join(format!("gohot-{}", std::process::id()));
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gohot");
+            let status = Command::new("go")
+                .args(["build", "-o"])
+                .arg(&out)
+                .arg(".")
+                .current_dir(&source)
+                .env("GOCACHE", go.join("cache"))
+                .env("GOPATH", go.join("gopath"))
+                .envs(GO_OFFLINE)
+                .status()
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "run go (the Debian package golang-go; `cargo xtask test` installs it): {e}"
+                    )
+                });
+            assert!(
+                status.success(),
+                "go build in {}: {status}",
+                source.display()
+            );
+            let elf = std::fs::read(&out).unwrap_or_else(|e| panic!("read {}: {e}", out.display()));
+            let _ = std::fs::remove_file(&out);
+            elf
+        })
+    }
+
+    /// Environment of a Go build that downloads nothing and ignores the user's Go settings.
+    const GO_OFFLINE: [(&str, &str); 6] = [
+        ("GOPROXY", "off"),
+        ("GOFLAGS", ""),
+        ("GOENV", "off"),
+        ("GOWORK", "off"),
+        ("GOTOOLCHAIN", "local"),
+        ("CGO_ENABLED", "0"),
+    ];
+
+    /// `elf` rewritten by `objcopy` with `flag`.
+    fn objcopy(elf: &[u8], flag: &str) -> Vec<u8> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (from, to): (PathBuf, PathBuf) = (dir.path().join("in"), dir.path().join("out"));
+        std::fs::write(&from, elf).expect("write the input");
+        let status = Command::new("objcopy")
+            .arg(flag)
+            .arg(&from)
+            .arg(&to)
+            .status()
+            .unwrap_or_else(|e| panic!("run objcopy: {e}"));
+        assert!(status.success(), "objcopy {flag}: {status}");
+        std::fs::read(&to).expect("read objcopy's output")
+    }
+
+    #[test]
+    fn go_assembly_that_clobbers_bp_gets_rsp_rows_and_go_stacks_end_at_their_roots() {
+        let elf = go_fixture();
+        let file = ElfFile64::<ElfEndian>::parse(elf).expect("parse ELF");
+        assert!(file.section_by_name(".eh_frame").is_none());
+        let debug_frame = file
+            .section_by_name(".debug_frame")
+            .expect("Go writes .debug_frame");
+        // Go 1.12+ compresses it (`readelf -S`: flag C).
+        assert!(
+            matches!(debug_frame.flags(), SectionFlags::Elf { sh_flags }
+                if sh_flags & u64::from(elf::SHF_COMPRESSED) != 0),
+            "{:?}",
+            debug_frame.flags()
+        );
+        let table = build_rows(elf).expect("build rows");
+        assert_sorted_and_merged(&table);
+
+        // Go 1.19, `objdump -d` and `readelf --debug-dump=frames`:
+        //   0  sub $0x20,%rsp          DW_CFA_def_cfa_offset_sf: 40 (at 4)
+        //   4  mov %rbp,0x18(%rsp)     (the assembler's prologue: the frame is $24 + BP)
+        //   9  lea 0x18(%rsp),%rbp
+        //   e  mov 0x28(%rsp),%rbp     BP = n: frame pointers end here
+        //  ..
+        //  28  add $0x20,%rsp
+        //  2c  ret                     DW_CFA_def_cfa_offset_sf: 8 (at 0x2c); FDE ends at 0x2d
+        // Go's CIE has no rule for rbp, so none of its rows restore it.
+        let spin = symbol(elf, "main.spin.abi0");
+        assert_eq!(
+            rows_in(&table, spin, spin + 0x2d),
+            vec![
+                (0, cfa::RSP, 8, rbp::UNCHANGED, 0),
+                (4, cfa::RSP, 40, rbp::UNCHANGED, 0),
+                (0x2c, cfa::RSP, 8, rbp::UNCHANGED, 0),
+                (0x2d, cfa::NO_INFO, 0, rbp::UNCHANGED, 0),
+            ]
+        );
+        // Compiled Go: a frame after the stack check.
+        let hot = symbol(elf, "main.hot");
+        assert_eq!(rule_at(&table, hot), (cfa::RSP, 8, rbp::UNCHANGED, 0));
+        assert!(
+            rows_in(&table, hot, hot + 0x40)
+                .iter()
+                .any(|r| r.1 == cfa::RSP && r.2 > 8)
+        );
+        for name in [
+            "runtime.goexit.abi0",
+            "runtime.mstart.abi0",
+            "runtime.rt0_go.abi0",
+            "runtime.mcall",
+            "runtime.systemstack.abi0",
+            "runtime.nanotime1.abi0",
+        ] {
+            let at = symbol(elf, name);
+            assert_eq!(
+                rule_at(&table, at),
+                (cfa::END_OF_STACK, 0, rbp::UNCHANGED, 0),
+                "{name}"
+            );
+            // The return address of a call is looked up one byte before it.
+            assert_eq!(rule_at(&table, at + 1).0, cfa::END_OF_STACK, "{name}");
+        }
+        // Their neighbours are not.
+        assert_eq!(rule_at(&table, symbol(elf, "runtime.goexit1")).0, cfa::RSP);
+        // `runtime.sigreturn`: rsp points at the interrupted context while it runs.
+        let sigreturn = symbol(elf, "runtime.sigreturn.abi0");
+        // `mov $15, %rax` (7 bytes), `syscall`: the kernel sees the user ip after it, at 9.
+        for at in [sigreturn, sigreturn + 7, sigreturn + 9] {
+            assert_eq!(
+                rule_at(&table, at),
+                (cfa::SIGNAL_FRAME, 160, rbp::UNSUPPORTED, 120)
+            );
+        }
+        let kinds = |kind| table.rows.iter().filter(|r| r.cfa_kind == kind).count();
+        assert_eq!(kinds(cfa::RBP), 0);
+        assert_eq!(kinds(cfa::UNSUPPORTED), 0);
+        eprintln!(
+            "gohot: {} rows, {} stack ends",
+            table.rows.len(),
+            kinds(cfa::END_OF_STACK)
+        );
+    }
+
+    #[test]
+    fn every_debug_frame_compression_gives_the_same_rows() {
+        let elf = go_fixture();
+        let table = build_rows(elf).expect("build rows");
+        for (flag, section) in [
+            ("--decompress-debug-sections", ".debug_frame"),
+            // GNU-style: the section is renamed and its bytes start with "ZLIB".
+            ("--compress-debug-sections=zlib-gnu", ".zdebug_frame"),
+            ("--compress-debug-sections=zstd", ".debug_frame"),
+        ] {
+            let copy = objcopy(elf, flag);
+            let file = ElfFile64::<ElfEndian>::parse(&*copy).expect("parse ELF");
+            assert!(
+                file.section_by_name_bytes(section.as_bytes()).is_some(),
+                "{flag}"
+            );
+            assert_eq!(build_rows(&copy).expect(flag), table, "{flag}");
+        }
+    }
+
+    #[test]
+    fn a_compressed_debug_frame_that_claims_too_much_is_refused() {
+        let mut elf = go_fixture().to_vec();
+        // `Elf64_Chdr` opens the section: ch_type, ch_reserved, then ch_size.
+        let range = file_range(&elf, ".debug_frame");
+        let size = range.start + 8..range.start + 16;
+        elf[size.clone()].copy_from_slice(&(MAX_DEBUG_FRAME + 1).to_le_bytes());
+        assert!(matches!(
+            build_rows(&elf),
+            Err(UnwindError::DebugFrameTooLarge { size, limit })
+                if size == MAX_DEBUG_FRAME + 1 && limit == (range.len() as u64 - 24) * 1032
+        ));
+        // Within the limits: inflating stops where the stream does, short of the claim.
+        elf[size].copy_from_slice(&(range.len() as u64 * 100).to_le_bytes());
+        assert!(matches!(build_rows(&elf), Err(UnwindError::Elf(_))));
+    }
+
+    #[test]
+    fn garbage_debug_frame_sections() {
+        let elf = objcopy(go_fixture(), "--decompress-debug-sections");
+        let range = file_range(&elf, ".debug_frame");
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let (mut ok, mut err) = (0, 0);
+        for round in 0..1000 {
+            let mut broken = elf.clone();
+            if round % 10 == 0 {
+                let garbage = rng.bytes(range.len());
+                broken[range.clone()].copy_from_slice(&garbage);
+            } else {
+                for _ in 0..1 + rng.next() % 4 {
+                    let at = range.start + (rng.next() as usize) % range.len();
+                    broken[at] = rng.next() as u8;
+                }
+            }
+            match build_rows(&broken) {
+                Ok(table) => {
+                    assert_sorted_and_merged(&table);
+                    ok += 1;
+                }
+                Err(_) => err += 1,
+            }
+        }
+        eprintln!("garbage .debug_frame: {ok} tables, {err} errors");
+    }
+
     // ---- Hand-made `.eh_frame` sections, evaluated without an ELF around them ----
 
     /// `DW_CFA_def_cfa rsp, 8; DW_CFA_offset rip, cfa-8`: what every x86_64 CIE starts with.
@@ -1101,12 +1626,17 @@ mod tests {
         fn build(&self) -> Result<UnwindTable, UnwindError> {
             let mut data = self.0.clone();
             data.extend_from_slice(&[0, 0, 0, 0]); // terminator
-            build_from_section(
-                &data,
-                &BaseAddresses::default().set_eh_frame(0),
-                &ExecRanges(Vec::new()),
-            )
+            build_eh_frame(&data, &ExecRanges(Vec::new()))
         }
+    }
+
+    /// The rows of `.eh_frame` bytes alone, with addresses absolute (`DW_EH_PE_absptr`).
+    fn build_eh_frame(data: &[u8], exec: &ExecRanges) -> Result<UnwindTable, UnwindError> {
+        let source = Source {
+            data,
+            bases: BaseAddresses::default().set_eh_frame(0),
+        };
+        build_from_sections(Some(&source), None, exec, Vec::new)
     }
 
     fn simple(table: &UnwindTable) -> Vec<Row> {
@@ -1287,8 +1817,7 @@ mod tests {
         let mut data = cfi.0.clone();
         data.extend_from_slice(&[0, 0, 0, 0]);
         let exec = ExecRanges(vec![(0x40_1000, 0x40_2000)]);
-        let table = build_from_section(&data, &BaseAddresses::default().set_eh_frame(0), &exec)
-            .expect("build");
+        let table = build_eh_frame(&data, &exec).expect("build");
         assert_eq!(table.base, 0x40_1000);
         assert_eq!(table.rows.len(), 2);
         assert!(exec.contains(0x40_1fff));
@@ -1337,6 +1866,102 @@ mod tests {
         let rows = MAX_ROWS + 4;
         cfi.fde(cie, 0x1000, rows as u32, &vec![ADVANCE_LOC_1; rows]);
         assert!(matches!(cfi.build(), Err(UnwindError::TooManyRows)));
+    }
+
+    /// Builds `.debug_frame` bytes as Go's linker writes them: version 3 CIEs without
+    /// augmentation, data alignment -4, 8-byte addresses and lengths in the FDEs, and the CIE
+    /// pointer an offset from the start of the section.
+    #[derive(Default)]
+    struct DebugCfi(Vec<u8>);
+
+    impl DebugCfi {
+        fn entry(&mut self, body: &[u8]) {
+            self.0.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            self.0.extend_from_slice(body);
+        }
+
+        /// `DW_CFA_def_cfa rsp, 8; DW_CFA_offset_extended rip, cfa-8`, Go's CIE; returns its
+        /// offset.
+        fn cie(&mut self) -> usize {
+            let offset = self.0.len();
+            // CIE id 0xffffffff, version 3, "", code alignment 1, data alignment -4 (0x7c),
+            // RA column 16.
+            let mut body = vec![0xff, 0xff, 0xff, 0xff, 3, 0, 1, 0x7c, 16];
+            body.extend_from_slice(&[0x0c, 7, 8, 0x05, 16, 2]);
+            self.entry(&body);
+            offset
+        }
+
+        fn fde(&mut self, cie: usize, start: u64, len: u64, instructions: &[u8]) {
+            let mut body = (cie as u32).to_le_bytes().to_vec();
+            body.extend_from_slice(&start.to_le_bytes());
+            body.extend_from_slice(&len.to_le_bytes());
+            body.extend_from_slice(instructions);
+            self.entry(&body);
+        }
+    }
+
+    /// `DW_CFA_def_cfa_offset_sf` with Go's data alignment: CFA = rsp + `offset`.
+    fn go_cfa_offset(offset: i8) -> [u8; 2] {
+        [0x13, ((offset / -4) as u8) & 0x7f]
+    }
+
+    #[test]
+    fn debug_frame_fills_in_where_eh_frame_has_no_fde() {
+        let mut eh = Cfi::default();
+        let cie = eh.cie(CIE_START);
+        eh.fde(cie, 0x1000, 0x10, &[DEF_CFA_OFFSET, 16]);
+        let mut eh = eh.0;
+        eh.extend_from_slice(&[0, 0, 0, 0]);
+        let mut debug = DebugCfi::default();
+        let cie = debug.cie();
+        // What .eh_frame covers, whole or in part, is .eh_frame's.
+        debug.fde(cie, 0x1000, 0x10, &go_cfa_offset(48));
+        debug.fde(cie, 0x1008, 0x10, &go_cfa_offset(48));
+        // A Go function: 24 bytes of frame after its first 4 bytes.
+        let mut body = vec![0x44]; // DW_CFA_advance_loc 4
+        body.extend_from_slice(&go_cfa_offset(32));
+        debug.fde(cie, 0x1020, 0x10, &body);
+        // A stack end.
+        debug.fde(cie, 0x1030, 0x8, &go_cfa_offset(16));
+        let source = Source {
+            data: &eh,
+            bases: BaseAddresses::default().set_eh_frame(0),
+        };
+        let table = build_from_sections(
+            Some(&source),
+            Some(&debug.0),
+            &ExecRanges(Vec::new()),
+            || {
+                vec![
+                    (0x5000, SIGNAL_FRAME),
+                    (0x1030, rule(cfa::END_OF_STACK, 0, (rbp::UNCHANGED, 0))),
+                ]
+            },
+        )
+        .expect("build");
+        assert_eq!(
+            simple(&table),
+            vec![
+                (0x1000, cfa::RSP, 16, rbp::UNCHANGED, 0),
+                (0x1010, cfa::NO_INFO, 0, rbp::UNCHANGED, 0),
+                (0x1020, cfa::RSP, 8, rbp::UNCHANGED, 0),
+                (0x1024, cfa::RSP, 32, rbp::UNCHANGED, 0),
+                (0x1030, cfa::END_OF_STACK, 0, rbp::UNCHANGED, 0),
+                (0x1038, cfa::NO_INFO, 0, rbp::UNCHANGED, 0),
+            ]
+        );
+
+        // Alone, `.debug_frame` gives every FDE; fixed rows are asked for only then.
+        let table = build_from_sections(None, Some(&debug.0), &ExecRanges(Vec::new()), Vec::new)
+            .expect("build");
+        assert_eq!(rule_at(&table, 0x1000), (cfa::RSP, 48, rbp::UNCHANGED, 0));
+        assert_eq!(rule_at(&table, 0x1030), (cfa::RSP, 16, rbp::UNCHANGED, 0));
+        let table = build_from_sections(Some(&source), None, &ExecRanges(Vec::new()), || {
+            panic!("no .debug_frame FDE in use: no need for fixed rows")
+        })
+        .expect("build");
+        assert_eq!(table.rows.len(), 2);
     }
 
     // ---- Malformed input: an error or a table, never a panic ----

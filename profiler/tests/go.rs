@@ -1,0 +1,182 @@
+//! End-to-end, privileged: a Go program. Go's linker writes `.debug_frame`, no `.eh_frame`,
+//! and Go assembly may use BP as a general register (crypto/sha256's block function does):
+//! frame pointers stop there, `.debug_frame` rows get through. The fixture
+//! (`tests/fixtures/gohot`) spins in such an assembly function and sleeps in a raw system
+//! call on another goroutine; both stacks must run from the goroutine's root,
+//! `runtime.goexit`, to the leaf, and the runtime's scheduler stacks from where they begin.
+
+mod common;
+
+use std::{
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use common::*;
+
+const SECS: u64 = 4;
+const WINDOW_US: f64 = SECS as f64 * 1e6;
+
+/// Where Go stacks begin: a goroutine's at `goexit`; a thread's scheduler (g0) stack at
+/// `mstart` when the thread started there, or where a goroutine switched to it: `mcall` (to
+/// park), `morestack` (to grow its stack, or to be preempted), `systemstack`. Go's own
+/// traceback stops at the same functions.
+const ROOTS: [&str; 5] = [
+    "runtime.goexit",
+    "runtime.mstart",
+    "runtime.mcall",
+    "runtime.morestack",
+    "runtime.systemstack",
+];
+
+/// Builds the fixture offline: no module downloads, no toolchain switch, the build cache and
+/// GOPATH under cargo's scratch directory.
+fn build_gohot() -> PathBuf {
+    assert!(
+        Path::new("/usr/bin/go").exists(),
+        "go not found: `cargo xtask test` installs golang-go when run as root"
+    );
+    let go = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go");
+    let dir = scratch_dir().join(format!("gohot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the Go build directory");
+    // The binary's name is the process name the profiler reports.
+    let out = dir.join("gohot");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gohot");
+    let status = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg(".")
+        .current_dir(&source)
+        .env("GOCACHE", go.join("cache"))
+        .env("GOPATH", go.join("gopath"))
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "")
+        .env("GOENV", "off")
+        .env("GOWORK", "off")
+        .env("GOTOOLCHAIN", "local")
+        .env("CGO_ENABLED", "0")
+        .status()
+        .expect("run go build");
+    assert!(status.success(), "go build failed in {}", source.display());
+    out
+}
+
+/// The user frames of a line, root first: what lies between the thread and the kernel frames.
+fn user_frames(line: &Line) -> Vec<&str> {
+    line.frames
+        .iter()
+        .skip(2)
+        .map(String::as_str)
+        .filter(|f| !f.ends_with("_[k]") && !f.starts_with('['))
+        .collect()
+}
+
+fn dump(lines: &[&Line]) -> String {
+    lines
+        .iter()
+        .map(|l| format!("{} {}", l.frames.join(";"), l.count))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn total(lines: &[&Line]) -> u64 {
+    lines.iter().map(|l| l.count).sum()
+}
+
+#[test]
+fn go_stacks_reach_the_goroutine_root_through_assembly_that_clobbers_bp() {
+    require_root();
+    let _serial = serial();
+    let binary = build_gohot();
+    let mut child = Command::new(&binary)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start gohot");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let gohot = Workload { child };
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read gohot's ready line");
+    assert_eq!(line.trim(), "ready");
+
+    let (_, out) = capture(&gohot, "go", SECS, &["--mode", "wall"]);
+    let lines = read_folded(&out.folded);
+    assert!(lines.iter().all(|l| l.frames[0] == "gohot"));
+
+    // On the CPU: the spinning goroutine, in the assembly function, under its whole chain.
+    let on: Vec<&Line> = lines.iter().filter(|l| l.state().is_none()).collect();
+    let spin_chain = ["runtime.goexit", "main.worker", "main.hot", "main.spin"];
+    let in_spin: Vec<&Line> = on
+        .iter()
+        .copied()
+        .filter(|l| user_frames(l).last() == Some(&"main.spin"))
+        .collect();
+    let whole: Vec<&Line> = in_spin
+        .iter()
+        .copied()
+        .filter(|l| user_frames(l) == spin_chain)
+        .collect();
+    assert!(
+        total(&whole) as f64 >= 0.95 * total(&in_spin) as f64,
+        "{} of {} µs in main.spin under exactly {spin_chain:?}:\n{}",
+        total(&whole),
+        total(&in_spin),
+        dump(&in_spin)
+    );
+    assert!(
+        total(&whole) as f64 > 0.5 * WINDOW_US,
+        "only {} µs on the CPU in main.spin:\n{}",
+        total(&whole),
+        dump(&on)
+    );
+    let rooted = |l: &&Line| user_frames(l).first().is_some_and(|f| ROOTS.contains(f));
+    let on_rooted: Vec<&Line> = on.iter().copied().filter(rooted).collect();
+    assert!(
+        total(&on_rooted) as f64 >= 0.95 * total(&on) as f64,
+        "{} of {} µs on the CPU in stacks rooted at {ROOTS:?}:\n{}",
+        total(&on_rooted),
+        total(&on),
+        dump(&on)
+    );
+
+    // Asleep: the goroutine blocked in nanosleep(2) keeps its thread, under its chain; every
+    // other sleep is a runtime thread's scheduler stack.
+    let asleep: Vec<&Line> = lines
+        .iter()
+        .filter(|l| l.state() == Some("sleep"))
+        .collect();
+    let sleeper = ["runtime.goexit", "main.sleeper", "syscall.Nanosleep"];
+    let sleeping: Vec<&Line> = asleep
+        .iter()
+        .copied()
+        .filter(|l| user_frames(l).starts_with(&sleeper))
+        .collect();
+    assert!(
+        total(&sleeping) as f64 > 0.5 * WINDOW_US,
+        "only {} µs asleep under {sleeper:?}:\n{}",
+        total(&sleeping),
+        dump(&asleep)
+    );
+    let mentions_sleeper: Vec<&Line> = asleep
+        .iter()
+        .copied()
+        .filter(|l| l.has("main.sleeper"))
+        .collect();
+    assert!(
+        total(&sleeping) as f64 >= 0.95 * total(&mentions_sleeper) as f64,
+        "{} of {} µs of main.sleeper's sleep under exactly {sleeper:?} from the root:\n{}",
+        total(&sleeping),
+        total(&mentions_sleeper),
+        dump(&mentions_sleeper)
+    );
+    let asleep_rooted: Vec<&Line> = asleep.iter().copied().filter(rooted).collect();
+    assert!(
+        total(&asleep_rooted) as f64 >= 0.95 * total(&asleep) as f64,
+        "{} of {} µs asleep in stacks rooted at {ROOTS:?}:\n{}",
+        total(&asleep_rooted),
+        total(&asleep),
+        dump(&asleep)
+    );
+}
