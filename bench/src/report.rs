@@ -100,7 +100,7 @@ impl Report<'_> {
         self.throughput_rows(&mut md);
         self.cost_rows(&mut md);
         self.post_rows(&mut md);
-        self.notes(&mut md);
+        self.facts(&mut md);
         md
     }
 
@@ -112,18 +112,18 @@ impl Report<'_> {
             "date",
         )
         .unwrap_or_default();
+        let (threads, connections) = o.layout.wrk();
         let _ = writeln!(
             md,
             "### Overhead next to the anchors (`{}`)\n\n\
              {} · Linux {} · {} CPUs ({}) · {:.1} GiB RAM · profiler at {}  \n\
              {}  \n\
-             Throughput: two nginx instances, {}, the wrks taking turns every 10 ms; each \
-             tool profiles one side (alternating) and its figure is that side's requests/s ÷ \
-             the other side's, {} round(s) of {} s with the order of conditions rotating. BPF \
-             cost, post-processing: one nginx with {NGINX_WORKERS} workers under \
-             `wrk -t{WRK_THREADS} -c{WRK_CONNECTIONS} -d{}s`, one profiler instance per \
-             worker, attached before wrk starts and stopped when it ends. The whole bench \
-             took {}.",
+             Throughput: {} round(s) of {} s, the order of conditions rotating; two nginx \
+             sides, each with {} under its own `wrk -t{threads} -c{connections}`, {}, the wrks \
+             taking turns every 10 ms; each tool profiles one side (alternating). BPF cost, \
+             post-processing: one nginx with {NGINX_WORKERS} workers under \
+             `wrk -t{WRK_THREADS} -c{WRK_CONNECTIONS} -d{}s`, one tool instance per worker. \
+             The whole bench took {}.",
             o.command,
             date.trim(),
             m.kernel,
@@ -132,20 +132,16 @@ impl Report<'_> {
             m.memory_gib,
             m.revision,
             m.versions,
-            match o.layout {
-                Layout::Spread => format!(
-                    "each with {NGINX_WORKERS} workers under its own `wrk -t{WRK_THREADS} \
-                     -c{WRK_CONNECTIONS}`, all on all CPUs"
-                ),
-                Layout::OneCpu => format!(
-                    "each with one worker under its own `wrk -t{} -c{}`, all four on one CPU \
-                     (`--one-cpu`: the worker is preempted at every request)",
-                    o.layout.wrk().0,
-                    o.layout.wrk().1
-                ),
-            },
             o.rounds,
             o.secs,
+            match o.layout {
+                Layout::Spread => format!("{NGINX_WORKERS} workers"),
+                Layout::OneCpu => "one worker".to_string(),
+            },
+            match o.layout {
+                Layout::Spread => "all on all CPUs",
+                Layout::OneCpu => "all four on one CPU (`--one-cpu`)",
+            },
             o.secs,
             minutes(self.took),
         );
@@ -264,61 +260,25 @@ impl Report<'_> {
         );
     }
 
-    fn notes(&self, md: &mut String) {
-        let p = self.post;
-        let mut notes = vec![
-            "Throughput runs have bpf_stats off. BPF ns/event is `run_time_ns / run_cnt` from \
-             bpf_stats, the difference of two `bpftool prog show` snapshots taken just before \
-             and just after the wrk run while the programs were attached, summed over both \
-             instances; it counts every invocation system-wide (each program filters by PID \
-             itself), in separate runs with `kernel.bpf_stats_enabled=1`."
-                .to_string(),
-            format!(
-                "Post-processing: one instance on one worker with `-v`, wrk running throughout; \
-                 {}; peak RSS is the child's `ru_maxrss`.",
-                match p.logged_secs {
-                    Some(s) => format!(
-                        "the profiler logged {s:.3} s (measured from outside: ≤ {:.2} s)",
-                        p.measured_secs
-                    ),
-                    None => format!(
-                        "the profiler logged no `post-processing took` line, so this is \
-                         measured from outside (exit − capture end) as {:.2} s",
-                        p.measured_secs
-                    ),
-                }
+    /// What the table rests on, one fact a line.
+    fn facts(&self, md: &mut String) {
+        let (p, q, o) = (self.post, self.quiet, self.setup);
+        let mut facts = vec![match p.logged_secs {
+            Some(s) => format!(
+                "Post-processing: {s:.3} s logged by the profiler (`-v`), ≤ {:.2} s measured \
+                 from outside.",
+                p.measured_secs
             ),
-        ];
+            None => format!(
+                "Post-processing: no `post-processing took` line logged; {:.2} s measured from \
+                 outside (exit − capture end).",
+                p.measured_secs
+            ),
+        }];
         if p.foreign > FOREIGN_MAX {
-            notes.push(format!(
+            facts.push(format!(
                 "Other processes took {:.0} % of the CPUs during the post-processing run.",
                 p.foreign * 100.0
-            ));
-        }
-        if self.setup.rounds < 5 {
-            notes.push(format!(
-                "Only {} round(s) of {} s: a smoke test, not numbers for the README.",
-                self.setup.rounds, self.setup.secs
-            ));
-        }
-        let q = self.quiet;
-        if q.waited_runs > 0 {
-            notes.push(format!(
-                "Each run first waits for the CPUs to be < {:.0} % busy: {} of {} runs waited \
-                 ({} in all) for other work on the machine{}.",
-                QUIET_BUSY * 100.0,
-                q.waited_runs,
-                q.runs,
-                minutes(q.waited),
-                if q.busy_runs > 0 {
-                    format!(
-                        "; {} started while it was still up to {:.0} % busy",
-                        q.busy_runs,
-                        q.worst_busy * 100.0
-                    )
-                } else {
-                    String::new()
-                }
             ));
         }
         let means: Vec<String> = Condition::ALL
@@ -332,33 +292,38 @@ impl Report<'_> {
             })
             .collect();
         if !means.is_empty() {
-            notes.push(format!(
-                "Throughput ratios as mean ± standard error over the rounds: {}. The unprofiled \
-                 side's context switches still run each tool's programs up to its PID filter, \
-                 and {}: neither is charged to the profiled side.",
-                means.join(", "),
-                match self.setup.layout {
-                    Layout::OneCpu => "the tools' user space runs on the other CPUs",
-                    Layout::Spread =>
-                        "each tool's user-space process runs during both sides' turns (only \
-                         perf's does much: it writes its samples as they come)",
-                }
+            facts.push(format!(
+                "Throughput ratios, mean ± standard error over the rounds: {}.",
+                means.join(", ")
             ));
         }
-        if q.repeated > 0 || q.worst_foreign > 0.005 {
-            notes.push(format!(
-                "Other processes' CPU time is measured during every run (from /proc); {} run(s) \
-                 were repeated because it exceeded {:.0} % of the CPUs, {} kept at the last \
-                 attempt; the worst run kept had {:.1} %.",
-                q.repeated,
-                FOREIGN_MAX * 100.0,
-                q.kept_disturbed,
-                q.worst_foreign * 100.0
+        facts.push(format!(
+            "Runs that first waited for the CPUs to be < {:.0} % busy: {} of {} ({} in all), \
+             {} started while still up to {:.0} % busy.",
+            QUIET_BUSY * 100.0,
+            q.waited_runs,
+            q.runs,
+            minutes(q.waited),
+            q.busy_runs,
+            q.worst_busy * 100.0
+        ));
+        facts.push(format!(
+            "Runs repeated because other processes took > {:.0} % of the CPUs: {}, {} kept at \
+             the last attempt; the worst run kept had {:.1} %.",
+            FOREIGN_MAX * 100.0,
+            q.repeated,
+            q.kept_disturbed,
+            q.worst_foreign * 100.0
+        ));
+        if o.rounds < 5 {
+            facts.push(format!(
+                "Only {} round(s) of {} s: a smoke test, not numbers for the README.",
+                o.rounds, o.secs
             ));
         }
         md.push('\n');
-        for n in notes {
-            let _ = writeln!(md, "- {n}");
+        for f in facts {
+            let _ = writeln!(md, "- {f}");
         }
     }
 }
