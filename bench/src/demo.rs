@@ -441,7 +441,7 @@ fn postgres(root: &Path, out: &Path, secs: u64) -> Result<()> {
     let io = |f: &[&str]| f.last() == Some(&"[off-cpu:io]");
     let (_, io_us) = folded_share(&text, "", io);
     let (fdatasync, _) = folded_share(&text, "XLogFlush", io);
-    let summary = format!(
+    let figures = format!(
         "PostgreSQL backend under `pgbench -c 4 -j 2` (synchronous_commit=on), {secs} s: {:.2} s in \
          uninterruptible I/O, {} of it under `XLogFlush` (the commit's WAL flush). Outputs: {}, {}.\n",
         io_us as f64 / 1e6,
@@ -449,8 +449,8 @@ fn postgres(root: &Path, out: &Path, secs: u64) -> Result<()> {
         svg.display(),
         report.display()
     );
-    fs::write(out.join("postgres.md"), &summary)?;
-    println!("{summary}");
+    fs::write(out.join("postgres.md"), &figures)?;
+    println!("{figures}");
     print!("{}", fs::read_to_string(&summary).unwrap_or_default());
     drop(pg);
     Ok(())
