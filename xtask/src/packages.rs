@@ -5,7 +5,7 @@ use std::{path::Path, process::Command};
 
 use anyhow::{Result, bail};
 
-use crate::output;
+use crate::cmd::output;
 
 pub struct Package {
     /// Present when the package is installed.

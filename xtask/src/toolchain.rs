@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::status;
+use crate::cmd::status;
 
 /// bpf-linker release known to work with aya 0.14 and the nightly's LLVM 22.
 const BPF_LINKER_VERSION: &str = "0.13.0";
