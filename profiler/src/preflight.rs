@@ -163,10 +163,28 @@ pub fn open_output(what: &'static str, path: &Path) -> Result<Output, PreflightE
         .suffix(".partial")
         .tempfile_in(dir)
         .map_err(error)?;
+    give_to_invoking_user(file.as_file());
     Ok(Output {
         path: path.to_path_buf(),
         file,
     })
+}
+
+/// Under `sudo` (`cargo xtask run` uses it when not root) an output belongs to the user who ran
+/// sudo, not to root. As plain root, or when the chown fails, the file stays as it is.
+fn give_to_invoking_user(file: &File) {
+    let sudo = |name| std::env::var(name).ok();
+    // SAFETY: geteuid has no preconditions.
+    if let Some((uid, gid)) = invoking_user(sudo("SUDO_UID"), sudo("SUDO_GID"))
+        && unsafe { libc::geteuid() } == 0
+    {
+        let _ = std::os::unix::fs::fchown(file, Some(uid), Some(gid));
+    }
+}
+
+/// The user behind sudo, from its `SUDO_UID` and `SUDO_GID`; None unless both are numbers.
+fn invoking_user(uid: Option<String>, gid: Option<String>) -> Option<(u32, u32)> {
+    Some((uid?.parse().ok()?, gid?.parse().ok()?))
 }
 
 /// `profile-<name>-<pid>-<mode>.svg`, with the name reduced to characters safe in a file name.
@@ -264,6 +282,18 @@ mod tests {
     fn a_directory_is_not_an_output() {
         let dir = tempfile::tempdir().unwrap();
         assert!(open_output("the flame graph", dir.path()).is_err());
+    }
+
+    #[test]
+    fn outputs_go_to_the_user_behind_sudo_only() {
+        let ids = |uid: Option<&str>, gid: Option<&str>| {
+            invoking_user(uid.map(String::from), gid.map(String::from))
+        };
+        assert_eq!(ids(Some("1000"), Some("1001")), Some((1000, 1001)));
+        assert_eq!(ids(None, None), None, "plain root: left as it is");
+        assert_eq!(ids(Some("1000"), None), None);
+        assert_eq!(ids(Some(""), Some("1000")), None);
+        assert_eq!(ids(Some("-1"), Some("1000")), None);
     }
 
     #[test]

@@ -1,48 +1,78 @@
-//! `cargo xtask <build|run|test>`: the two commands of the README and what they need.
+//! `cargo xtask <command>`: the two commands of the README (`run`, `test`) and what they need.
 //!
 //! Before anything is built, [`toolchain::ensure`] makes sure the eBPF toolchain is present
 //! (nightly with rust-src, and bpf-linker linked against that nightly's own LLVM), installing
 //! what is missing and saying why. When everything is present the check costs a few
-//! milliseconds.
-
-mod bench;
-mod demo;
-mod fuzz;
-mod packages;
-mod toolchain;
+//! milliseconds. `bench` and `demo` live in their own crate (`bench/`); here they only run it.
 
 use std::{
     env,
     ffi::OsString,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, ExitCode},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+use xtask::{build, cargo, fuzz, is_root, packages, status, toolchain, workspace_root};
 
-const USAGE: &str = "\
-usage: cargo xtask <command> [options]
+#[derive(Parser, Debug)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
 
-commands:
-  build [--debug]          build the eBPF programs and the profiler
-  run [--debug] -- ARGS    build, then run the profiler as root with ARGS
-                           (e.g. cargo xtask run -- --pid 1234 --secs 20)
-  test [-- CARGO-TEST-ARGS]
-                           format and lint checks, then every test, including the
-                           privileged end-to-end tests (run as root)
-  fuzz [SECONDS]            run each fuzz target for SECONDS (default 300)
-  demo nginx|postgres [SECONDS]
-                           profile a real service under load, next to the anchors
-                           (the README's write-ups; outputs in target/demo/)
-  toolchain                only check and install the eBPF toolchain
-  bench [--rounds N] [--secs S] [--quick]
-                           overhead and cost next to offcputime and perf on nginx under
-                           wrk (as root; installs what it needs); writes
-                           target/bench/latest.md. --quick: 1 round of 3 s
-";
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Build the eBPF programs and the profiler (target/release/profiler).
+    Build {
+        /// A debug build (target/debug/profiler).
+        #[arg(long)]
+        debug: bool,
+    },
+    /// Build, then run the profiler as root with ARGS: cargo xtask run -- --pid 1234 --secs 20.
+    Run {
+        /// Run a debug build.
+        #[arg(long)]
+        debug: bool,
+        /// The profiler's arguments, after `--`.
+        #[arg(last = true, value_name = "ARGS")]
+        args: Vec<OsString>,
+    },
+    /// Format and lint checks, then every test, including the privileged end-to-end tests (run
+    /// as root), then a short run of each fuzz target.
+    Test {
+        /// Passed to `cargo test`, after `--`.
+        #[arg(last = true, value_name = "CARGO-TEST-ARGS")]
+        args: Vec<OsString>,
+    },
+    /// Run each fuzz target for SECONDS.
+    Fuzz {
+        #[arg(default_value_t = 300, value_name = "SECONDS")]
+        secs: u64,
+    },
+    /// Only check and install the eBPF toolchain.
+    Toolchain,
+    /// Overhead next to offcputime and perf on nginx under wrk (the bench crate; see `cargo
+    /// xtask bench --help`).
+    #[command(disable_help_flag = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Profile a real service under load: nginx|postgres [SECONDS] (the bench crate; see
+    /// `cargo xtask demo --help`).
+    #[command(disable_help_flag = true)]
+    Demo {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+}
 
 fn main() -> ExitCode {
-    match run() {
+    let cli = Cli::parse();
+    match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("xtask: {e:#}");
@@ -51,107 +81,39 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<ExitCode> {
-    let mut args = env::args_os().skip(1);
-    let Some(command) = args.next() else {
-        eprint!("{USAGE}");
-        return Ok(ExitCode::FAILURE);
-    };
-    let rest: Vec<OsString> = args.collect();
+fn run(command: Cmd) -> Result<ExitCode> {
     let root = workspace_root();
-    match command.to_str() {
-        Some("build") => {
-            let debug = rest.iter().any(|a| a == "--debug");
-            toolchain::ensure()?;
-            build(&root, debug)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Some("run") => {
-            let (opts, profiler_args) = split_at_dashes(&rest);
-            let debug = opts.iter().any(|a| a == "--debug");
-            toolchain::ensure()?;
+    match command {
+        Cmd::Build { debug } => build(&root, debug).map(|_| ExitCode::SUCCESS),
+        Cmd::Run { debug, args } => {
             let binary = build(&root, debug)?;
-            run_as_root(&binary, profiler_args)
+            run_as_root(&binary, &args)
         }
-        Some("test") => {
-            let (_, test_args) = split_at_dashes(&rest);
+        Cmd::Test { args } => {
             toolchain::ensure()?;
-            test(&root, test_args)
+            test(&root, &args)
         }
-        Some("bench") => bench::run(&root, &rest),
-        Some("demo") => {
-            toolchain::ensure()?;
-            demo::run(&root, &rest)
-        }
-        Some("fuzz") => {
-            let secs = rest
-                .first()
-                .and_then(|s| s.to_str())
-                .map(str::parse::<u64>)
-                .transpose()
-                .context("usage: cargo xtask fuzz [SECONDS]")?
-                .unwrap_or(300);
-            toolchain::ensure()?;
+        Cmd::Fuzz { secs } => {
             build(&root, false)?;
-            fuzz::run(&root, secs)?;
-            Ok(ExitCode::SUCCESS)
+            fuzz::run(&root, secs).map(|()| ExitCode::SUCCESS)
         }
-        Some("toolchain") => {
-            toolchain::ensure()?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Some("help" | "-h" | "--help") => {
-            print!("{USAGE}");
-            Ok(ExitCode::SUCCESS)
-        }
-        _ => {
-            eprint!(
-                "xtask: unknown command {}\n\n{USAGE}",
-                command.to_string_lossy()
-            );
-            Ok(ExitCode::FAILURE)
-        }
+        Cmd::Toolchain => toolchain::ensure().map(|()| ExitCode::SUCCESS),
+        Cmd::Bench { args } => bench_crate(&root, "bench", &args),
+        Cmd::Demo { args } => bench_crate(&root, "demo", &args),
     }
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
-/// `[opts..] -- [rest..]`
-fn split_at_dashes(args: &[OsString]) -> (&[OsString], &[OsString]) {
-    match args.iter().position(|a| a == "--") {
-        Some(i) => (&args[..i], &args[i + 1..]),
-        None => (args, &[]),
-    }
-}
-
-/// Builds the profiler (its build script builds the eBPF object) and returns the binary.
-fn build(root: &Path, debug: bool) -> Result<PathBuf> {
-    let mut cmd = cargo();
-    cmd.current_dir(root)
-        .args(["build", "--package", "profiler"]);
-    if !debug {
-        cmd.arg("--release");
-    }
-    status(&mut cmd, "cargo build")?;
-    Ok(root
-        .join("target")
-        .join(if debug { "debug" } else { "release" })
-        .join("profiler"))
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc_geteuid() == 0 }
-}
-
-unsafe extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
+/// `cargo run --package bench -- <command> ARGS`, with its exit code.
+fn bench_crate(root: &Path, command: &str, args: &[OsString]) -> Result<ExitCode> {
+    let code = cargo()
+        .current_dir(root)
+        .args(["run", "--quiet", "--package", "bench", "--", command])
+        .args(args)
+        .status()
+        .context("cannot start cargo run --package bench")?
+        .code()
+        .unwrap_or(1);
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
 /// Runs the profiler directly when root, else through `sudo -E`.
@@ -234,16 +196,60 @@ fn test(root: &Path, test_args: &[OsString]) -> Result<ExitCode> {
 /// Seconds per fuzz target in `cargo xtask test`.
 const CI_FUZZ_SECONDS: u64 = 20;
 
-fn cargo() -> Command {
-    Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn status(cmd: &mut Command, what: &str) -> Result<()> {
-    let st = cmd
-        .status()
-        .with_context(|| format!("cannot start {what}"))?;
-    if !st.success() {
-        bail!("{what} failed");
+    fn parse(args: &[&str]) -> Result<Cmd, clap::Error> {
+        Cli::try_parse_from(std::iter::once("cargo xtask").chain(args.iter().copied()))
+            .map(|c| c.command)
     }
-    Ok(())
+
+    #[test]
+    fn run_passes_everything_after_the_dashes_to_the_profiler() {
+        let Cmd::Run { debug, args } = parse(&["run", "--", "--pid", "7", "--secs", "20"]).unwrap()
+        else {
+            panic!("not run");
+        };
+        assert!(!debug);
+        assert_eq!(args, ["--pid", "7", "--secs", "20"]);
+        assert!(matches!(
+            parse(&["run", "--debug"]).unwrap(),
+            Cmd::Run { debug: true, .. }
+        ));
+        // Without the dashes the profiler's options are not ours: refused, not dropped.
+        assert!(parse(&["run", "--pid", "7"]).is_err());
+    }
+
+    #[test]
+    fn test_fuzz_and_build_keep_their_defaults() {
+        assert!(matches!(parse(&["test"]).unwrap(), Cmd::Test { args } if args.is_empty()));
+        assert!(matches!(
+            parse(&["test", "--", "--skip", "jit"]).unwrap(),
+            Cmd::Test { args } if args == ["--skip", "jit"]
+        ));
+        assert!(matches!(parse(&["fuzz"]).unwrap(), Cmd::Fuzz { secs: 300 }));
+        assert!(matches!(
+            parse(&["fuzz", "60"]).unwrap(),
+            Cmd::Fuzz { secs: 60 }
+        ));
+        assert!(parse(&["fuzz", "soon"]).is_err());
+        assert!(matches!(
+            parse(&["build"]).unwrap(),
+            Cmd::Build { debug: false }
+        ));
+        assert!(parse(&["frobnicate"]).is_err());
+    }
+
+    #[test]
+    fn bench_and_demo_hand_every_argument_on() {
+        assert!(matches!(
+            parse(&["bench", "--quick", "--only", "wall", "--help"]).unwrap(),
+            Cmd::Bench { args } if args == ["--quick", "--only", "wall", "--help"]
+        ));
+        assert!(matches!(
+            parse(&["demo", "nginx", "5"]).unwrap(),
+            Cmd::Demo { args } if args == ["nginx", "5"]
+        ));
+    }
 }

@@ -5,9 +5,9 @@ use std::{path::Path, process::Command};
 
 use anyhow::{Result, bail};
 
-use crate::bench::output;
+use crate::cmd::output;
 
-pub(crate) struct Package {
+pub struct Package {
     /// Present when the package is installed.
     pub binary: &'static str,
     pub name: &'static str,
@@ -15,7 +15,7 @@ pub(crate) struct Package {
 }
 
 /// What the end-to-end tests run besides the profiler and the C fixtures.
-pub(crate) const TEST_PACKAGES: &[Package] = &[
+pub const TEST_PACKAGES: &[Package] = &[
     Package {
         binary: "/usr/bin/javac",
         name: "openjdk-17-jdk-headless",
@@ -29,7 +29,7 @@ pub(crate) const TEST_PACKAGES: &[Package] = &[
 ];
 
 /// Installs whichever of `packages` is missing.
-pub(crate) fn ensure(packages: &[Package]) -> Result<()> {
+pub fn ensure(packages: &[Package]) -> Result<()> {
     let missing: Vec<&Package> = packages
         .iter()
         .filter(|p| !Path::new(p.binary).exists())

@@ -12,6 +12,8 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+use crate::cmd::status;
+
 /// bpf-linker release known to work with aya 0.14 and the nightly's LLVM 22.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
@@ -33,7 +35,7 @@ pub fn ensure() -> Result<()> {
         Some(s) => s,
         None => {
             say("the nightly toolchain is missing; the eBPF crate needs it for -Z build-std");
-            run(
+            status(
                 Command::new("rustup").args([
                     "toolchain",
                     "install",
@@ -50,7 +52,7 @@ pub fn ensure() -> Result<()> {
     };
     if !sysroot.join("lib/rustlib/src/rust/library/core").is_dir() {
         say("nightly has no rust-src; building `core` for the BPF target needs its sources");
-        run(
+        status(
             Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]),
             "rustup component add rust-src",
         )?;
@@ -144,7 +146,7 @@ fn install_bpf_linker(sysroot: &Path) -> Result<()> {
         "-L {lib} -l dylib={llvm_lib} -C link-arg=-Wl,-rpath,{lib}",
         lib = lib_dir.display()
     );
-    run(
+    status(
         nightly_cargo()
             .args([
                 "install",
@@ -181,14 +183,4 @@ fn which(name: &str) -> Option<PathBuf> {
         .chain(std::iter::once(cargo_bin()))
         .map(|dir| dir.join(name))
         .find(|p| p.is_file())
-}
-
-fn run(cmd: &mut Command, what: &str) -> Result<()> {
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot start {what}"))?;
-    if !status.success() {
-        bail!("{what} failed");
-    }
-    Ok(())
 }

@@ -37,9 +37,11 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use super::{
-    Bench, Condition, ForeignCpu, NGINX_WORKERS, Nginx, Options, WRK_CONNECTIONS, WRK_THREADS,
-    attach, say, signal, stop, undisturbed,
+use crate::{
+    nginx::{Layout, Nginx},
+    process::{say, signal},
+    quiet::{ForeignCpu, undisturbed},
+    tools::{Bench, Condition, attach, stop},
 };
 
 /// How long one side's wrk runs before the other's. Short enough that the machine's speed
@@ -48,31 +50,6 @@ use super::{
 const SLICE: Duration = Duration::from_millis(10);
 /// Taking turns before the counting starts: connections opened, caches warm.
 const WARMUP: Duration = Duration::from_millis(500);
-/// Where the two sides run.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum Layout {
-    /// Each side: nginx with [`NGINX_WORKERS`] workers under `wrk -t2 -c64`, all CPUs.
-    Spread,
-    /// Each side: one worker and `wrk -t1 -c32`, both sides on one CPU.
-    OneCpu,
-}
-
-impl Layout {
-    fn workers(self) -> usize {
-        match self {
-            Layout::Spread => NGINX_WORKERS,
-            Layout::OneCpu => 1,
-        }
-    }
-
-    /// wrk's threads and connections per side.
-    pub(super) fn wrk(self) -> (u32, u32) {
-        match self {
-            Layout::Spread => (WRK_THREADS, WRK_CONNECTIONS),
-            Layout::OneCpu => (1, WRK_CONNECTIONS / 2),
-        }
-    }
-}
 /// After both wrk stop: nginx answers what it already received and logs it.
 const DRAIN: Duration = Duration::from_millis(50);
 
@@ -110,7 +87,7 @@ impl Side {
 
 /// Both sides, and the CPU they share in [`Layout::OneCpu`]; while it lives, the bench's own
 /// thread stays off that CPU (see [`Sides::start`]).
-pub(super) struct Sides {
+pub struct Sides {
     sides: [Side; 2],
     layout: Layout,
     cpu: Option<usize>,
@@ -119,7 +96,7 @@ pub(super) struct Sides {
 }
 
 impl Sides {
-    pub(super) fn start(dir: &Path, layout: Layout) -> Result<Self> {
+    pub fn start(dir: &Path, layout: Layout) -> Result<Self> {
         let previous = cpu_set(allowed_cpus()?);
         let cpu = match layout {
             Layout::Spread => None,
@@ -150,7 +127,7 @@ impl Sides {
         })
     }
 
-    pub(super) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         let placed = match self.cpu {
             Some(cpu) => format!(", all on CPU {cpu}"),
             None => String::new(),
@@ -170,14 +147,14 @@ impl Drop for Sides {
 
 /// Per round, per condition: (the profiled side's requests/s, the other side's), each per
 /// second that side's wrk ran.
-pub(super) struct Throughput {
-    pub(super) rounds: Vec<HashMap<Condition, (f64, f64)>>,
+pub struct Throughput {
+    pub rounds: Vec<HashMap<Condition, (f64, f64)>>,
 }
 
 impl Throughput {
     /// Profiled ÷ unprofiled, one value per round. For the baseline (nothing attached) this is
     /// one side ÷ the other: the noise floor of the method.
-    pub(super) fn ratios(&self, cond: Condition) -> Vec<f64> {
+    pub fn ratios(&self, cond: Condition) -> Vec<f64> {
         self.rounds
             .iter()
             .filter_map(|r| r.get(&cond).map(|(p, u)| p / u))
@@ -185,7 +162,7 @@ impl Throughput {
     }
 
     /// `a`'s ratio ÷ `b`'s, round by round.
-    pub(super) fn paired(&self, a: Condition, b: Condition) -> Vec<f64> {
+    pub fn paired(&self, a: Condition, b: Condition) -> Vec<f64> {
         self.rounds
             .iter()
             .filter_map(|r| {
@@ -197,7 +174,7 @@ impl Throughput {
     }
 
     /// Requests/s of a side with nothing attached, both sides of every baseline run.
-    pub(super) fn unprofiled(&self) -> Vec<f64> {
+    pub fn unprofiled(&self) -> Vec<f64> {
         self.rounds
             .iter()
             .filter_map(|r| r.get(&Condition::Baseline))
@@ -206,10 +183,16 @@ impl Throughput {
     }
 }
 
-pub(super) fn rounds(bench: &Bench, sides: &Sides, opts: &Options) -> Result<Throughput> {
+/// `rounds` rounds of one run of `secs` per condition.
+pub fn rounds(
+    bench: &Bench,
+    sides: &Sides,
+    conditions: &[Condition],
+    rounds: usize,
+    secs: u64,
+) -> Result<Throughput> {
     let mut result = Throughput { rounds: Vec::new() };
-    let conditions = opts.conditions();
-    for round in 0..opts.rounds {
+    for round in 0..rounds {
         // Rotate the order so that no condition always runs first or after the same one.
         let order = (0..conditions.len()).map(|i| (i, conditions[(i + round) % conditions.len()]));
         let mut rates = HashMap::new();
@@ -218,16 +201,16 @@ pub(super) fn rounds(bench: &Bench, sides: &Sides, opts: &Options) -> Result<Thr
             // got the warmer pages, which wrk the first slice) favour a condition.
             let side = (round + i) % 2;
             // Repeated while other processes disturbed it (see `undisturbed`).
-            let (profiled, other) = undisturbed(bench, || {
+            let (profiled, other) = undisturbed(&bench.quiet, || {
                 let others = ForeignCpu::start();
                 let started = Instant::now();
-                let rates = run(bench, sides, cond, side, opts.secs)?;
+                let rates = run(bench, sides, cond, side, secs)?;
                 Ok((rates, others.fraction(started.elapsed().as_secs_f64())))
             })?;
             say(&format!(
                 "round {}/{}: {:<22} side {} {:>7.0} requests/s, other side {:>7.0} ({:.3})",
                 round + 1,
-                opts.rounds,
+                rounds,
                 cond.tool(),
                 ["a", "b"][side],
                 profiled,
@@ -361,7 +344,7 @@ impl Wrk {
         if let Some(stderr) = &mut self.child.stderr {
             let _ = stderr.read_to_string(&mut text);
         }
-        format!("wrk said: {}", super::tail(&text, 3))
+        format!("wrk said: {}", xtask::tail(&text, 3))
     }
 }
 

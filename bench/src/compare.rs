@@ -11,15 +11,16 @@ use std::{collections::HashSet, path::Path, thread};
 
 use anyhow::{Context, Result, bail};
 
-use super::{
-    Bench, BpfStats, EXIT_TIMEOUT, Instance, Ready, SETTLE, bpf_prog_ids, bpf_prog_stats,
-    nginx_log_reset, run_wrk, say,
+use crate::{
+    nginx::run_wrk,
+    process::{Instance, Ready, bpf_prog_ids, say},
+    tools::{Bench, BpfStats, EXIT_TIMEOUT, SETTLE, bpf_prog_stats},
 };
 
 /// The program compared: the one every context switch on the machine runs.
 const PROGRAM: &str = "sched_switch";
 
-pub(super) fn run(bench: &Bench, other: &Path, pairs: usize, secs: u64) -> Result<()> {
+pub fn run(bench: &Bench, other: &Path, pairs: usize, secs: u64) -> Result<()> {
     if !other.is_file() {
         bail!(
             "--against needs a profiler binary; {} is not a file",
@@ -34,7 +35,7 @@ pub(super) fn run(bench: &Bench, other: &Path, pairs: usize, secs: u64) -> Resul
         let mut both = 0.0;
         for this_first in [true, false] {
             let (this, theirs) = measure(bench, other, worker, secs, this_first)?;
-            nginx_log_reset(bench);
+            bench.log_reset();
             say(&format!(
                 "pair {}/{pairs}, {} first: this build {this:.0} ns/event, the other {theirs:.0} \
                  ns/event ({:.3})",

@@ -6,32 +6,46 @@
 use std::{
     fs,
     path::{Path, PathBuf},
-    process::{Child, Command, ExitCode, Stdio},
+    process::{Child, Command, Stdio},
     thread,
     time::Duration,
 };
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::bench::{self, Nginx, Scratch};
+use xtask::{
+    output,
+    packages::{self, Package},
+};
 
-pub fn run(root: &Path, args: &[std::ffi::OsString]) -> Result<ExitCode> {
-    let what = args.first().and_then(|a| a.to_str()).unwrap_or("");
-    let secs: u64 = args
-        .get(1)
-        .and_then(|a| a.to_str())
-        .map(str::parse)
-        .transpose()
-        .context("usage: cargo xtask demo nginx|postgres [SECONDS]")?
-        .unwrap_or(20);
+use crate::{
+    nginx::{NGINX_WORKERS, Nginx, Scratch, wrk_command},
+    tools::PACKAGES,
+};
+
+/// The services there are write-ups of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Service {
+    /// nginx under `wrk -t2 -c64`, next to offcputime and perf on the same worker.
+    Nginx,
+    /// A PostgreSQL backend under `pgbench -c 4 -j 2`.
+    Postgres,
+}
+
+/// What the PostgreSQL demo runs (pgbench ships with the server).
+const POSTGRES_PACKAGES: &[Package] = &[Package {
+    binary: "/usr/bin/pgbench",
+    name: "postgresql",
+    why: "the database server and pgbench, its load generator",
+}];
+
+pub fn run(root: &Path, service: Service, secs: u64) -> Result<()> {
     let out = root.join("target/demo");
     fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    match what {
-        "nginx" => nginx(root, &out, secs)?,
-        "postgres" => postgres(root, &out, secs)?,
-        _ => bail!("usage: cargo xtask demo nginx|postgres [SECONDS]"),
+    match service {
+        Service::Nginx => nginx(root, &out, secs),
+        Service::Postgres => postgres(root, &out, secs),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn say(what: &str) {
@@ -203,16 +217,16 @@ fn pct(v: f64) -> String {
 }
 
 fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
-    bench::ensure_packages()?;
-    let profiler = crate::build(root, false)?;
+    packages::ensure(PACKAGES)?;
+    let profiler = xtask::build(root, false)?;
     let scratch = Scratch::create()?;
-    let nginx = Nginx::start(&scratch.0, bench::NGINX_WORKERS)?;
+    let nginx = Nginx::start(&scratch.0, NGINX_WORKERS)?;
     let worker = nginx.workers()?[0];
     say(&format!(
         "nginx on 127.0.0.1:{}, profiling worker {worker} for {secs} s under wrk",
         nginx.port
     ));
-    let wrk = spawn(&mut bench::wrk_command(nginx.port, secs + 8), None, "wrk")?;
+    let wrk = spawn(&mut wrk_command(nginx.port, secs + 8), None, "wrk")?;
     thread::sleep(Duration::from_secs(2));
 
     let WallCapture {
@@ -254,7 +268,7 @@ fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
     finish(offcputime, "offcputime")?;
     // perf exits non-zero when its target detaches; its data is what matters.
     let _ = perf.wait_with_output();
-    let script = bench::output(
+    let script = output(
         Command::new("perf").args(["script", "-i"]).arg(&perf_data),
         "perf script",
     )?;
@@ -358,7 +372,7 @@ impl Postgres {
 
     /// PID of a backend serving pgbench.
     fn pgbench_backend(&self) -> Result<u32> {
-        let out = bench::output(
+        let out = output(
             Command::new("runuser")
                 .args(["-u", "postgres", "--", "psql", "-h"])
                 .arg(&self.dir)
@@ -390,25 +404,16 @@ impl Drop for Postgres {
 }
 
 fn as_postgres(cmd: &mut Command) -> Result<()> {
-    bench::output(cmd, "a PostgreSQL setup step").map(|_| ())
+    output(cmd, "a PostgreSQL setup step").map(|_| ())
 }
 
 fn postgres(root: &Path, out: &Path, secs: u64) -> Result<()> {
-    if !Path::new("/usr/bin/pgbench").exists() {
-        say("pgbench is missing: installing the Debian packages postgresql and postgresql-contrib");
-        bench::output(Command::new("apt-get").arg("update"), "apt-get update")?;
-        bench::output(
-            Command::new("apt-get")
-                .args(["install", "-y", "postgresql", "postgresql-contrib"])
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-            "apt-get install",
-        )?;
-    }
-    let profiler = crate::build(root, false)?;
+    packages::ensure(POSTGRES_PACKAGES)?;
+    let profiler = xtask::build(root, false)?;
     let scratch = Scratch::create()?;
     let pg = Postgres::start(&scratch.0)?;
     say("initialising pgbench tables (scale 10)");
-    bench::output(&mut pg.pgbench(&["-i", "-q", "-s", "10"]), "pgbench -i")?;
+    output(&mut pg.pgbench(&["-i", "-q", "-s", "10"]), "pgbench -i")?;
     let load = spawn(
         &mut pg.pgbench(&["-c", "4", "-j", "2", "-T", &(secs + 8).to_string()]),
         None,
@@ -436,7 +441,7 @@ fn postgres(root: &Path, out: &Path, secs: u64) -> Result<()> {
     let io = |f: &[&str]| f.last() == Some(&"[off-cpu:io]");
     let (_, io_us) = folded_share(&text, "", io);
     let (fdatasync, _) = folded_share(&text, "XLogFlush", io);
-    let summary = format!(
+    let figures = format!(
         "PostgreSQL backend under `pgbench -c 4 -j 2` (synchronous_commit=on), {secs} s: {:.2} s in \
          uninterruptible I/O, {} of it under `XLogFlush` (the commit's WAL flush). Outputs: {}, {}.\n",
         io_us as f64 / 1e6,
@@ -444,8 +449,8 @@ fn postgres(root: &Path, out: &Path, secs: u64) -> Result<()> {
         svg.display(),
         report.display()
     );
-    fs::write(out.join("postgres.md"), &summary)?;
-    println!("{summary}");
+    fs::write(out.join("postgres.md"), &figures)?;
+    println!("{figures}");
     print!("{}", fs::read_to_string(&summary).unwrap_or_default());
     drop(pg);
     Ok(())

@@ -1,0 +1,286 @@
+//! `cargo xtask bench` and `cargo xtask demo` (xtask runs this binary): what our profiler
+//! costs next to the anchors (libbpf-tools `offcputime`, `perf record --call-graph dwarf`),
+//! measured side by side in one run on a private nginx under wrk load, and the README's
+//! write-ups on real services.
+//!
+//! The bench measures in three phases, one module each:
+//! 1. **Throughput** (`throughput.rs`): a profiled nginx side against an unprofiled one
+//!    within the same 10 ms, one run per condition (`tools.rs`) per round, the order rotating
+//!    and the profiled side alternating. bpf_stats stays off here: its two clock reads per
+//!    program run would tax the BPF tools.
+//! 2. **BPF cost per event** (`cost.rs`), from bpf_stats.
+//! 3. **Post-processing and memory** (`post.rs`).
+//!
+//! Phases 2 and 3 use one nginx with two workers under `wrk -t2 -c64`, unpinned, one tool
+//! instance per worker. Each run first waits for a quiet machine and is repeated when other
+//! work disturbed it (`quiet.rs`). `report.rs` writes target/bench/latest.md.
+
+mod compare;
+mod cost;
+mod demo;
+mod nginx;
+mod post;
+mod process;
+mod quiet;
+mod report;
+mod throughput;
+mod tools;
+
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Instant,
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Args, Parser};
+
+use crate::{
+    nginx::{Layout, NGINX_WORKERS, Nginx, Scratch, run_wrk},
+    process::say,
+    report::{Machine, Report, Setup},
+    tools::{Bench, Condition, PACKAGES},
+};
+
+#[derive(Parser, Debug)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask")]
+enum Cli {
+    /// What the profiler costs next to offcputime and perf on nginx under wrk, then a fuzz run
+    /// of each parser; as root, installs what it needs; writes target/bench/latest.md.
+    Bench(Options),
+    /// Profile a real service under load, next to the anchors (the README's write-ups;
+    /// outputs in target/demo/).
+    Demo {
+        service: demo::Service,
+        /// Capture length.
+        #[arg(default_value_t = 20, value_name = "SECONDS")]
+        secs: u64,
+    },
+}
+
+#[derive(Args, Debug)]
+struct Options {
+    /// Rounds of the throughput and BPF-cost phases.
+    // Twelve, not the five the issue asks for: the default layout's noise floor is ~1.5 % per
+    // run and the goal is 2 %; twelve rounds put its standard error near 0.4 %.
+    #[arg(long, default_value_t = 12, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
+    /// Seconds of load per run.
+    #[arg(long, default_value_t = 6, value_name = "S",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    secs: u64,
+    /// A smoke test: 1 round of 3 s, a 3 s post-processing capture, 10 s of fuzzing per
+    /// target (overrides --rounds and --secs).
+    #[arg(long)]
+    quick: bool,
+    /// The throughput phase's worst case: each side is one worker and `wrk -t1 -c32`, all on
+    /// one CPU, so the worker is preempted at nearly every request.
+    #[arg(long)]
+    one_cpu: bool,
+    /// Only these conditions next to the baseline (default: all). Fewer conditions per round
+    /// put each one closer in time to its baseline.
+    #[arg(long, value_delimiter = ',', value_name = "wall,cpu,offcputime,perf")]
+    only: Vec<Condition>,
+    /// Only compare `sched_switch`'s BPF cost per event with another build of the profiler
+    /// (both on the same nginx worker at once, in both attach orders).
+    #[arg(long, value_name = "PROFILER_BINARY")]
+    against: Option<PathBuf>,
+}
+
+/// Capture length of the post-processing measurement (the README goal is for 20 s).
+const POST_SECS: u64 = 20;
+/// Seconds per fuzz target at the end of a full bench.
+const BENCH_FUZZ_SECS: u64 = 300;
+
+impl Options {
+    fn rounds(&self) -> usize {
+        if self.quick { 1 } else { self.rounds as usize }
+    }
+
+    fn secs(&self) -> u64 {
+        if self.quick { 3 } else { self.secs }
+    }
+
+    fn layout(&self) -> Layout {
+        if self.one_cpu {
+            Layout::OneCpu
+        } else {
+            Layout::Spread
+        }
+    }
+
+    /// The conditions measured: the baseline and what `--only` names (all by default).
+    fn conditions(&self) -> Vec<Condition> {
+        Condition::ALL
+            .into_iter()
+            .filter(|c| *c == Condition::Baseline || self.only.is_empty() || self.only.contains(c))
+            .collect()
+    }
+
+    /// The post-processing capture: 20 s as in the goal, shortened with `--quick`.
+    fn post_secs(&self) -> u64 {
+        if self.quick { self.secs() } else { POST_SECS }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let root = xtask::workspace_root();
+    let (prefix, result) = match cli {
+        Cli::Bench(opts) => ("bench", bench(&root, &opts)),
+        Cli::Demo { service, secs } => ("demo", demo::run(&root, service, secs)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{prefix}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The bench command as typed (`cargo xtask bench …`), for the report.
+fn typed_command(args: impl IntoIterator<Item = String>) -> String {
+    std::iter::once("cargo xtask".to_string())
+        .chain(args)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn bench(root: &Path, opts: &Options) -> Result<()> {
+    if !xtask::is_root() {
+        bail!(
+            "the bench installs packages, loads eBPF programs and sets sysctls: run it as root \
+             (sudo -E cargo xtask bench)"
+        );
+    }
+    let started = Instant::now();
+    xtask::packages::ensure(PACKAGES)?;
+    let binary = xtask::build(root, false)?;
+
+    let scratch = Scratch::create()?;
+    let nginx = Nginx::start(&scratch.0, NGINX_WORKERS)?;
+    let bench = Bench {
+        binary,
+        dir: scratch.0.clone(),
+        port: nginx.port,
+        workers: nginx.workers()?,
+        quiet: Default::default(),
+    };
+    say(&format!(
+        "nginx (workers {:?}) serves http://127.0.0.1:{}/; {} round(s) of {} s",
+        bench.workers,
+        bench.port,
+        opts.rounds(),
+        opts.secs()
+    ));
+    // Warm-up: first requests fault in nginx's pages and fill the page cache.
+    run_wrk(bench.port, if opts.quick { 1 } else { 3 })?;
+    if let Some(other) = &opts.against {
+        return compare::run(&bench, other, opts.rounds(), opts.secs());
+    }
+
+    let conditions = opts.conditions();
+    let throughput = {
+        let sides = throughput::Sides::start(&scratch.0, opts.layout())?;
+        say(&format!("throughput: {}", sides.describe()));
+        throughput::rounds(&bench, &sides, &conditions, opts.rounds(), opts.secs())?
+    };
+    let costs = cost::bpf_costs(&bench, &conditions, opts.rounds(), opts.secs())?;
+    let post = post::post_processing(&bench, opts.post_secs())?;
+    drop(nginx);
+
+    let setup = Setup {
+        command: typed_command(env::args().skip(1)),
+        rounds: opts.rounds(),
+        secs: opts.secs(),
+        layout: opts.layout(),
+    };
+    let report = Report {
+        setup: &setup,
+        machine: Machine::describe(root),
+        throughput: &throughput,
+        costs: &costs,
+        post: &post,
+        quiet: &bench.quiet.borrow(),
+        took: started.elapsed(),
+    }
+    .markdown();
+    print!("{report}");
+    let out_dir = root.join("target").join("bench");
+    fs::create_dir_all(&out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    let out = out_dir.join("latest.md");
+    fs::write(&out, &report).with_context(|| format!("cannot write {}", out.display()))?;
+    say(&format!("wrote {}", out.display()));
+
+    // The parsers that read files of untrusted processes get a longer fuzz run than CI's.
+    let fuzz_secs = if opts.quick { 10 } else { BENCH_FUZZ_SECS };
+    say(&format!("fuzzing each target for {fuzz_secs} s"));
+    xtask::fuzz::run(root, fuzz_secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bench(args: &[&str]) -> Result<Options, clap::Error> {
+        let argv = ["cargo xtask", "bench"]
+            .into_iter()
+            .chain(args.iter().copied());
+        match Cli::try_parse_from(argv)? {
+            Cli::Bench(o) => Ok(o),
+            Cli::Demo { .. } => panic!("parsed as demo"),
+        }
+    }
+
+    #[test]
+    fn bench_options_defaults_quick_and_errors() {
+        let o = bench(&[]).unwrap();
+        assert_eq!((o.rounds(), o.secs(), o.quick), (12, 6, false));
+        assert_eq!(o.layout(), Layout::Spread);
+        assert_eq!(o.post_secs(), POST_SECS);
+        assert_eq!(o.conditions(), Condition::ALL);
+        assert_eq!(bench(&["--one-cpu"]).unwrap().layout(), Layout::OneCpu);
+        let o = bench(&["--rounds", "7", "--secs", "20"]).unwrap();
+        assert_eq!((o.rounds(), o.secs()), (7, 20));
+        let o = bench(&["--quick", "--rounds", "7"]).unwrap();
+        assert_eq!((o.rounds(), o.secs(), o.post_secs()), (1, 3, 3));
+        let o = bench(&["--only", "wall,offcputime"]).unwrap();
+        assert_eq!(
+            o.conditions(),
+            [Condition::Baseline, Condition::Wall, Condition::Offcputime]
+        );
+        let o = bench(&["--against", "/tmp/old-profiler"]).unwrap();
+        assert_eq!(o.against, Some(PathBuf::from("/tmp/old-profiler")));
+        assert!(bench(&["--rounds"]).is_err());
+        assert!(bench(&["--rounds", "0"]).is_err());
+        assert!(bench(&["--only", "baseline"]).is_err());
+        assert!(bench(&["--only", "frob"]).is_err());
+        assert!(bench(&["--frobnicate"]).is_err());
+    }
+
+    #[test]
+    fn demo_takes_a_service_and_seconds() {
+        let argv = |a: &[&'static str]| ["cargo xtask", "demo"].into_iter().chain(a.to_vec());
+        let parsed = Cli::try_parse_from(argv(&["postgres", "15"])).unwrap();
+        assert!(matches!(
+            parsed,
+            Cli::Demo {
+                service: demo::Service::Postgres,
+                secs: 15
+            }
+        ));
+        let parsed = Cli::try_parse_from(argv(&["nginx"])).unwrap();
+        assert!(matches!(parsed, Cli::Demo { secs: 20, .. }));
+        assert!(Cli::try_parse_from(argv(&["mysql"])).is_err());
+        assert!(Cli::try_parse_from(argv(&[])).is_err());
+    }
+
+    #[test]
+    fn the_report_names_the_command_as_typed() {
+        let args = ["bench", "--rounds", "7"].map(String::from);
+        assert_eq!(typed_command(args), "cargo xtask bench --rounds 7");
+    }
+}
