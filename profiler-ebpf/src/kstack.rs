@@ -18,6 +18,12 @@
 //!
 //! A frame the check does not find where it was is a miss, never a wrong stack; the memo only
 //! decides between "the same stack" and "unwind".
+//!
+//! One syscall often waits at several places: an `fdatasync` waits for its pages' writeback
+//! and then for the device flush, a `read` for the pipe or for a lock. So each (thread,
+//! syscall) keeps the last [`SLOTS`] stacks seen there, and a check tries them most recent
+//! first; in-kernel preemptions (at `cond_resched` points of long kernel loops) are memoised
+//! the same way under their own key.
 
 use core::ffi::c_void;
 
@@ -47,13 +53,31 @@ const REGION_WORDS: usize = 512;
 const MAX_PREFIX: u32 = 2;
 /// Words compared per `bpf_loop` step.
 const WORDS_PER_STEP: u32 = 4;
+/// Stacks remembered per (thread, syscall): the places one syscall waits at (an `fsync`: two
+/// or three).
+const SLOTS: usize = 4;
+/// Compare steps per slot.
+const STEPS_PER_SLOT: u32 = MEMO_FRAMES as u32 / WORDS_PER_STEP;
+// `remember` shifts the slots by hand.
+const _: () = assert!(SLOTS == 4);
+
+/// Set in `MemoKey::place` for a preemption inside the kernel (not a sleep).
+const PREEMPTED: u32 = 1 << 31;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct MemoKey {
     tid: u32,
-    /// `orig_ax` of the user registers: the syscall (or -1 for a fault).
-    syscall: u32,
+    /// `orig_ax` of the user registers: the syscall (or -1 for a fault), with [`PREEMPTED`]
+    /// for an in-kernel preemption.
+    place: u32,
+}
+
+/// The stacks last seen at one (thread, syscall), slot 0 the most recent.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct KernelMemos {
+    slots: [KernelMemo; SLOTS],
 }
 
 #[repr(C)]
@@ -71,10 +95,10 @@ struct KernelMemo {
     values: [u64; MEMO_FRAMES],
 }
 
-/// The last unwind at each (thread, syscall). LRU: a forgotten memo only costs an unwind.
-/// 8192 entries of ~0.3 KiB.
+/// The last unwinds at each (thread, syscall). LRU: a forgotten memo only costs an unwind.
+/// 8192 entries of ~1.4 KiB.
 #[map]
-static KERNEL_MEMO: LruHashMap<MemoKey, KernelMemo> = LruHashMap::with_max_entries(8192, 0);
+static KERNEL_MEMO: LruHashMap<MemoKey, KernelMemos> = LruHashMap::with_max_entries(8192, 0);
 
 /// Per-CPU working space: the copy of the stack above `ctx`, and a scan's progress. The scan
 /// state lives here, in map memory, so that the verifier sees unknown values rather than
@@ -93,6 +117,8 @@ struct Work {
     /// Words being copied.
     copy_words: u32,
     memo: KernelMemo,
+    /// A new entry is built here: slot 0 the memo, the other slots empty (count 0).
+    fresh: KernelMemos,
     copy: [u64; REGION_WORDS],
 }
 
@@ -108,10 +134,11 @@ struct Place {
     regs: u64,
 }
 
-/// The kernel stack of the current thread, switching out to sleep in the kernel.
+/// The kernel stack of the current thread, switching out to sleep in the kernel
+/// (`preempted`: preempted inside the kernel).
 #[inline(always)]
-pub fn sleep_stack<C: EbpfContext>(ctx: &C, tid: u32) -> u64 {
-    let Some(place) = place(ctx, tid) else {
+pub fn switch_stack<C: EbpfContext>(ctx: &C, tid: u32, preempted: bool) -> u64 {
+    let Some(place) = place(ctx, tid, preempted) else {
         return stack::kernel_stack(ctx, Scratch::Switch);
     };
     if let Some(id) = recognise(&place) {
@@ -127,7 +154,7 @@ pub fn sleep_stack<C: EbpfContext>(ctx: &C, tid: u32) -> u64 {
 }
 
 #[inline(always)]
-fn place<C: EbpfContext>(ctx: &C, tid: u32) -> Option<Place> {
+fn place<C: EbpfContext>(ctx: &C, tid: u32, preempted: bool) -> Option<Place> {
     // SAFETY: the current task always exists; the helper returns where its user registers are
     // saved, at the top of its kernel stack.
     let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs };
@@ -152,72 +179,112 @@ fn place<C: EbpfContext>(ctx: &C, tid: u32) -> Option<Place> {
         return None;
     }
     Some(Place {
-        key: MemoKey { tid, syscall },
+        key: MemoKey {
+            tid,
+            place: if preempted {
+                syscall | PREEMPTED
+            } else {
+                syscall & !PREEMPTED
+            },
+        },
         ctx: ctx_addr,
         regs,
     })
 }
 
-/// The memo's stack id if the root frame and every recorded word are unchanged.
+/// The stack id of the most recent slot whose root frame and every recorded word are
+/// unchanged.
 #[inline(always)]
 fn recognise(place: &Place) -> Option<u64> {
     // SAFETY: read-only use of the LRU entry while this program runs.
-    let memo = unsafe { KERNEL_MEMO.get(&place.key) }?;
-    if memo.count == 0 || memo.count > MEMO_FRAMES as u32 || memo.span > REGION_WORDS as u32 {
-        return None;
+    let memos = unsafe { KERNEL_MEMO.get(&place.key) }?;
+    let root = read_kernel(place.regs.wrapping_sub(8))?;
+    // One copy of the stack for all slots: as far up as the furthest of them reaches, but
+    // not past the user registers (a deeper place's memo would read off the top of this
+    // stack, and the read would fail).
+    let live = ((place.regs - place.ctx) / 8) as u32;
+    let mut span = 0;
+    let mut candidates = 0u32;
+    for (i, memo) in memos.slots.iter().enumerate() {
+        if memo.count == 0
+            || memo.count > MEMO_FRAMES as u32
+            || memo.span > REGION_WORDS as u32
+            || memo.span > live
+            || memo.root != root
+        {
+            continue;
+        }
+        candidates |= 1 << i;
+        if memo.span > span {
+            span = memo.span;
+        }
     }
-    if read_kernel(place.regs.wrapping_sub(8)) != Some(memo.root) {
+    if candidates == 0 {
         return None;
     }
     let work = WORK.get_ptr_mut(0)?;
     // SAFETY: per-CPU working space owned by this program while it runs.
     let work = unsafe { &mut *work };
-    copy_region(work, place.ctx, memo.span)?;
+    copy_region(work, place.ctx, span)?;
     let mut check = Check {
-        memo: memo as *const KernelMemo,
-        count: memo.count,
-        mismatch: 0,
+        memos: memos as *const KernelMemos,
+        candidates,
+        found: u32::MAX,
     };
     // SAFETY: `compare` has bpf_loop's callback signature; `check` outlives the call and the
     // memo entry stays valid while this program runs.
     unsafe {
         bpf_loop(
-            memo.count.div_ceil(WORDS_PER_STEP),
+            SLOTS as u32 * STEPS_PER_SLOT,
             compare as *mut c_void,
             (&mut check as *mut Check).cast(),
             0,
         );
     }
-    (check.mismatch == 0).then_some(memo.stack_id)
+    let found = memos.slots.get(check.found as usize)?;
+    Some(found.stack_id)
 }
 
 #[repr(C)]
 struct Check {
-    memo: *const KernelMemo,
-    count: u32,
-    mismatch: u32,
+    memos: *const KernelMemos,
+    /// Slots still in the running, one bit each.
+    candidates: u32,
+    /// The first slot all of whose words matched.
+    found: u32,
 }
 
+/// Step `slot * STEPS_PER_SLOT + chunk` compares words `4 * chunk ..` of that slot; a slot is
+/// dropped at its first difference, and the first slot to match to its end wins.
 #[inline(never)]
 extern "C" fn compare(step: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: bpf_loop hands back `recognise`'s `Check`.
     let check = unsafe { &mut *(ctx as *mut Check) };
     let Some(work) = WORK.get(0) else {
-        check.mismatch = 1;
         return 1;
     };
+    let slot = (step as u32 / STEPS_PER_SLOT) as usize & (SLOTS - 1);
+    if check.candidates & (1 << slot) == 0 {
+        return 0;
+    }
+    // SAFETY: the memo entry stays valid while the caller runs.
+    let memo = unsafe { &(*check.memos).slots[slot] };
     for j in 0..WORDS_PER_STEP {
-        let n = step as u32 * WORDS_PER_STEP + j;
-        if n >= check.count {
+        let n = (step as u32 % STEPS_PER_SLOT) * WORDS_PER_STEP + j;
+        if n >= memo.count {
+            check.found = slot as u32;
             return 1;
         }
         let i = n as usize & (MEMO_FRAMES - 1);
-        // SAFETY: the memo entry stays valid while the caller runs.
-        let (word, value) = unsafe { ((*check.memo).words[i], (*check.memo).values[i]) };
-        if work.copy[word as usize & (REGION_WORDS - 1)] != value {
-            check.mismatch = 1;
-            return 1;
+        if work.copy[memo.words[i] as usize & (REGION_WORDS - 1)] != memo.values[i] {
+            check.candidates &= !(1 << slot);
+            return 0;
         }
+    }
+    if (step as u32 % STEPS_PER_SLOT) == STEPS_PER_SLOT - 1 {
+        // All MEMO_FRAMES words matched.
+        check.found = slot as u32;
+        return 1;
     }
     0
 }
@@ -265,7 +332,22 @@ fn remember(place: &Place, stack_id: u64, frames: u64) {
     }
     work.memo.stack_id = stack_id;
     work.memo.root = root;
-    let _ = KERNEL_MEMO.insert(&place.key, &work.memo, 0);
+    match KERNEL_MEMO.get_ptr_mut(&place.key) {
+        // The newest first: the others move down a slot, the oldest is forgotten.
+        // SAFETY: the entry is this thread's, written by its own switch-outs only.
+        Some(memos) => unsafe {
+            let slots = &mut (*memos).slots;
+            slots[3] = slots[2];
+            slots[2] = slots[1];
+            slots[1] = slots[0];
+            slots[0] = work.memo;
+        },
+        None => {
+            // Slots 1.. of `fresh` stay empty: only slot 0 is ever written.
+            work.fresh.slots[0] = work.memo;
+            let _ = KERNEL_MEMO.insert(&place.key, &work.fresh, 0);
+        }
+    }
 }
 
 /// Looks for the next frames in words `step * 4 ..` of the copy, lowest first.

@@ -271,12 +271,10 @@ fn wait_start(
     let returning_to_user = !out.preempt && out.prev_state == task_state::RUNNING;
     let kernel_stack = if cfg.flags & config_flags::KERNEL_STACKS == 0 || returning_to_user {
         stack_id::EMPTY
-    } else if out.preempt {
-        // Preempted anywhere in the kernel: rare, and seldom twice at the same place.
-        stack::kernel_stack(ctx, Scratch::Switch)
     } else {
-        // Going to sleep: again and again at the same few places.
-        kstack::sleep_stack(ctx, out.tid)
+        // Going to sleep (again and again at the same few places), or preempted inside the
+        // kernel (at the `cond_resched` points of its long loops).
+        kstack::switch_stack(ctx, out.tid, out.preempt)
     };
     let user_stack = if cfg.flags & config_flags::USER_STACKS != 0 {
         // Threads of a service stop at a handful of places (the syscalls of their loop, and

@@ -28,6 +28,7 @@ fn compare_with_schedstat(workload: &Workload, name: &str, mode: &str) -> Value 
     let secs = SECS.to_string();
     let mut args = capture_args(&pid, &secs, &out);
     args.extend_from_slice(&["--mode", mode, "--report", report.to_str().unwrap()]);
+    prompt();
     let capturing = Capturing::start(&args);
     let before = schedstat(workload.pid());
     std::thread::sleep(Duration::from_secs(SECS));
@@ -147,6 +148,7 @@ fn cpu_mode_samples_agree_with_schedstat_or_say_why() {
         "--report",
         report.to_str().unwrap(),
     ]);
+    prompt();
     let capturing = Capturing::start(&args);
     let before = schedstat(workload.pid());
     std::thread::sleep(Duration::from_secs(SECS));

@@ -15,6 +15,7 @@ fn on_cpu_samples_match_the_frequency_and_carry_the_call_chain() {
     let workload = Workload::spawn(Build::FramePointers, &["spin"]);
     let out = outputs("on-cpu-spin");
     let pid = workload.pid().to_string();
+    prompt();
     let capturing = Capturing::start(&[
         "--pid",
         &pid,
