@@ -138,6 +138,9 @@ pub mod config_flags {
     /// switch programs and the start snapshot, which give them their time baseline; the
     /// sampler only names threads it finds there.
     pub const SWITCHES: u32 = 1 << 5;
+    /// Unwind every stack even when a memo recognises it, and count disagreements
+    /// (`--verify-memos`, for tests).
+    pub const VERIFY_MEMOS: u32 = 1 << 6;
 }
 
 /// Where a wakeup ran (`WaitStart::waker_context`, `WakerKey::waker_context`).
@@ -978,6 +981,9 @@ pub enum Counter {
     /// Waits left out of their site's latency histogram because the histogram table was full
     /// (their time and count still count).
     SiteHistsFull,
+    /// With `--verify-memos`: stacks a memo recognised that a full unwind disagreed with (the
+    /// unwound one is kept). Must stay 0.
+    MemoDisagreements,
 }
 
 /// What a counter counts: something lost (the user must see it, with the flag that avoids it)
@@ -989,7 +995,7 @@ pub enum CounterKind {
 }
 
 impl Counter {
-    pub const COUNT: u32 = 20;
+    pub const COUNT: u32 = 21;
 
     /// Every counter is one or the other: the match has no wildcard, so a new counter must be
     /// classified before it compiles.
@@ -1000,7 +1006,7 @@ impl Counter {
             | WaitsMapFull | ThreadsFull | WakersMapFull | SiteHistsFull => CounterKind::Loss,
             Samples | SwitchesOut | Waits | WaitsFiltered | MissedSwitchIns | Wakeups
             | UnwindMemoHits | UnwindMemoMisses | UnwindFrames | RowCacheMisses
-            | KernelMemoHits | KernelMemoMisses => CounterKind::Event,
+            | KernelMemoHits | KernelMemoMisses | MemoDisagreements => CounterKind::Event,
         }
     }
 
@@ -1028,6 +1034,7 @@ impl Counter {
             KernelMemoHits => "kernel_memo_hits",
             KernelMemoMisses => "kernel_memo_misses",
             SiteHistsFull => "site_hists_full",
+            MemoDisagreements => "memo_disagreements",
         }
     }
 
@@ -1072,6 +1079,7 @@ impl Counter {
         Counter::KernelMemoHits,
         Counter::KernelMemoMisses,
         Counter::SiteHistsFull,
+        Counter::MemoDisagreements,
     ];
 }
 

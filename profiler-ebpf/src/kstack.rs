@@ -36,10 +36,13 @@ use aya_ebpf::{
     macros::map,
     maps::{LruHashMap, PerCpuArray},
 };
-use profiler_common::{Counter, stack_id};
+use profiler_common::{Counter, config_flags, stack_id};
+
+/// [`recognised`] slot of kernel stacks.
+const KERNEL: u32 = 1;
 
 use crate::{
-    maps::{SCRATCH, Scratch, count},
+    maps::{SCRATCH, Scratch, count, recognised},
     stack,
 };
 
@@ -141,13 +144,26 @@ pub fn switch_stack<C: EbpfContext>(ctx: &C, tid: u32, preempted: bool) -> u64 {
     let Some(place) = place(ctx, tid, preempted) else {
         return stack::kernel_stack(ctx, Scratch::Switch);
     };
-    if let Some(id) = recognise(&place) {
-        count(Counter::KernelMemoHits);
-        return id;
+    match recognise(&place) {
+        Some(id) if crate::config().flags & config_flags::VERIFY_MEMOS == 0 => {
+            count(Counter::KernelMemoHits);
+            return id;
+        }
+        Some(id) => {
+            count(Counter::KernelMemoHits);
+            recognised(KERNEL, Some(id));
+        }
+        None => {
+            count(Counter::KernelMemoMisses);
+            recognised(KERNEL, Some(0));
+        }
     }
-    count(Counter::KernelMemoMisses);
     let (id, frames) = stack::kernel_stack_kept(ctx, Scratch::Switch);
-    if id & stack_id::RESERVED == 0 {
+    let seen = recognised(KERNEL, None);
+    if seen != 0 && seen != id {
+        count(Counter::MemoDisagreements);
+    }
+    if seen == 0 && id & stack_id::RESERVED == 0 {
         remember(&place, id, frames);
     }
     id

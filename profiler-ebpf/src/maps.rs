@@ -52,6 +52,31 @@ pub static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
 #[map]
 pub static SCRATCH: PerCpuArray<Stack> = PerCpuArray::with_max_entries(Scratch::COUNT, 0);
 
+/// `--verify-memos`: the stack id a memo recognised (0: none), kept in map memory across the
+/// full unwind that checks it, so the verifier sees one path through that unwind instead of a
+/// "recognised" and a "not recognised" copy (which together exceed its budget). Index 0 for
+/// user stacks, 1 for kernel stacks.
+#[map]
+pub static RECOGNISED: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+
+/// Remembers (`Some`) or reads back (`None`) what a memo recognised; see [`RECOGNISED`].
+#[inline(always)]
+pub fn recognised(side: u32, set: Option<u64>) -> u64 {
+    let Some(slot) = RECOGNISED.get_ptr_mut(side) else {
+        return 0;
+    };
+    // SAFETY: per-CPU slot owned by this program while it runs.
+    unsafe {
+        match set {
+            Some(id) => {
+                core::ptr::write_volatile(slot, id);
+                id
+            }
+            None => core::ptr::read_volatile(slot),
+        }
+    }
+}
+
 /// Where a new site histogram is built: at 3.3 KiB it does not fit the BPF stack. All zeros
 /// between uses.
 #[map]

@@ -19,8 +19,11 @@ use profiler_common::{
     hash_step, stack_id,
 };
 
+/// [`recognised`] slot of user stacks.
+const USER: u32 = 0;
+
 use crate::{
-    maps::{SCRATCH, STACKS, Scratch, add, count},
+    maps::{SCRATCH, STACKS, Scratch, add, count, recognised},
     unwind,
 };
 
@@ -91,17 +94,30 @@ pub fn user_stack<C: EbpfContext>(
     let memo = memo_tid.is_some();
     let key = unwind::MemoKey::new(memo_tid.unwrap_or(0), ip, sp);
     if memo {
-        if let Some(id) = unwind::memo_lookup(&key, bp, scratch) {
-            count(Counter::UnwindMemoHits);
-            return id;
+        match unwind::memo_lookup(&key, bp, scratch) {
+            Some(id) if crate::config().flags & config_flags::VERIFY_MEMOS == 0 => {
+                count(Counter::UnwindMemoHits);
+                return id;
+            }
+            Some(id) => {
+                count(Counter::UnwindMemoHits);
+                recognised(USER, Some(id));
+            }
+            None => {
+                count(Counter::UnwindMemoMisses);
+                recognised(USER, Some(0));
+            }
         }
-        count(Counter::UnwindMemoMisses);
     }
     let copy_len = unwind::copy_stack(scratch, sp, unwind::COPY_WORDS as u32);
     let (n, hash) = unwind::unwind(scratch, ip, sp, bp, copy_len, memo);
     add(Counter::UnwindFrames, n);
     let id = store_hashed(scratch, n, hash);
-    if memo && id & stack_id::RESERVED == 0 {
+    let seen = if memo { recognised(USER, None) } else { 0 };
+    if seen != 0 && seen != id {
+        count(Counter::MemoDisagreements);
+    }
+    if memo && seen == 0 && id & stack_id::RESERVED == 0 {
         unwind::memo_store(&key, scratch, id);
     }
     id

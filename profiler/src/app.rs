@@ -227,6 +227,7 @@ async fn capture(
         max_stacks: args.max_stacks,
         max_keys: args.max_keys,
         max_threads: args.max_threads,
+        verify_memos: args.verify_memos,
         verbose,
         irq_entry: std::fs::read_to_string("/proc/kallsyms")
             .map(|text| kernel::interrupt_entry_ranges(&text))

@@ -152,6 +152,11 @@ pub struct Args {
     /// Number of threads tracked in the kernel.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_THREADS, value_parser = table_size)]
     pub max_threads: u32,
+
+    /// Unwind every stack even when a memo recognises it, and count the disagreements
+    /// (`memo_disagreements` in the JSON report): for tests, at the cost of the memos' saving.
+    #[arg(long, hide = true)]
+    pub verify_memos: bool,
 }
 
 /// `--max-stacks`, `--max-keys`, `--max-threads`: the `max_entries` of in-kernel maps. The

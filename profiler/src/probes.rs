@@ -76,6 +76,8 @@ pub struct ProbeConfig {
     pub max_stacks: u32,
     pub max_keys: u32,
     pub max_threads: u32,
+    /// Unwind even recognised stacks and count disagreements (`--verify-memos`).
+    pub verify_memos: bool,
     pub verbose: u8,
     /// Interrupt entry text, from [`crate::kernel::interrupt_entry_ranges`].
     pub irq_entry: [u64; 2 * profiler_common::IRQ_ENTRY_RANGES],
@@ -97,6 +99,9 @@ fn flags(cfg: &ProbeConfig) -> u32 {
     }
     if cfg.mode.traces_switches() {
         flags |= config_flags::SWITCHES;
+    }
+    if cfg.verify_memos {
+        flags |= config_flags::VERIFY_MEMOS;
     }
     flags
 }

@@ -134,6 +134,7 @@ impl Workload {
                 | Some(&"fsync")
                 | Some(&"accuracy")
                 | Some(&"sleeps")
+                | Some(&"sites")
         ) {
             // Wait until every thread exists.
             let stdout = child.stdout.take().expect("piped stdout");
