@@ -714,9 +714,12 @@ pub struct CycleInput {
     /// That wait is a wait for a CPU from the start (preempted, or just created).
     pub runqueue_wait: bool,
     /// `se.sum_exec_runtime` and `sched_info.run_delay` grew by these over the cycle, when
-    /// known.
-    pub exec_delta: Option<u64>,
-    pub delay_delta: Option<u64>,
+    /// known (`*_known`). Plain numbers, not `Option`s: LLVM computes with an `Option`'s
+    /// payload before testing it, and the verifier rejects reading that undefined register.
+    pub exec_delta: u64,
+    pub exec_known: bool,
+    pub delay_delta: u64,
+    pub delay_known: bool,
 }
 
 /// How one cycle splits. `on_ns + runnable_ns + blocked_ns` is the cycle's length.
@@ -749,24 +752,22 @@ pub const fn split_cycle(c: &CycleInput) -> Cycle {
     }
     let switched_in = c.in_ns > c.from_ns && c.in_ns <= c.to_ns;
     let traced = if switched_in { c.to_ns - c.in_ns } else { 0 };
-    let on = match c.exec_delta {
-        Some(d) => min(d, cycle),
-        None => traced,
+    let on = if c.exec_known {
+        min(c.exec_delta, cycle)
+    } else {
+        traced
     };
     let off = cycle - on;
     let runnable = if c.runqueue_wait {
         off
+    } else if c.delay_known {
+        min(c.delay_delta, off)
     } else {
-        match c.delay_delta {
-            Some(d) => min(d, off),
-            None => {
-                let end = if switched_in { c.in_ns } else { c.to_ns };
-                if c.wake_ns >= c.from_ns && c.wake_ns < end {
-                    min(end - c.wake_ns, off)
-                } else {
-                    0
-                }
-            }
+        let end = if switched_in { c.in_ns } else { c.to_ns };
+        if c.wake_ns >= c.from_ns && c.wake_ns < end {
+            min(end - c.wake_ns, off)
+        } else {
+            0
         }
     };
     Cycle {
@@ -1177,8 +1178,10 @@ mod tests {
             wake_ns: 6_000,
             waiting,
             runqueue_wait,
-            exec_delta: None,
-            delay_delta: None,
+            exec_delta: 0,
+            exec_known: false,
+            delay_delta: 0,
+            delay_known: false,
         }
     }
 
@@ -1186,8 +1189,10 @@ mod tests {
     fn a_cycle_splits_by_the_schedulers_counters_when_known() {
         // 10 µs cycle: the kernel charged 4 µs of CPU and 1 µs of run-queue wait.
         let c = split_cycle(&CycleInput {
-            exec_delta: Some(4_000),
-            delay_delta: Some(1_000),
+            exec_delta: 4_000,
+            exec_known: true,
+            delay_delta: 1_000,
+            delay_known: true,
             ..cycle(true, false)
         });
         assert_eq!(
@@ -1201,8 +1206,10 @@ mod tests {
         );
         // Counters beyond the cycle (read late) are capped by it.
         let c = split_cycle(&CycleInput {
-            exec_delta: Some(50_000),
-            delay_delta: Some(50_000),
+            exec_delta: 50_000,
+            exec_known: true,
+            delay_delta: 50_000,
+            delay_known: true,
             ..cycle(true, false)
         });
         assert_eq!((c.on_ns, c.runnable_ns, c.blocked_ns), (10_000, 0, 0));
@@ -1242,8 +1249,10 @@ mod tests {
                     for in_ns in [0, 1_000, 8_000, 11_000, 12_000] {
                         let c = split_cycle(&CycleInput {
                             in_ns,
-                            exec_delta: exec,
-                            delay_delta: delay,
+                            exec_delta: exec.unwrap_or(0),
+                            exec_known: exec.is_some(),
+                            delay_delta: delay.unwrap_or(0),
+                            delay_known: delay.is_some(),
                             ..cycle(waiting, rq)
                         });
                         assert_eq!(c.on_ns + c.runnable_ns + c.blocked_ns, 10_000, "{c:?}");

@@ -38,11 +38,8 @@ use aya_ebpf::{
 };
 use profiler_common::{Counter, config_flags, stack_id};
 
-/// [`recognised`] slot of kernel stacks.
-const KERNEL: u32 = 1;
-
 use crate::{
-    maps::{SCRATCH, Scratch, count, recognised},
+    maps::{SCRATCH, Scratch, Stash, count, stash, unstash},
     stack,
 };
 
@@ -51,9 +48,10 @@ use crate::{
 const MEMO_FRAMES: usize = 32;
 /// How far above `ctx` frames are looked for: 4 KiB, a quarter of the kernel stack.
 const REGION_WORDS: usize = 512;
-/// Frames at the start of the unwind that lie below `ctx` (this program's own, and the return
-/// into `bpf_trace_run4`): the same for every call, so a memo need not find them.
-const MAX_PREFIX: u32 = 2;
+/// Frames at the start of the unwind that lie below `ctx` (this program's own, the
+/// subprograms it called to get here, and the return into `bpf_trace_run4`): the same for every
+/// call, so a memo need not find them.
+const MAX_PREFIX: u32 = 4;
 /// Words compared per `bpf_loop` step.
 const WORDS_PER_STEP: u32 = 4;
 /// Stacks remembered per (thread, syscall): the places one syscall waits at (an `fsync`: two
@@ -151,15 +149,15 @@ pub fn switch_stack<C: EbpfContext>(ctx: &C, tid: u32, preempted: bool) -> u64 {
         }
         Some(id) => {
             count(Counter::KernelMemoHits);
-            recognised(KERNEL, Some(id));
+            stash(Stash::KernelRecognised, id);
         }
         None => {
             count(Counter::KernelMemoMisses);
-            recognised(KERNEL, Some(0));
+            stash(Stash::KernelRecognised, 0);
         }
     }
     let (id, frames) = stack::kernel_stack_kept(ctx, Scratch::Switch);
-    let seen = recognised(KERNEL, None);
+    let seen = unstash(Stash::KernelRecognised);
     if seen != 0 && seen != id {
         count(Counter::MemoDisagreements);
     }

@@ -52,28 +52,57 @@ pub static CONTROL: Array<Control> = Array::with_max_entries(1, 0);
 #[map]
 pub static SCRATCH: PerCpuArray<Stack> = PerCpuArray::with_max_entries(Scratch::COUNT, 0);
 
-/// `--verify-memos`: the stack id a memo recognised (0: none), kept in map memory across the
-/// full unwind that checks it, so the verifier sees one path through that unwind instead of a
-/// "recognised" and a "not recognised" copy (which together exceed its budget). Index 0 for
-/// user stacks, 1 for kernel stacks.
+/// Values parked in map memory across a stretch of code, so the verifier sees them as unknown
+/// numbers rather than following each of their possible origins through that code: a stack id
+/// that came from one of several stack paths, carried through the wait accounting, would make
+/// it verify the accounting once per path (together more than its budget). Indexed by
+/// [`Stash`].
 #[map]
-pub static RECOGNISED: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+pub static STASH: PerCpuArray<u64> = PerCpuArray::with_max_entries(Stash::COUNT, 0);
 
-/// Remembers (`Some`) or reads back (`None`) what a memo recognised; see [`RECOGNISED`].
+#[derive(Clone, Copy)]
+#[repr(u32)]
+pub enum Stash {
+    /// `--verify-memos`: the user stack a memo recognised (0: none) while a full unwind checks it.
+    UserRecognised = 0,
+    /// The same for kernel stacks.
+    KernelRecognised = 1,
+    /// The stacks of the wait a switch-out begins, until it is written to the thread's entry.
+    UserStack = 2,
+    KernelStack = 3,
+    /// [`opaque`]'s slot.
+    Opaque = 4,
+}
+
+impl Stash {
+    const COUNT: u32 = 5;
+}
+
+/// `v`, as a number the verifier knows nothing about: a value computed along many branches
+/// (a histogram bucket from a binary search, a time split by several minimums) would otherwise
+/// make it verify everything after it once per branch.
 #[inline(always)]
-pub fn recognised(side: u32, set: Option<u64>) -> u64 {
-    let Some(slot) = RECOGNISED.get_ptr_mut(side) else {
-        return 0;
-    };
-    // SAFETY: per-CPU slot owned by this program while it runs.
-    unsafe {
-        match set {
-            Some(id) => {
-                core::ptr::write_volatile(slot, id);
-                id
-            }
-            None => core::ptr::read_volatile(slot),
-        }
+pub fn opaque(v: u64) -> u64 {
+    stash(Stash::Opaque, v);
+    unstash(Stash::Opaque)
+}
+
+/// Parks `v` in `slot` (this CPU's).
+#[inline(always)]
+pub fn stash(slot: Stash, v: u64) {
+    if let Some(p) = STASH.get_ptr_mut(slot as u32) {
+        // SAFETY: per-CPU slot owned by this program while it runs.
+        unsafe { core::ptr::write_volatile(p, v) };
+    }
+}
+
+/// What [`stash`] parked in `slot` (0 if nothing could be).
+#[inline(always)]
+pub fn unstash(slot: Stash) -> u64 {
+    match STASH.get_ptr_mut(slot as u32) {
+        // SAFETY: as in `stash`.
+        Some(p) => unsafe { core::ptr::read_volatile(p) },
+        None => 0,
     }
 }
 

@@ -13,7 +13,7 @@ use profiler_common::{
 
 use crate::{
     config,
-    maps::{SAMPLES, Scratch, THREADS, capture_start, count},
+    maps::{SAMPLES, Scratch, THREADS, capture_start, count, opaque},
     stack,
 };
 
@@ -39,12 +39,12 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
     }
 
     let kernel_stack = if cfg.flags & config_flags::KERNEL_STACKS != 0 {
-        stack::kernel_stack(&ctx, Scratch::Sample)
+        sample_kernel_stack(&ctx)
     } else {
         stack_id::EMPTY
     };
     let user_stack = if cfg.flags & config_flags::USER_STACKS != 0 {
-        stack::user_stack(&ctx, Scratch::Sample, Some(ctx.ctx), None)
+        sample_user_stack(&ctx)
     } else {
         stack_id::EMPTY
     };
@@ -80,6 +80,18 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
 
     remember_thread(cfg.flags, tid, started);
     0
+}
+
+/// Out of line (a BPF subprogram), as `switch`'s stack takers: the verifier then checks what
+/// follows once, not once per path through the stack code.
+#[inline(never)]
+fn sample_kernel_stack(ctx: &PerfEventContext) -> u64 {
+    opaque(stack::kernel_stack(ctx, Scratch::Sample))
+}
+
+#[inline(never)]
+fn sample_user_stack(ctx: &PerfEventContext) -> u64 {
+    opaque(stack::user_stack(ctx, Scratch::Sample, Some(ctx.ctx), None))
 }
 
 /// Keeps the thread's current name (threads often rename themselves right after they start)

@@ -19,11 +19,8 @@ use profiler_common::{
     hash_step, stack_id,
 };
 
-/// [`recognised`] slot of user stacks.
-const USER: u32 = 0;
-
 use crate::{
-    maps::{SCRATCH, STACKS, Scratch, add, count, recognised},
+    maps::{SCRATCH, STACKS, Scratch, Stash, add, count, stash, unstash},
     unwind,
 };
 
@@ -101,11 +98,11 @@ pub fn user_stack<C: EbpfContext>(
             }
             Some(id) => {
                 count(Counter::UnwindMemoHits);
-                recognised(USER, Some(id));
+                stash(Stash::UserRecognised, id);
             }
             None => {
                 count(Counter::UnwindMemoMisses);
-                recognised(USER, Some(0));
+                stash(Stash::UserRecognised, 0);
             }
         }
     }
@@ -113,7 +110,11 @@ pub fn user_stack<C: EbpfContext>(
     let (n, hash) = unwind::unwind(scratch, ip, sp, bp, copy_len, memo);
     add(Counter::UnwindFrames, n);
     let id = store_hashed(scratch, n, hash);
-    let seen = if memo { recognised(USER, None) } else { 0 };
+    let seen = if memo {
+        unstash(Stash::UserRecognised)
+    } else {
+        0
+    };
     if seen != 0 && seen != id {
         count(Counter::MemoDisagreements);
     }

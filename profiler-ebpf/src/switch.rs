@@ -40,8 +40,8 @@ use profiler_common::{
 use crate::{
     config, kstack,
     maps::{
-        RUNQUEUE_HISTS, SCRATCH_HIST, SITE_HISTS, Scratch, THREADS, WAITS, WAKERS, capture_start,
-        count,
+        RUNQUEUE_HISTS, SCRATCH_HIST, SITE_HISTS, Scratch, Stash, THREADS, WAITS, WAKERS,
+        capture_start, count, opaque, stash, unstash,
     },
     stack,
 };
@@ -162,13 +162,17 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     // None: exiting, it never switches back in.
     let state = classify_switch(out.preempt, out.prev_state);
     let wait = match state {
-        Some(state) => wait_start(ctx, cfg, out, state),
+        Some(state) => {
+            take_stacks(ctx, cfg, out, state);
+            wait_begun(out, Some(state))
+        }
         None => WaitStart::default(),
     };
     let Some(thread) = THREADS.get_ptr_mut(&out.tid) else {
         // Not seen yet (the start snapshot raced with it): on the CPU since the capture began.
         let on = out.now.saturating_sub(out.start_ns);
         let thread = Thread {
+            wait,
             stats: ThreadStats {
                 comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
                 on_cpu_ns: on,
@@ -180,7 +184,6 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
                 flags: thread_flags::BASELINE,
                 ..ThreadStats::default()
             },
-            wait,
         };
         if THREADS.insert(&out.tid, &thread, BPF_NOEXIST).is_err()
             && count(Counter::ThreadsFull) == 0
@@ -212,17 +215,18 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
         wake_ns: thread.wait.wake_ts_ns,
         waiting,
         runqueue_wait,
-        exec_delta: if baseline {
-            Some(out.exec_ns.saturating_sub(stats.last_exec_ns))
-        } else {
-            None
-        },
-        delay_delta: if baseline {
-            Some(out.delay_ns.saturating_sub(stats.last_delay_ns))
-        } else {
-            None
-        },
+        exec_delta: out.exec_ns.saturating_sub(stats.last_exec_ns),
+        exec_known: baseline,
+        delay_delta: out.delay_ns.saturating_sub(stats.last_delay_ns),
+        delay_known: baseline,
     });
+    // The split took one of a dozen branches; what follows need not be verified per branch.
+    let cycle = Cycle {
+        on_ns: opaque(cycle.on_ns),
+        traced_on_ns: opaque(cycle.traced_on_ns),
+        runnable_ns: opaque(cycle.runnable_ns),
+        blocked_ns: opaque(cycle.blocked_ns),
+    };
     stats.on_cpu_ns += cycle.on_ns;
     stats.traced_on_ns += cycle.traced_on_ns;
     stats.last_out_ns = out.now;
@@ -243,6 +247,21 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     thread.wait = wait;
 }
 
+/// The wait a switch-out begins, with the stacks [`take_stacks`] parked.
+#[inline(always)]
+fn wait_begun(out: &SwitchOut, state: Option<WaitState>) -> WaitStart {
+    match state {
+        Some(state) => WaitStart {
+            ts_ns: out.now,
+            user_stack: unstash(Stash::UserStack),
+            kernel_stack: unstash(Stash::KernelStack),
+            state: state as u32,
+            ..WaitStart::default()
+        },
+        None => WaitStart::default(),
+    }
+}
+
 /// Where the thread's current cycle began: its last switch-out, else its first switch-in
 /// (a thread blocked since before the capture that the start snapshot missed: its time before
 /// that is unknown), else the window start.
@@ -257,14 +276,12 @@ fn cycle_start(stats: &ThreadStats, start_ns: u64) -> u64 {
     }
 }
 
-/// The wait a thread enters at this switch-out: when, why, and its stacks.
+/// The stacks of the wait a thread enters at this switch-out, parked in [`Stash`] until the
+/// wait is recorded: carried through the accounting in between, each way they were taken
+/// would be verified separately.
 #[inline(always)]
-fn wait_start(
-    ctx: &BtfTracePointContext,
-    cfg: &Config,
-    out: &SwitchOut,
-    state: WaitState,
-) -> WaitStart {
+fn take_stacks(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut, state: WaitState) {
+    let _ = state;
     // A switch-out with the task still runnable and not preempted inside the kernel is the
     // scheduler running on the way back to user mode (or a yield): its kernel stack is always
     // that same return path, and taking it costs more than everything else here together.
@@ -274,22 +291,31 @@ fn wait_start(
     } else {
         // Going to sleep (again and again at the same few places), or preempted inside the
         // kernel (at the `cond_resched` points of its long loops).
-        kstack::switch_stack(ctx, out.tid, out.preempt)
+        switch_kernel_stack(ctx, out.tid, out.preempt)
     };
+    stash(Stash::KernelStack, kernel_stack);
     let user_stack = if cfg.flags & config_flags::USER_STACKS != 0 {
         // Threads of a service stop at a handful of places (the syscalls of their loop, and
         // preemption on the way back from them): each place's last unwind is remembered.
-        stack::user_stack(ctx, Scratch::Switch, None, Some(out.tid))
+        switch_user_stack(ctx, out.tid)
     } else {
         stack_id::EMPTY
     };
-    WaitStart {
-        ts_ns: out.now,
-        user_stack,
-        kernel_stack,
-        state: state as u32,
-        ..WaitStart::default()
-    }
+    stash(Stash::UserStack, user_stack);
+}
+
+/// Out of line (a BPF subprogram): its locals live in its own frame, gone when it returns,
+/// so the verifier meets the same state after it whichever of its paths was taken, and
+/// verifies what follows once, not once per path.
+#[inline(never)]
+fn switch_kernel_stack(ctx: &BtfTracePointContext, tid: u32, preempt: bool) -> u64 {
+    opaque(kstack::switch_stack(ctx, tid, preempt))
+}
+
+/// Out of line, as [`switch_kernel_stack`].
+#[inline(never)]
+fn switch_user_stack(ctx: &BtfTracePointContext, tid: u32) -> u64 {
+    opaque(stack::user_stack(ctx, Scratch::Switch, None, Some(tid)))
 }
 
 /// Switch-outs between refreshes of a thread's name: threads rarely rename themselves after
@@ -445,7 +471,7 @@ fn add_site_hist(key: &WaitKey, delta: u64) {
         user_stack: key.user_stack,
         kernel_stack: key.kernel_stack,
     };
-    let bucket = hist_bucket(delta);
+    let bucket = opaque(hist_bucket(delta) as u64) as usize;
     if bump_site_bucket(&site, bucket) {
         return;
     }
@@ -501,7 +527,8 @@ fn add_runqueue_hist(which: RunqueueHist, delta: u64) {
     };
     // SAFETY: per-CPU value; the programs that write it cannot interleave on one CPU (they run
     // with interrupts off).
-    if let Some(b) = unsafe { (*hist).buckets.get_mut(hist_bucket(delta)) } {
+    let bucket = opaque(hist_bucket(delta) as u64) as usize;
+    if let Some(b) = unsafe { (*hist).buckets.get_mut(bucket) } {
         *b += 1;
     }
 }

@@ -218,12 +218,10 @@ impl Accumulator {
             wake_ns: slot.wake_ts_ns,
             waiting,
             runqueue_wait,
-            exec_delta: counters
-                .filter(|_| !switched_in)
-                .map(|c| c.exec_ns.saturating_sub(stats.last_exec_ns)),
-            delay_delta: counters
-                .filter(|_| switched_in)
-                .map(|c| c.delay_ns.saturating_sub(stats.last_delay_ns)),
+            exec_delta: counters.map_or(0, |c| c.exec_ns.saturating_sub(stats.last_exec_ns)),
+            exec_known: counters.is_some() && !switched_in,
+            delay_delta: counters.map_or(0, |c| c.delay_ns.saturating_sub(stats.last_delay_ns)),
+            delay_known: counters.is_some() && switched_in,
         });
         if waiting {
             let total = cycle.blocked_ns + cycle.runnable_ns;
