@@ -19,7 +19,7 @@ use crate::{
     kernel::{self, TaskOffsets},
     model::{CaptureMeta, Drained, Mode, SavedCapture, Seeds, Window, saved::SAVED_FORMAT},
     preflight::{self, Output, PreflightError, Target},
-    probes::{ProbeConfig, Probes},
+    probes::{self, ProbeConfig, Probes},
     profile::{self, AccountOptions},
     render::{report, summary, svg},
     snapshot,
@@ -71,6 +71,7 @@ async fn record(args: &Args, verbose: u8) -> Result<()> {
         pid: target.pid,
         kernel: kernel::release(),
         ended_early: reason.note().map(str::to_string),
+        started_unix_ns: unix_time_of(window.start_ns),
     };
     let opts = AccountOptions {
         target_pid: target.pid,
@@ -313,6 +314,15 @@ async fn capture(
         reason,
         probes,
     })
+}
+
+/// The wall-clock time (ns since the Unix epoch) of a CLOCK_MONOTONIC instant in the past.
+fn unix_time_of(monotonic_ns: u64) -> Option<u64> {
+    let ago = probes::monotonic_ns().checked_sub(monotonic_ns)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    u64::try_from(now.as_nanos()).ok()?.checked_sub(ago)
 }
 
 /// Account the time, then name every stack it refers to.
