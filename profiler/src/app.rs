@@ -1,7 +1,7 @@
 //! One run, stage by stage: prepare (preflight, outputs, kernel facts, unwind tables) →
 //! capture (load/attach, the window, drain) → post-process (account, symbolize) → render
-//! (fold, SVG, report, saved capture). Each stage lives in its own module; this file only
-//! sequences them and hands each the model types the previous one produced.
+//! (fold, SVG, report, saved capture, pprof). Each stage lives in its own module; this file
+//! only sequences them and hands each the model types the previous one produced.
 
 use std::{
     io::Write as _,
@@ -19,9 +19,9 @@ use crate::{
     kernel::{self, TaskOffsets},
     model::{CaptureMeta, Drained, Mode, SavedCapture, Seeds, Window, saved::SAVED_FORMAT},
     preflight::{self, Output, PreflightError, Target},
-    probes::{ProbeConfig, Probes},
+    probes::{self, ProbeConfig, Probes},
     profile::{self, AccountOptions},
-    render::{report, summary, svg},
+    render::{pprof, report, summary, svg},
     snapshot,
     symbolize::{self, Symbolizer, perfmap::PerfMap, procmap::ProcessMaps},
     unwind::tables::UnwindTables,
@@ -71,6 +71,7 @@ async fn record(args: &Args, verbose: u8) -> Result<()> {
         pid: target.pid,
         kernel: kernel::release(),
         ended_early: reason.note().map(str::to_string),
+        started_unix_ns: unix_time_of(window.start_ns),
     };
     let opts = AccountOptions {
         target_pid: target.pid,
@@ -341,6 +342,15 @@ fn cpu_used_so_far() -> String {
     )
 }
 
+/// The wall-clock time (ns since the Unix epoch) of a CLOCK_MONOTONIC instant in the past.
+fn unix_time_of(monotonic_ns: u64) -> Option<u64> {
+    let ago = probes::monotonic_ns().checked_sub(monotonic_ns)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    u64::try_from(now.as_nanos()).ok()?.checked_sub(ago)
+}
+
 /// Account the time, then name every stack it refers to.
 fn post_process(
     drained: Drained,
@@ -369,6 +379,7 @@ struct Outputs {
     wakers_svg: Option<Output>,
     wakers_folded: Option<Output>,
     saved: Option<Output>,
+    pprof: Option<Output>,
 }
 
 impl Outputs {
@@ -379,6 +390,7 @@ impl Outputs {
         all.extend(self.wakers_svg.iter());
         all.extend(self.wakers_folded.iter());
         all.extend(self.saved.iter());
+        all.extend(self.pprof.iter());
         all.iter().map(|o| o.temp_path().to_path_buf()).collect()
     }
 }
@@ -428,6 +440,11 @@ fn open_outputs(
         },
         saved: save
             .map(|p| preflight::open_output("the saved capture", p))
+            .transpose()?,
+        pprof: out
+            .pprof
+            .as_deref()
+            .map(|p| preflight::open_output("the pprof profile", p))
             .transpose()?,
         svg: preflight::open_output("the flame graph", &svg_path)?,
         report,
@@ -494,6 +511,18 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
     if let Some(output) = outputs.saved {
         let path = write_output(output, "the saved capture", |w| saved.write_to(w))?;
         eprintln!("profiler: saved the capture to {}", path.display());
+    }
+    if let Some(output) = outputs.pprof {
+        let started = Instant::now();
+        let path = write_output(output, "the pprof profile", |w| {
+            pprof::write_pprof(saved, w)
+        })?;
+        log::info!(
+            "pprof: {} bytes in {:.1} ms",
+            std::fs::metadata(&path).map_or(0, |m| m.len()),
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        eprintln!("profiler: wrote the pprof profile to {}", path.display());
     }
     let mut stdout = std::io::stdout().lock();
     summary::write_summary(&mut stdout, profile, &meta.target, meta.pid)?;

@@ -94,6 +94,12 @@ pub struct OutputArgs {
     /// docs/report.schema.json).
     #[arg(long, value_name = "PATH")]
     pub report: Option<PathBuf>,
+
+    /// Write the capture as gzipped pprof (profile.proto) here too, for `go tool pprof`,
+    /// Pyroscope or Parca: `cpu` and `samples` values in `--mode cpu`, `wall` nanoseconds
+    /// otherwise, labelled with thread, tid, pid and state.
+    #[arg(long, value_name = "PATH")]
+    pub pprof: Option<PathBuf>,
 }
 
 /// Recording: what to profile and how.
@@ -249,6 +255,11 @@ mod tests {
         };
         assert_eq!(r.capture, PathBuf::from("x.capture"));
         assert_eq!(r.out.report, Some(PathBuf::from("r.md")));
+        let cli = Cli::try_parse_from(["profiler", "replay", "x", "--pprof", "x.pb.gz"]).unwrap();
+        let Some(Command::Replay(r)) = cli.command else {
+            panic!("not a replay: {cli:?}");
+        };
+        assert_eq!(r.out.pprof, Some(PathBuf::from("x.pb.gz")));
         // Recording options do not mix with it.
         assert!(Cli::try_parse_from(["profiler", "-p", "1", "replay", "x"]).is_err());
     }

@@ -83,6 +83,19 @@ fn an_unwritable_output_is_refused_before_attaching() {
         took,
         &format!("cannot write the folded stacks to {}", dir.display()),
     );
+    let (out, took) = timed(&[
+        "--pid",
+        &me,
+        "--secs",
+        "20",
+        "--pprof",
+        "/nonexistent-dir/profile.pb.gz",
+    ]);
+    assert_refused(
+        &out,
+        took,
+        "cannot write the pprof profile to /nonexistent-dir/profile.pb.gz",
+    );
 }
 
 #[test]

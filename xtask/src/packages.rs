@@ -24,7 +24,8 @@ pub const TEST_PACKAGES: &[Package] = &[
     Package {
         binary: "/usr/bin/go",
         name: "golang-go",
-        why: "the Go tests build a Go program, which has .debug_frame and no .eh_frame",
+        why: "the Go tests build a Go program, which has .debug_frame and no .eh_frame; \
+              the pprof tests read --pprof files with `go tool pprof`",
     },
 ];
 

@@ -26,6 +26,10 @@ pub struct CaptureMeta {
     pub kernel: String,
     /// Why the window closed early, if it did.
     pub ended_early: Option<String>,
+    /// Wall-clock time the window opened, in nanoseconds since the Unix epoch (the window
+    /// itself is on CLOCK_MONOTONIC). Absent from captures saved before it was recorded.
+    #[serde(default)]
+    pub started_unix_ns: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
