@@ -15,6 +15,30 @@ pub const COMM_LEN: usize = 16;
 /// `BPF_NOEXIST`: a map update that only creates (include/uapi/linux/bpf.h).
 pub const BPF_NOEXIST: u64 = 1;
 
+/// Where process `tgid` is in the target bitmap: (word, bit mask).
+#[inline(always)]
+pub const fn target_bit(tgid: u32) -> (u32, u64) {
+    (tgid >> 6, 1 << (tgid & 63))
+}
+
+/// Value of [`names::MAP_PROCS`]: what happened to a target process during the capture.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcEvent {
+    /// The target process that forked it (0: not forked during the capture).
+    pub parent: u32,
+    /// Execs since the capture began: each one replaces its mappings.
+    pub execs: u32,
+    /// When it was forked (CLOCK_MONOTONIC; 0: before the capture).
+    pub forked_ns: u64,
+    /// When its last thread exited (0: still running).
+    pub exited_ns: u64,
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), u32 and u64 fields, no padding.
+unsafe impl aya::Pod for ProcEvent {}
+
 /// Buckets of the wait-time histograms, see [`hist_bucket`].
 pub const WAIT_HIST_BUCKETS: usize = 2 + HIST_OCTAVES * HIST_SUB_BUCKETS;
 /// Powers of two covered: 2^10 ns (1 µs) up to 2^36 ns (69 s); longer waits share the last
@@ -67,8 +91,18 @@ pub mod names {
     pub const MAP_RUNQUEUE_HISTS: &str = "RUNQUEUE_HISTS";
     /// `Array<unwind::RowChunk>`: every unwind row, in chunks.
     pub const MAP_UNWIND_ROWS: &str = "UNWIND_ROWS";
-    /// `Array<unwind::ProcMappings>` with one entry: the target's executable mappings.
+    /// `HashMap<u32 tgid, unwind::ProcMappings>`: each target process's executable mappings.
     pub const MAP_PROC_MAPPINGS: &str = "PROC_MAPPINGS";
+    /// `Array<u64>`: the target set, one bit per process id (see [`super::target_bit`]).
+    pub const MAP_TARGETS: &str = "TARGETS";
+    /// `HashMap<u32 tgid, ProcEvent>`: what happened to target processes (forked, exec'd,
+    /// exited) since user space last looked.
+    pub const MAP_PROCS: &str = "PROCS";
+    /// tp_btf programs that keep the target set: a target's new process joins it
+    /// (`sched_process_fork`), an exec or exit is noted for user space.
+    pub const PROG_FORK: &str = "sched_process_fork";
+    pub const PROG_EXEC: &str = "sched_process_exec";
+    pub const PROG_EXIT: &str = "sched_process_exit";
 
     /// Load-time globals (set with `EbpfLoader::override_global`).
     pub const GLOBAL_CONFIG: &str = "CONFIG";
@@ -81,8 +115,8 @@ pub mod names {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Config {
-    /// Process (thread group) to profile; threads of every other process are dropped first.
-    pub target_tgid: u32,
+    /// Words of the target bitmap (`MAP_TARGETS`): process ids up to `64 * target_words`.
+    pub target_words: u32,
     /// `offsetof(struct task_struct, pid)`, read from the running kernel's BTF: Rust eBPF has
     /// no CO-RE relocations, so user space resolves field offsets and hands them in.
     pub task_pid_offset: u32,
@@ -141,6 +175,8 @@ pub mod config_flags {
     /// Unwind every stack even when a memo recognises it, and count disagreements
     /// (`--verify-memos`, for tests).
     pub const VERIFY_MEMOS: u32 = 1 << 6;
+    /// A target's new processes join the target set (not with `--no-children`).
+    pub const FOLLOW_CHILDREN: u32 = 1 << 7;
 }
 
 /// Where a wakeup ran (`WaitStart::waker_context`, `WakerKey::waker_context`).
@@ -245,8 +281,10 @@ pub const fn hash_finish(mut h: u64) -> u64 {
     h ^ (h >> 33)
 }
 
-/// One stack, as stored in [`names::MAP_STACKS`]: frames leaf first, `len` of them valid, the
-/// rest zero.
+/// One stack, as stored in [`names::MAP_STACKS`]: frames leaf first, the low 32 bits of `len`
+/// of them valid, the rest zero. The high 32 bits of `len` hold the mapping-table generation
+/// a user stack was unwound under (0 for kernel stacks, and for user stacks walked without a
+/// table): which layout's files name its addresses.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Stack {
@@ -256,12 +294,17 @@ pub struct Stack {
 
 impl Stack {
     pub const fn frames(&self) -> &[u64] {
-        let len = if (self.len as usize) < MAX_STACK_DEPTH {
-            self.len as usize
+        let len = (self.len & 0xffff_ffff) as usize;
+        let len = if len < MAX_STACK_DEPTH {
+            len
         } else {
             MAX_STACK_DEPTH
         };
         self.frames.split_at(len).0
+    }
+
+    pub const fn generation(&self) -> u32 {
+        (self.len >> 32) as u32
     }
 }
 
@@ -684,7 +727,8 @@ pub struct ThreadStats {
     pub last_delay_ns: u64,
     /// Bit set of [`thread_flags`].
     pub flags: u32,
-    pub _pad: u32,
+    /// The thread's process.
+    pub tgid: u32,
 }
 
 pub mod thread_flags {
@@ -811,7 +855,8 @@ pub struct TaskSnapshot {
     pub run_delay_ns: u64,
     /// `task_struct::on_cpu`: running right now (else, if runnable, waiting on a run queue).
     pub on_cpu: u32,
-    pub _pad: u32,
+    /// Its process.
+    pub tgid: u32,
     /// User registers saved at kernel entry (`task_pt_regs`): where user code stopped.
     pub user_ip: u64,
     pub user_sp: u64,
@@ -982,6 +1027,9 @@ pub enum Counter {
     /// Waits left out of their site's latency histogram because the histogram table was full
     /// (their time and count still count).
     SiteHistsFull,
+    /// Processes of the target set whose events could not be recorded (process table full):
+    /// a new process may be missed.
+    ProcsFull,
     /// With `--verify-memos`: stacks a memo recognised that a full unwind disagreed with (the
     /// unwound one is kept). Must stay 0.
     MemoDisagreements,
@@ -996,7 +1044,7 @@ pub enum CounterKind {
 }
 
 impl Counter {
-    pub const COUNT: u32 = 21;
+    pub const COUNT: u32 = 22;
 
     /// Every counter is one or the other: the match has no wildcard, so a new counter must be
     /// classified before it compiles.
@@ -1004,7 +1052,9 @@ impl Counter {
         use Counter::*;
         match self {
             SamplesMapFull | UserStackFailed | KernelStackFailed | StackTableFull
-            | WaitsMapFull | ThreadsFull | WakersMapFull | SiteHistsFull => CounterKind::Loss,
+            | WaitsMapFull | ThreadsFull | WakersMapFull | SiteHistsFull | ProcsFull => {
+                CounterKind::Loss
+            }
             Samples | SwitchesOut | Waits | WaitsFiltered | MissedSwitchIns | Wakeups
             | UnwindMemoHits | UnwindMemoMisses | UnwindFrames | RowCacheMisses
             | KernelMemoHits | KernelMemoMisses | MemoDisagreements => CounterKind::Event,
@@ -1036,6 +1086,7 @@ impl Counter {
             KernelMemoMisses => "kernel_memo_misses",
             SiteHistsFull => "site_hists_full",
             MemoDisagreements => "memo_disagreements",
+            ProcsFull => "procs_full",
         }
     }
 
@@ -1052,6 +1103,7 @@ impl Counter {
                 Some("--max-keys"),
             )),
             ThreadsFull => Some(("threads: thread table full", Some("--max-threads"))),
+            ProcsFull => Some(("processes: process table full", Some("--max-processes"))),
             StackTableFull => Some(("stacks: stack table full", Some("--max-stacks"))),
             UserStackFailed => Some(("user stacks: unwinding failed", None)),
             KernelStackFailed => Some(("kernel stacks: unwinding failed", None)),
@@ -1081,6 +1133,7 @@ impl Counter {
         Counter::KernelMemoMisses,
         Counter::SiteHistsFull,
         Counter::MemoDisagreements,
+        Counter::ProcsFull,
     ];
 }
 

@@ -22,6 +22,7 @@ mod sample;
 mod snapshot;
 mod stack;
 mod switch;
+mod targets;
 mod unwind;
 mod wakeup;
 
@@ -31,7 +32,7 @@ use profiler_common::Config;
 /// Load-time configuration, written by the loader with `override_global`.
 #[unsafe(no_mangle)]
 static CONFIG: Global<Config> = Global::new(Config {
-    target_tgid: 0,
+    target_words: 0,
     task_pid_offset: 0,
     task_tgid_offset: 0,
     task_comm_offset: 0,

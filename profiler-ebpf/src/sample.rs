@@ -15,6 +15,7 @@ use crate::{
     config,
     maps::{SAMPLES, Scratch, THREADS, capture_start, count, opaque},
     stack,
+    targets::is_target,
 };
 
 #[perf_event]
@@ -22,7 +23,7 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
     let cfg = config();
     let pid_tgid = bpf_get_current_pid_tgid();
     // Foreign processes leave after one comparison.
-    if (pid_tgid >> 32) as u32 != cfg.target_tgid {
+    if !is_target((pid_tgid >> 32) as u32) {
         return 0;
     }
     if capture_start().is_none() {
@@ -78,7 +79,7 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
         }
     }
 
-    remember_thread(cfg.flags, tid, started);
+    remember_thread(cfg.flags, tid, (pid_tgid >> 32) as u32, started);
     0
 }
 
@@ -97,7 +98,7 @@ fn sample_user_stack(ctx: &PerfEventContext) -> u64 {
 /// Keeps the thread's current name (threads often rename themselves right after they start)
 /// and charges this program's time to the profiler: the kernel charges it to the thread.
 #[inline(always)]
-fn remember_thread(flags: u32, tid: u32, started: u64) {
+fn remember_thread(flags: u32, tid: u32, tgid: u32, started: u64) {
     let Ok(comm) = bpf_get_current_comm() else {
         return;
     };
@@ -114,6 +115,7 @@ fn remember_thread(flags: u32, tid: u32, started: u64) {
             let thread = Thread {
                 stats: ThreadStats {
                     comm,
+                    tgid,
                     ..ThreadStats::default()
                 },
                 ..Thread::default()

@@ -19,7 +19,7 @@ use aya_ebpf::{
 };
 use profiler_common::{COMM_LEN, MAX_STACK_DEPTH, TaskSnapshot};
 
-use crate::config;
+use crate::{config, targets::is_target};
 
 #[map]
 static SNAPSHOT_SCRATCH: PerCpuArray<TaskSnapshot> = PerCpuArray::with_max_entries(1, 0);
@@ -54,7 +54,7 @@ pub unsafe extern "C" fn snapshot_tasks(ctx: *mut c_void) -> i32 {
     else {
         return 0;
     };
-    if tgid != cfg.target_tgid {
+    if !is_target(tgid) {
         return 0;
     }
     let Some(snap) = SNAPSHOT_SCRATCH.get_ptr_mut(0) else {
@@ -66,6 +66,7 @@ pub unsafe extern "C" fn snapshot_tasks(ctx: *mut c_void) -> i32 {
     unsafe {
         snap.tid =
             bpf_probe_read_kernel(task.add(cfg.task_pid_offset as usize).cast()).unwrap_or(0);
+        snap.tgid = tgid;
         snap.state =
             bpf_probe_read_kernel(task.add(cfg.task_state_offset as usize).cast()).unwrap_or(0);
         snap.comm =

@@ -109,7 +109,9 @@ pub fn user_stack<C: EbpfContext>(
     let copy_len = unwind::copy_stack(scratch, sp, unwind::COPY_WORDS as u32);
     let (n, hash) = unwind::unwind(scratch, ip, sp, bp, copy_len, memo);
     add(Counter::UnwindFrames, n);
-    let id = store_hashed(scratch, n, hash);
+    // The same addresses mean other functions under another layout: the layout (its mapping
+    // table's generation) is part of the id, and stored for user space to name the frames.
+    let id = store_hashed(scratch, n, hash, unwind::current_generation());
     let seen = if memo {
         unstash(Stash::UserRecognised)
     } else {
@@ -275,17 +277,22 @@ pub fn store(scratch: Scratch, len: u64) -> u64 {
     };
     let len = clamp_depth(len);
     each_frame(len, hash_frame, &mut hashing);
-    store_hashed(scratch, len, hashing.hash)
+    store_hashed(scratch, len, hashing.hash, 0)
 }
 
 /// Makes sure the stack table holds `SCRATCH[scratch].frames[..len]`, whose frame hash is
-/// `hash`. Returns its id.
+/// `hash`, unwound under mapping-table `generation` (0 for kernel stacks). Returns its id.
 #[inline(always)]
-pub fn store_hashed(scratch: Scratch, len: u64, hash: u64) -> u64 {
+pub fn store_hashed(scratch: Scratch, len: u64, hash: u64, generation: u32) -> u64 {
     if len == 0 {
         return stack_id::EMPTY;
     }
     let len = clamp_depth(len);
+    let hash = if generation == 0 {
+        hash
+    } else {
+        hash_step(hash, u64::from(generation))
+    };
     let id = stack_id::from_hash(hash_finish(hash));
     // SAFETY: read-only lookup; the value is not kept.
     if unsafe { STACKS.get(&id) }.is_some() {
@@ -296,7 +303,7 @@ pub fn store_hashed(scratch: Scratch, len: u64, hash: u64) -> u64 {
     };
     // SAFETY: the per-CPU scratch stack this program filled.
     let buf = unsafe { &mut *buf };
-    buf.len = len;
+    buf.len = len | (u64::from(generation) << 32);
     match STACKS.insert(&id, &*buf, BPF_NOEXIST) {
         Ok(()) => id,
         Err(e) if e == -EEXIST => id,

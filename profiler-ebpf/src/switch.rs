@@ -44,6 +44,7 @@ use crate::{
         capture_start, count, opaque, stash, unstash,
     },
     stack,
+    targets::is_target,
 };
 
 /// `-EEXIST`: another CPU inserted the same key first.
@@ -65,10 +66,10 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     let next: *const u8 = ctx.arg(ARG_NEXT);
     // SAFETY: both are live task_structs; the offset comes from this kernel's BTF.
     let prev_tgid: u32 = unsafe { load(prev, cfg.task_tgid_offset) };
-    let prev_is_target = prev_tgid == cfg.target_tgid;
+    let prev_is_target = is_target(prev_tgid);
     // SAFETY: as above.
     let next_tgid: u32 = unsafe { load(next, cfg.task_tgid_offset) };
-    let next_is_target = next_tgid == cfg.target_tgid;
+    let next_is_target = is_target(next_tgid);
     // Every context switch on the machine comes here: foreign ones leave now.
     if !prev_is_target && !next_is_target {
         return 0;
@@ -92,6 +93,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
         };
         let out = SwitchOut {
             tid,
+            tgid: prev_tgid,
             now,
             start_ns,
             exec_ns,
@@ -104,7 +106,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     if next_is_target {
         // SAFETY: as above.
         let next_tid: u32 = unsafe { load(next, cfg.task_pid_offset) };
-        if let Some(thread) = switch_in(&cfg, next, next_tid, now) {
+        if let Some(thread) = switch_in(&cfg, next, next_tid, next_tgid, now) {
             // The scheduler charges `next` from before this tracepoint: all of this program's
             // time is its CPU time, and is reported as the profiler's.
             // SAFETY: the entry `switch_in` returned; only `next`'s own events write its stats.
@@ -142,6 +144,7 @@ pub(crate) unsafe fn load<T: Copy>(task: *const u8, offset: u32) -> T {
 
 struct SwitchOut {
     tid: u32,
+    tgid: u32,
     now: u64,
     start_ns: u64,
     /// `prev->se.sum_exec_runtime` and `prev->sched_info.run_delay`.
@@ -182,6 +185,7 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
                 last_exec_ns: out.exec_ns,
                 last_delay_ns: out.delay_ns,
                 flags: thread_flags::BASELINE,
+                tgid: out.tgid,
                 ..ThreadStats::default()
             },
         };
@@ -325,7 +329,7 @@ const COMM_REFRESH_SWITCHES: u64 = 32;
 
 /// Records a switch-in; returns the thread's entry.
 #[inline(always)]
-fn switch_in(cfg: &Config, next: *const u8, tid: u32, now: u64) -> Option<*mut Thread> {
+fn switch_in(cfg: &Config, next: *const u8, tid: u32, tgid: u32, now: u64) -> Option<*mut Thread> {
     let Some(thread) = THREADS.get_ptr_mut(&tid) else {
         // First sight of this thread (blocked since before the capture and not found by the
         // start snapshot): its time counts from here.
@@ -333,6 +337,7 @@ fn switch_in(cfg: &Config, next: *const u8, tid: u32, now: u64) -> Option<*mut T
             stats: ThreadStats {
                 comm: comm_of(cfg, next),
                 last_in_ns: now,
+                tgid,
                 ..ThreadStats::default()
             },
             ..Thread::default()

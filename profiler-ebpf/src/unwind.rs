@@ -22,7 +22,7 @@ use aya_ebpf::{
         bpf_get_current_task_btf, bpf_loop, bpf_probe_read_user, bpf_task_pt_regs,
     },
     macros::map,
-    maps::{Array, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray},
 };
 use profiler_common::{
     HASH_SEED, MAX_STACK_DEPTH, hash_finish, hash_step,
@@ -38,9 +38,25 @@ use crate::maps::{SCRATCH, Scratch};
 #[map]
 pub static UNWIND_ROWS: Array<RowChunk> = Array::with_max_entries(1, 0);
 
-/// The target's executable mappings.
+/// Each target process's executable mappings (sized by the loader: `--max-processes`).
 #[map]
-pub static PROC_MAPPINGS: Array<ProcMappings> = Array::with_max_entries(1, 0);
+pub static PROC_MAPPINGS: HashMap<u32, ProcMappings> = HashMap::with_max_entries(1, 0);
+
+/// The generation of the current process's mapping table: processes with the same layout
+/// share it (0: no table yet).
+#[inline(always)]
+pub fn current_generation() -> u32 {
+    current_mappings().map_or(0, |m| m.generation)
+}
+
+/// The mappings of the current task's process (the one whose stack is walked).
+#[inline(always)]
+fn current_mappings() -> Option<&'static ProcMappings> {
+    let tgid = (aya_ebpf::helpers::bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: read-only use of a map value while the program runs; user space replaces a
+    // process's table only as a whole, with one update.
+    unsafe { PROC_MAPPINGS.get(&tgid) }
+}
 
 /// Steps of a binary search over `MAX_MAPPINGS` (2^9) mappings.
 const MAPPING_SEARCH_STEPS: usize = 10;
@@ -293,7 +309,7 @@ pub fn unwind(
         rec.span = 0;
         rec.hash = HASH_SEED;
     }
-    let generation = PROC_MAPPINGS.get(0).map_or(0, |m| m.generation);
+    let generation = current_mappings().map_or(0, |m| m.generation);
     if let Some(rec) = MEMO_SCRATCH.get_ptr_mut(scratch as u32) {
         // SAFETY: per-CPU scratch owned by the running program.
         unsafe { (*rec).generation = generation };
@@ -551,7 +567,7 @@ fn record(scratch: u32, word: Option<u32>, v: u64) {
 pub fn memo_lookup(key: &MemoKey, bp: u64, scratch: Scratch) -> Option<u64> {
     // SAFETY: read-only use of the LRU entry for the duration of the check.
     let memo = unsafe { UNWIND_MEMO.get(key) }?;
-    let generation = PROC_MAPPINGS.get(0).map_or(0, |m| m.generation);
+    let generation = current_mappings().map_or(0, |m| m.generation);
     if memo.generation != generation
         || memo.count > MEMO_WORDS as u32
         || (memo.bp_used != 0 && memo.bp != bp)
@@ -675,6 +691,8 @@ struct Search {
     /// First row of the file (row search only).
     first_row: u32,
     _pad: u32,
+    /// The process's mappings (mapping search only): looked up once, not at every step.
+    maps: *const ProcMappings,
 }
 
 /// The row covering `ip`, through the per-CPU cache.
@@ -717,6 +735,7 @@ fn find_row(ip: u64) -> Option<UnwindRow> {
         target: pc,
         first_row: mapping.first_row,
         _pad: 0,
+        maps: core::ptr::null(),
     };
     // SAFETY: `row_step` has bpf_loop's callback signature; `search` outlives the call.
     unsafe {
@@ -760,7 +779,7 @@ fn row_at(index: u32) -> Option<UnwindRow> {
 
 #[inline(always)]
 fn find_mapping(ip: u64) -> Option<ExecMapping> {
-    let maps = PROC_MAPPINGS.get(0)?;
+    let maps = current_mappings()?;
     let count = if (maps.count as usize) < MAX_MAPPINGS {
         maps.count
     } else {
@@ -773,6 +792,7 @@ fn find_mapping(ip: u64) -> Option<ExecMapping> {
         target: ip,
         first_row: 0,
         _pad: 0,
+        maps,
     };
     // SAFETY: `mapping_step` has bpf_loop's callback signature; `search` outlives the call.
     unsafe {
@@ -801,7 +821,8 @@ extern "C" fn mapping_step(_index: u64, ctx: *mut c_void) -> i64 {
         return 1;
     }
     let mid = s.lo + (s.hi - s.lo) / 2;
-    let Some(maps) = PROC_MAPPINGS.get(0) else {
+    // SAFETY: `find_mapping` set it from a map value that stays valid while the program runs.
+    let Some(maps) = (unsafe { s.maps.as_ref() }) else {
         return 1;
     };
     let Some(m) = maps.entries.get(mid as usize & (MAX_MAPPINGS - 1)) else {

@@ -24,6 +24,7 @@ use crate::{
     maps::{Scratch, THREADS, capture_start, count},
     stack,
     switch::load,
+    targets::is_target,
 };
 
 /// `TP_PROTO(struct task_struct *p)` for both tracepoints.
@@ -49,7 +50,7 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
     // SAFETY: `task` is a live task_struct; offsets come from this kernel's BTF.
     let tgid: u32 = unsafe { load(task, cfg.task_tgid_offset) };
     // Wakeups of every task on the machine come here: foreign ones leave now.
-    if tgid != cfg.target_tgid || capture_start().is_none() {
+    if !is_target(tgid) || capture_start().is_none() {
         return;
     }
     // SAFETY: as above.
@@ -86,6 +87,7 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
                 stats.last_exec_ns = exec_ns;
                 stats.last_delay_ns = delay_ns;
                 stats.flags = thread_flags::BASELINE;
+                stats.tgid = tgid;
                 (*thread).wait = wait;
             },
             None => {
@@ -96,6 +98,7 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
                         last_exec_ns: exec_ns,
                         last_delay_ns: delay_ns,
                         flags: thread_flags::BASELINE,
+                        tgid,
                         ..ThreadStats::default()
                     },
                     wait,
@@ -140,7 +143,7 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
 /// reported as the profiler's, not as the thread's work.
 #[inline(always)]
 fn charge_waker(cfg: &Config, waker: &Waker, started: u64) {
-    if (waker.pid_tgid >> 32) as u32 != cfg.target_tgid {
+    if !is_target((waker.pid_tgid >> 32) as u32) {
         return;
     }
     if let Some(thread) = THREADS.get_ptr_mut(&(waker.pid_tgid as u32)) {

@@ -17,22 +17,25 @@ use crate::{
     drain,
     fold::{self, FoldOptions, Folded},
     kernel::{self, TaskOffsets},
+    launch,
     model::{CaptureMeta, Drained, Mode, SavedCapture, Seeds, Window, saved::SAVED_FORMAT},
     preflight::{self, Output, PreflightError, Target},
     probes::{self, ProbeConfig, Probes},
     profile::{self, AccountOptions},
     render::{pprof, report, summary, svg},
-    snapshot,
-    symbolize::{self, Symbolizer, perfmap::PerfMap, procmap::ProcessMaps},
+    snapshot, symbolize,
+    targets::{Selection, TargetSet},
     unwind::tables::UnwindTables,
 };
 
 /// Row chunks (65,536 rows, 768 KiB each) kept free for files mapped during the capture.
 const UNWIND_CHUNKS_HEADROOM: usize = 4;
 
-pub async fn run(cli: Cli) -> Result<()> {
+/// Runs one command; returns the exit status the profiler should exit with (a launched
+/// command's), if any.
+pub async fn run(cli: Cli) -> Result<Option<i32>> {
     match cli.command {
-        Some(Command::Replay(r)) => replay(&r),
+        Some(Command::Replay(r)) => replay(&r).map(|()| None),
         None => record(&cli.record, cli.verbose).await,
     }
 }
@@ -45,15 +48,26 @@ fn replay(r: &ReplayArgs) -> Result<()> {
     render(&saved, &r.out, outputs)
 }
 
-async fn record(args: &Args, verbose: u8) -> Result<()> {
+async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
     let mut prepared = prepare(args)?;
-    let mut waiter = Waiter::new(prepared.target.pid).context("cannot install signal handlers")?;
-    let captured = capture(args, verbose, &mut prepared, &mut waiter).await?;
+    let mut waiter = Waiter::new().context("cannot install signal handlers")?;
+    let captured = capture(args, verbose, &mut prepared, &mut waiter).await;
+    // Whatever happened, a launched command is let go (or told to exit) and waited for.
+    let captured = match captured {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(l) = prepared.launched.as_mut() {
+                let _ = l.wait();
+            }
+            return Err(e);
+        }
+    };
     let post_started = Instant::now();
     let Prepared {
-        target,
+        mut targets,
         outputs,
-        maps,
+        launched,
+        selection,
         ..
     } = prepared;
     let Captured {
@@ -66,15 +80,26 @@ async fn record(args: &Args, verbose: u8) -> Result<()> {
     if let Some(note) = reason.note() {
         eprintln!("profiler: {note}");
     }
+    targets.finish();
+    let first = targets
+        .first()
+        .map(|t| (t.name.clone(), t.pid))
+        .unwrap_or_default();
     let meta = CaptureMeta {
-        target: target.name.clone(),
-        pid: target.pid,
+        target: first.0.clone(),
+        pid: first.1,
+        selection,
         kernel: kernel::release(),
         ended_early: reason.note().map(str::to_string),
         started_unix_ns: unix_time_of(window.start_ns),
     };
     let opts = AccountOptions {
-        target_pid: target.pid,
+        processes: targets
+            .processes
+            .iter()
+            .map(|(&p, t)| (p, t.info()))
+            .collect(),
+        pid_of: threads_of(targets.processes.keys().copied()),
         mode: args.mode,
         window,
         period_ns: args.period_ns(),
@@ -86,7 +111,7 @@ async fn record(args: &Args, verbose: u8) -> Result<()> {
     // going unheard. The outputs are still temporary files; they are removed.
     let temp_paths = outputs.temp_paths();
     let work = tokio::task::spawn_blocking(move || -> Result<bool> {
-        let saved = post_process(drained, seeds, &opts, meta, maps);
+        let saved = post_process(drained, seeds, &opts, meta, &targets);
         let empty = saved.profile.entries.is_empty();
         render(&saved, &out, outputs)?;
         Ok(empty)
@@ -108,25 +133,52 @@ async fn record(args: &Args, verbose: u8) -> Result<()> {
     );
     if empty {
         eprintln!(
-            "profiler: nothing was recorded for PID {}{}",
-            target.pid,
+            "profiler: nothing was recorded{}",
             if reason == EndReason::TargetExited {
-                " before it exited"
+                " before the target exited"
             } else {
                 ""
             }
         );
     }
-    Ok(())
+    match launched {
+        Some(mut l) => {
+            if reason != EndReason::TargetExited {
+                eprintln!("profiler: waiting for the command to exit");
+            }
+            Ok(Some(l.wait().context("cannot wait for the command")?))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Threads of live processes, from /proc: the process of a thread the kernel side did not
+/// name.
+fn threads_of(pids: impl Iterator<Item = u32>) -> std::collections::HashMap<u32, u32> {
+    let mut pid_of = std::collections::HashMap::new();
+    for pid in pids {
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for t in tasks.flatten() {
+                if let Some(tid) = t.file_name().to_str().and_then(|s| s.parse().ok()) {
+                    pid_of.insert(tid, pid);
+                }
+            }
+        }
+    }
+    pid_of
 }
 
 /// What the prepare stage hands the capture.
 struct Prepared {
-    target: Target,
+    targets: TargetSet,
+    /// A command to launch (`-- CMD`), found but not started.
+    command: Option<launch::Command>,
+    launched: Option<launch::Launched>,
+    /// What the capture covers, in words.
+    selection: String,
     outputs: Outputs,
     offsets: TaskOffsets,
-    maps: ProcessMaps,
-    /// `.eh_frame` rows of every executable file the target maps (with `--unwind dwarf`).
+    /// `.eh_frame` rows of every executable file the targets map (with `--unwind dwarf`).
     tables: Option<UnwindTables>,
 }
 
@@ -134,37 +186,63 @@ struct Prepared {
 fn prepare(args: &Args) -> Result<Prepared> {
     preflight::check_privilege()?;
     preflight::check_btf()?;
-    let pid = args.pid.ok_or(PreflightError::NoSuchProcess(0))?;
-    let target = preflight::resolve_target(pid)?;
-    if let Some(tid) = target.given_tid {
-        eprintln!(
-            "profiler: {tid} is a thread of {} (PID {}); profiling the whole process",
-            target.name, target.pid
-        );
-    }
     if args.out.wakers && !args.mode.traces_switches() {
         eprintln!("profiler: --wakers needs off-CPU tracing; ignored in --mode cpu");
     }
-    let default_svg = preflight::default_output_name(&target, args.mode.name());
+    let command = (!args.command.is_empty())
+        .then(|| launch::resolve(&args.command))
+        .transpose()?;
+    let selection = Selection {
+        pids: args.pid.clone(),
+        cgroup: args.cgroup.clone(),
+        follow_children: !args.no_children,
+    };
+    // A command's process exists only once launched, after the programs are attached.
+    let targets = if command.is_some() {
+        TargetSet::empty()
+    } else {
+        TargetSet::resolve(&selection)?
+    };
+    for &pid in &args.pid {
+        if !targets.processes.contains_key(&pid)
+            && let Some(t) = targets
+                .processes
+                .values()
+                .find(|t| preflight::resolve_target(pid).is_ok_and(|r| r.pid == t.pid))
+        {
+            eprintln!(
+                "profiler: {pid} is a thread of {} (PID {}); profiling the whole process",
+                t.name, t.pid
+            );
+        }
+    }
+    let (name, pid) = match (&command, targets.first()) {
+        (Some(c), _) => (
+            c.program
+                .file_name()
+                .map_or_else(|| c.shown.clone(), |n| n.to_string_lossy().into_owned()),
+            0,
+        ),
+        (None, Some(t)) => (t.name.clone(), t.pid),
+        (None, None) => (String::from("profile"), 0),
+    };
+    let words = describe_selection(args, &targets, command.as_ref());
+    let default_svg = preflight::default_output_name(
+        &Target {
+            pid,
+            name,
+            given_tid: None,
+        },
+        args.mode.name(),
+    );
     let outputs = open_outputs(&args.out, default_svg, args.save.as_deref(), args.mode)?;
     let offsets = kernel::task_offsets(Path::new(preflight::VMLINUX_BTF))
         .context("cannot find the task_struct layout of this kernel")?;
-    let mut maps = ProcessMaps::new(target.pid);
-    maps.refresh().map_err(|error| {
-        if Path::new(&format!("/proc/{}", target.pid)).exists() {
-            PreflightError::Unreadable {
-                pid: target.pid,
-                error,
-            }
-        } else {
-            PreflightError::NoSuchProcess(target.pid)
-        }
-    })?;
-    // Unwind tables for every executable file the target maps, before the programs load:
+    // Unwind tables for every executable file the targets map, before the programs load:
     // their size decides the size of the kernel's row array.
     let tables = (args.unwind == Unwind::Dwarf).then(|| {
         let mut tables = UnwindTables::default();
-        tables.update(&maps);
+        targets.build_rows(&mut tables);
         log::info!(
             "unwind tables: {} rows from {} files in {:.3} s ({:.1} MiB)",
             tables.row_count(),
@@ -179,12 +257,46 @@ fn prepare(args: &Args) -> Result<Prepared> {
         tables
     });
     Ok(Prepared {
-        target,
+        targets,
+        command,
+        launched: None,
+        selection: words,
         outputs,
         offsets,
-        maps,
         tables,
     })
+}
+
+/// `nginx (PID 100) and its descendants`, `3 processes of cgroup …`, `command: …`.
+fn describe_selection(
+    args: &Args,
+    targets: &TargetSet,
+    command: Option<&launch::Command>,
+) -> String {
+    if let Some(c) = command {
+        return format!("command `{}` and its descendants", c.shown);
+    }
+    let mut parts = Vec::new();
+    if !args.pid.is_empty() {
+        let listed: Vec<String> = args
+            .pid
+            .iter()
+            .filter_map(|p| {
+                let pid = preflight::resolve_target(*p).ok()?.pid;
+                let t = targets.processes.get(&pid)?;
+                Some(format!("{} (PID {pid})", t.name))
+            })
+            .collect();
+        parts.push(listed.join(", "));
+    }
+    if let Some(dir) = &args.cgroup {
+        parts.push(format!("cgroup {}", dir.display()));
+    }
+    let mut words = parts.join(" and ");
+    if !args.no_children && !args.pid.is_empty() {
+        words.push_str(" with descendants");
+    }
+    words
 }
 
 /// What the capture stage hands post-processing. The programs are still loaded.
@@ -196,25 +308,20 @@ struct Captured {
     probes: Probes,
 }
 
-/// Load and attach, open the window, wait it out (keeping the target's mappings current),
-/// close it and drain the maps.
+/// Load and attach, open the window, wait it out (keeping the target set current), close it
+/// and drain the maps.
 async fn capture(
     args: &Args,
     verbose: u8,
     prepared: &mut Prepared,
     waiter: &mut Waiter,
 ) -> Result<Captured> {
-    let Prepared {
-        target,
-        offsets,
-        maps,
-        tables,
-        ..
-    } = prepared;
     let load_started = Instant::now();
     let mut probes = Probes::load(&ProbeConfig {
-        target_pid: target.pid,
-        offsets: *offsets,
+        target_words: kernel::pid_max().div_ceil(64),
+        follow_children: !args.no_children,
+        max_processes: args.max_processes,
+        offsets: prepared.offsets,
         mode: args.mode,
         period_ns: args.period_ns(),
         min_block_ns: args.min_block_ns(),
@@ -222,7 +329,8 @@ async fn capture(
         kernel_stacks: !args.no_kernel_stacks,
         waker_stacks: args.out.wakers,
         // Room for libraries loaded during the capture.
-        dwarf_chunks: tables
+        dwarf_chunks: prepared
+            .tables
             .as_ref()
             .map(|t| (t.chunks_needed() + UNWIND_CHUNKS_HEADROOM) as u32),
         max_stacks: args.max_stacks,
@@ -232,7 +340,7 @@ async fn capture(
         verbose,
         // Only waker kernel stacks stop at an interrupt entry: with `--wakers`, or where the
         // preempt count cannot tell an interrupt. Reading /proc/kallsyms costs ~0.1 s of CPU.
-        irq_entry: if args.out.wakers || offsets.preempt_count.is_none() {
+        irq_entry: if args.out.wakers || prepared.offsets.preempt_count.is_none() {
             std::fs::read_to_string("/proc/kallsyms")
                 .map(|text| kernel::interrupt_entry_ranges(&text))
                 .unwrap_or_default()
@@ -241,21 +349,35 @@ async fn capture(
         },
     })?;
     let loaded = load_started.elapsed();
-    if let Some(tables) = tables.as_mut() {
-        probes.upload_unwind_tables(tables, maps)?;
+    // A command starts now, held before its exec: in the target set before its first
+    // instruction.
+    if let Some(command) = &prepared.command {
+        let launched = command
+            .spawn_held()
+            .with_context(|| format!("cannot start {}", command.shown))?;
+        prepared.targets.add_launched(launched.pid());
+        waiter.watch(launched.pid());
+        prepared.launched = Some(launched);
     }
+    prepared
+        .targets
+        .install(&mut probes, prepared.tables.as_mut())?;
     probes.attach()?;
     let attached = load_started.elapsed();
 
     // The window opens now and lasts exactly `--secs`: the line below says so the moment it
     // opens (whoever compares our figures with the kernel's reads them from here).
+    let secs = args.secs();
     let start_ns = probes.start()?;
     let opened = Instant::now();
     eprintln!(
-        "profiler: capturing {} (PID {}) for {} s in {} mode{}",
-        target.name,
-        target.pid,
-        args.secs,
+        "profiler: capturing {}{} in {} mode{}",
+        prepared.selection,
+        if args.command.is_empty() || args.secs.is_some() {
+            format!(" for {secs} s")
+        } else {
+            String::new()
+        },
         args.mode.name(),
         if args.mode.samples_on_cpu() {
             format!(" at {} Hz on {} CPUs", args.freq, probes.attached_cpus())
@@ -263,11 +385,18 @@ async fn capture(
             String::new()
         }
     );
-    let sched_at_start = drain::sched_stats(target.pid);
+    if let Some(l) = prepared.launched.as_mut() {
+        l.release().context("cannot start the command")?;
+    }
+    let pids: Vec<u32> = prepared.targets.processes.keys().copied().collect();
+    let sched_at_start = drain::sched_stats(&pids);
     let seeds = if args.mode.traces_switches() {
-        let mappings = tables.as_mut().map(|t| t.proc_mappings(maps));
-        let with_tables = tables.as_ref().zip(mappings.as_deref());
-        snapshot::seed_threads(&mut probes, target.pid, start_ns, with_tables)?
+        snapshot::seed_threads(
+            &mut probes,
+            &prepared.targets,
+            start_ns,
+            prepared.tables.as_mut(),
+        )?
     } else {
         Seeds::default()
     };
@@ -279,41 +408,37 @@ async fn capture(
         cpu_used_so_far()
     );
 
-    let pid = target.pid;
+    let targets = &mut prepared.targets;
+    let tables = &mut prepared.tables;
     let reason = waiter
-        .wait(opened, args.secs, || {
-            // New libraries (dlopen) and JIT regions become resolvable and unwindable as they
-            // appear.
-            let gone = maps.refresh().is_err() && !Path::new(&format!("/proc/{pid}")).exists();
-            if let Some(tables) = tables.as_mut()
-                && !gone
-                && tables.update(maps)
-                && let Err(e) = probes.upload_unwind_tables(tables, maps)
-            {
-                log::warn!("new unwind tables not uploaded: {e}");
+        .wait(opened, secs, || {
+            let tick = targets.tick(&mut probes, tables.as_mut());
+            for (pid, name) in &tick.ended {
+                eprintln!("profiler: {name} (PID {pid}) exited");
             }
             let counters = probes.counters().unwrap_or_default();
             Tick {
                 samples: counters.get(profiler_common::Counter::Samples),
                 switches: counters.get(profiler_common::Counter::SwitchesOut),
-                target_gone: gone,
+                target_gone: tick.all_gone,
             }
         })
         .await;
     let stop_ns = probes.stop(start_ns)?;
-    let mut drained = drain::drain(&probes, target.pid)?;
+    let pids: Vec<u32> = prepared.targets.processes.keys().copied().collect();
+    let mut drained = drain::drain(&probes, &pids)?;
     drained.sched_at_start = sched_at_start;
-    let _ = maps.refresh();
     for counter in profiler_common::Counter::ALL {
         log::debug!("counter {counter:?}: {}", drained.counters.get(counter));
     }
     log::debug!(
-        "drained {} sample keys, {} wait keys, {} waker keys, {} stacks, {} threads",
+        "drained {} sample keys, {} wait keys, {} waker keys, {} stacks, {} threads, {} processes",
         drained.samples.len(),
         drained.waits.len(),
         drained.wakers.len(),
         drained.stacks.len(),
-        drained.threads.len()
+        drained.threads.len(),
+        pids.len()
     );
     Ok(Captured {
         drained,
@@ -357,12 +482,18 @@ fn post_process(
     seeds: Seeds,
     opts: &AccountOptions,
     meta: CaptureMeta,
-    maps: ProcessMaps,
+    targets: &TargetSet,
 ) -> SavedCapture {
-    let pid = meta.pid;
     let profile = profile::account(drained, seeds, opts);
-    let symbolizer = Symbolizer::new(maps, PerfMap::load(pid));
-    let names = symbolize::name_stacks(&profile, &symbolizer);
+    let spaces = symbolize::Spaces {
+        layouts: &targets.layouts,
+        processes: targets
+            .processes
+            .iter()
+            .map(|(&pid, t)| (pid, &t.maps))
+            .collect(),
+    };
+    let names = symbolize::name_stacks(&profile, &spaces);
     SavedCapture {
         format: SAVED_FORMAT,
         meta,
@@ -472,6 +603,7 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
     } = saved;
     let fold_opts = FoldOptions {
         process: meta.target.clone(),
+        per_process: out.per_process,
         per_thread: out.per_thread,
     };
     let folded = fold::fold(profile, names, &fold_opts);

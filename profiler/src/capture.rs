@@ -40,15 +40,20 @@ pub struct Waiter {
 }
 
 impl Waiter {
-    pub fn new(pid: u32) -> std::io::Result<Self> {
+    pub fn new() -> std::io::Result<Self> {
         Ok(Self {
             sigint: signal(SignalKind::interrupt())?,
             sigterm: signal(SignalKind::terminate())?,
-            exited: pidfd(pid).and_then(|fd| {
-                // SAFETY: the AsyncFd owns the OwnedFd, which stays open until it is dropped.
-                unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
-            }),
+            exited: None,
         })
+    }
+
+    /// Ends the capture the moment `pid` exits (a launched command), not at the next tick.
+    pub fn watch(&mut self, pid: u32) {
+        self.exited = pidfd(pid).and_then(|fd| {
+            // SAFETY: the AsyncFd owns the OwnedFd, which stays open until it is dropped.
+            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
+        });
     }
 
     /// Waits out the capture, calling `tick` five times a second (to pick up new mappings and

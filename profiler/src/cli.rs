@@ -17,6 +17,8 @@ pub const DEFAULT_MIN_BLOCK_US: u64 = 1;
 pub const DEFAULT_MAX_STACKS: u32 = 32_768;
 /// Default size of the on-CPU sample table and of the off-CPU wait table (distinct keys).
 pub const DEFAULT_MAX_KEYS: u32 = 32_768;
+/// Default number of processes tracked: a mapping table of 16 KiB each, preallocated (16 MiB).
+pub const DEFAULT_MAX_PROCESSES: u32 = 1_024;
 /// Default number of threads tracked (also the size of the wait-start table).
 pub const DEFAULT_MAX_THREADS: u32 = 65_536;
 
@@ -85,6 +87,11 @@ pub struct OutputArgs {
     #[arg(long)]
     pub per_thread: bool,
 
+    /// Put each process's pid with its name as the root frame (by default processes of the
+    /// same name are one tower: all nginx workers together).
+    #[arg(long)]
+    pub per_process: bool,
+
     /// Also write the wakeup chains (`waiter stack;--;waker stack`) as `<output>.wakers.svg`
     /// (and `<folded>.wakers.folded`); when recording, take the wakers' stacks.
     #[arg(long)]
@@ -104,15 +111,38 @@ pub struct OutputArgs {
 
 /// Recording: what to profile and how.
 #[derive(Debug, clap::Args)]
+#[command(group(
+    clap::ArgGroup::new("what")
+        .args(["pid", "cgroup", "command"])
+        .required(true)
+        .multiple(true)
+))]
 pub struct Args {
-    /// Process to profile (a thread id selects its whole process).
-    #[arg(short, long, value_name = "PID", required = true)]
-    pub pid: Option<u32>,
+    /// Processes to profile, with their descendants (a thread id selects its process):
+    /// `-p 1234` or `-p 1234,5678`.
+    #[arg(short, long, value_name = "PID[,PID…]", value_delimiter = ',')]
+    pub pid: Vec<u32>,
 
-    /// Capture length in seconds; Ctrl-C or SIGTERM end it early and still write the output.
-    #[arg(short = 'd', long = "secs", value_name = "SECONDS", default_value_t = DEFAULT_SECS,
+    /// Only the processes named, not their descendants.
+    #[arg(long)]
+    pub no_children: bool,
+
+    /// Every process of a cgroup v2 directory and its sub-directories (a systemd service, a
+    /// container), including processes that join it during the capture.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+
+    /// Launch this command (as the invoking user under sudo) and profile it and its
+    /// descendants from its first instruction until it exits (or `--secs`); the profiler exits
+    /// with its status.
+    #[arg(last = true, value_name = "CMD", conflicts_with_all = ["pid", "cgroup"])]
+    pub command: Vec<std::ffi::OsString>,
+
+    /// Capture length in seconds (default 20; with a command, until it exits); Ctrl-C or
+    /// SIGTERM end it early and still write the output.
+    #[arg(short = 'd', long = "secs", value_name = "SECONDS",
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub secs: u64,
+    pub secs: Option<u64>,
 
     /// On-CPU sampling frequency per CPU, in Hz.
     #[arg(short = 'F', long = "freq", value_name = "HZ", default_value_t = DEFAULT_FREQ_HZ,
@@ -155,6 +185,10 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_KEYS, value_parser = table_size)]
     pub max_keys: u32,
 
+    /// Number of processes tracked in the kernel (mapping tables, process events).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PROCESSES, value_parser = table_size)]
+    pub max_processes: u32,
+
     /// Number of threads tracked in the kernel.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_THREADS, value_parser = table_size)]
     pub max_threads: u32,
@@ -184,6 +218,16 @@ fn wait_limit_us(value: &str) -> Result<u64, String> {
 }
 
 impl Args {
+    /// The capture length: `--secs`, or until the command exits, or the default.
+    pub fn secs(&self) -> u64 {
+        match (self.secs, self.command.is_empty()) {
+            (Some(secs), _) => secs,
+            (None, true) => DEFAULT_SECS,
+            // A day: in practice, until the command exits.
+            (None, false) => 86_400,
+        }
+    }
+
     pub fn max_block_ns(&self) -> u64 {
         self.max_block_us
             .map_or(u64::MAX, |us| us.saturating_mul(1_000))
@@ -216,7 +260,7 @@ mod tests {
     #[test]
     fn bare_command_line_uses_the_documented_defaults() {
         let args = record(&["--pid", "1"]).unwrap();
-        assert_eq!(args.secs, DEFAULT_SECS);
+        assert_eq!(args.secs(), DEFAULT_SECS);
         assert_eq!(args.freq, DEFAULT_FREQ_HZ);
         assert_eq!(args.mode, Mode::Wall);
         assert_eq!(args.min_block_ns(), DEFAULT_MIN_BLOCK_US * 1000);
@@ -230,7 +274,8 @@ mod tests {
     #[test]
     fn short_flags_match_the_contract() {
         let args = record(&["-p", "7", "-d", "3", "-F", "49", "-o", "x.svg"]).unwrap();
-        assert_eq!((args.pid, args.secs, args.freq), (Some(7), 3, 49));
+        assert_eq!((args.secs(), args.freq), (3, 49));
+        assert_eq!(args.pid, [7]);
         assert_eq!(
             args.out.output.as_deref(),
             Some(std::path::Path::new("x.svg"))
@@ -244,6 +289,24 @@ mod tests {
         assert!(record(&["-p", "1", "-d", "0"]).is_err());
         assert!(record(&["-p", "1", "--mode", "gpu"]).is_err());
         assert!(record(&[]).is_err());
+    }
+
+    #[test]
+    fn targets_are_pids_a_cgroup_or_a_command() {
+        let a = record(&["-p", "1,2", "-p", "3", "--no-children"]).unwrap();
+        assert_eq!((a.pid, a.no_children), (vec![1, 2, 3], true));
+        let a = record(&["--cgroup", "/sys/fs/cgroup/x"]).unwrap();
+        assert_eq!(
+            a.cgroup.as_deref(),
+            Some(std::path::Path::new("/sys/fs/cgroup/x"))
+        );
+        let a = record(&["--", "sleep", "2"]).unwrap();
+        assert_eq!(a.command, ["sleep", "2"]);
+        assert_eq!(a.secs(), 86_400, "a command runs until it exits");
+        assert_eq!(record(&["-d", "5", "--", "true"]).unwrap().secs(), 5);
+        // Nothing to profile, or a command with PIDs.
+        assert!(record(&["-d", "5"]).is_err());
+        assert!(record(&["-p", "1", "--", "true"]).is_err());
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::{
     probes::{ProbeError, Probes},
 };
 
-pub fn drain(probes: &Probes, pid: u32) -> Result<Drained, ProbeError> {
+pub fn drain(probes: &Probes, pids: &[u32]) -> Result<Drained, ProbeError> {
     let ebpf = probes.ebpf();
     let read = |name: &'static str| ebpf.map(name).ok_or(ProbeError::MissingMap(name));
     let samples = entries::<SampleKey, SampleValue>(read(names::MAP_SAMPLES)?, names::MAP_SAMPLES)?;
@@ -26,7 +26,13 @@ pub fn drain(probes: &Probes, pid: u32) -> Result<Drained, ProbeError> {
     let threads = entries::<u32, Thread>(read(names::MAP_THREADS)?, names::MAP_THREADS)?
         .into_iter()
         .collect();
-    let stacks = entries::<u64, Stack>(read(names::MAP_STACKS)?, names::MAP_STACKS)?
+    let all_stacks = entries::<u64, Stack>(read(names::MAP_STACKS)?, names::MAP_STACKS)?;
+    let stack_generations = all_stacks
+        .iter()
+        .filter(|(_, s)| s.generation() != 0)
+        .map(|(id, s)| (*id, s.generation()))
+        .collect();
+    let stacks = all_stacks
         .into_iter()
         .map(|(id, stack)| (id, stack.frames().to_vec()))
         .collect();
@@ -41,11 +47,12 @@ pub fn drain(probes: &Probes, pid: u32) -> Result<Drained, ProbeError> {
         wakers,
         threads,
         stacks,
+        stack_generations,
         counters: probes.counters()?,
         site_hists,
         runqueue_hists,
         sched_at_start: HashMap::new(),
-        sched_at_stop: sched_stats(pid),
+        sched_at_stop: sched_stats(pids),
     })
 }
 
@@ -69,19 +76,20 @@ fn runqueue_hists(
     Ok(out)
 }
 
-/// Every live thread's `/proc/<pid>/task/<tid>/schedstat`.
-pub fn sched_stats(pid: u32) -> HashMap<u32, SchedStat> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return HashMap::new();
-    };
-    tasks
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
+/// Every live thread's `/proc/<pid>/task/<tid>/schedstat`, for each process.
+pub fn sched_stats(pids: &[u32]) -> HashMap<u32, SchedStat> {
+    let mut all = HashMap::new();
+    for pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        all.extend(tasks.filter_map(Result::ok).filter_map(|entry| {
             let tid: u32 = entry.file_name().to_str()?.parse().ok()?;
             let text = std::fs::read_to_string(entry.path().join("schedstat")).ok()?;
             Some((tid, parse_schedstat(&text)?))
-        })
-        .collect()
+        }));
+    }
+    all
 }
 
 /// `<on-cpu ns> <run-queue ns> <timeslices>`.

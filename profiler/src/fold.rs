@@ -10,8 +10,29 @@ use crate::model::{
 
 #[derive(Clone, Debug)]
 pub struct FoldOptions {
+    /// The root frame of a process whose name is not known (a thread of no known process).
     pub process: String,
+    /// `<name>-<pid>` as the root frame instead of the name: one tower per process rather
+    /// than per program.
+    pub per_process: bool,
     pub per_thread: bool,
+}
+
+impl FoldOptions {
+    /// The root frame of process `pid`'s stacks.
+    fn root(&self, profile: &Profile, pid: u32) -> String {
+        let name = profile
+            .processes
+            .get(&pid)
+            .map(|p| p.name.as_str())
+            .filter(|n| !n.is_empty())
+            .unwrap_or(&self.process);
+        if self.per_process {
+            sanitize(&format!("{name}-{pid}"))
+        } else {
+            sanitize(name)
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +94,7 @@ pub fn fold(profile: &Profile, names: &StackNames, opts: &FoldOptions) -> Folded
             continue;
         }
         frames.clear();
-        frames.push(sanitize(&opts.process));
+        frames.push(opts.root(profile, entry.pid));
         if opts.per_thread {
             let thread = profile
                 .threads
@@ -112,7 +133,8 @@ pub fn fold_wakers(profile: &Profile, names: &StackNames, opts: &FoldOptions) ->
         if count == 0 {
             continue;
         }
-        let mut frames = vec![sanitize(&opts.process)];
+        let pid = profile.threads.get(&w.tid).map_or(0, |t| t.pid);
+        let mut frames = vec![opts.root(profile, pid)];
         if opts.per_thread {
             let thread = profile.threads.get(&w.tid).map_or("?", |t| t.name.as_str());
             frames.push(sanitize(&format!("{thread}-{}", w.tid)));
@@ -153,6 +175,7 @@ mod tests {
 
     fn entry(tid: u32, user: u64, kernel: u64, kind: Kind, samples: u64, time_ns: u64) -> Entry {
         Entry {
+            pid: 0,
             tid,
             user_stack: user,
             kernel_stack: kernel,
@@ -183,7 +206,9 @@ mod tests {
             period_ns: 10_101_010,
             entries,
             threads,
+            processes: Default::default(),
             stacks: HashMap::new(),
+            stack_generations: HashMap::new(),
             counters: Counters::default(),
             site_hists: HashMap::new(),
             runqueue_hists: Default::default(),
@@ -214,6 +239,7 @@ mod tests {
             &p,
             &names(),
             &FoldOptions {
+                per_process: false,
                 process: "app".into(),
                 per_thread: false,
             },
@@ -239,6 +265,7 @@ mod tests {
             &p,
             &names(),
             &FoldOptions {
+                per_process: false,
                 process: "app".into(),
                 per_thread: true,
             },
@@ -269,6 +296,7 @@ mod tests {
             &p,
             &names(),
             &FoldOptions {
+                per_process: false,
                 process: "a;b".into(),
                 per_thread: false,
             },

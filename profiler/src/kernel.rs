@@ -55,6 +55,15 @@ pub struct PreemptCountPath {
     pub percpu_preempt_count: u32,
 }
 
+/// The highest process id plus one (`/proc/sys/kernel/pid_max`; 4194304, the most it can be
+/// on 64-bit, if unreadable): the size of the target bitmap.
+pub fn pid_max() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(4_194_304)
+}
+
 /// The running kernel's release (`uname -r`), for the report.
 pub fn release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")

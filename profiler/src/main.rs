@@ -31,7 +31,9 @@ fn main() -> std::process::ExitCode {
         }
     };
     match runtime.block_on(app::run(args)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(None) => std::process::ExitCode::SUCCESS,
+        // A launched command's status is the profiler's.
+        Ok(Some(code)) => std::process::ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
             // One line with the whole context chain.
             eprintln!("profiler: {e:#}");

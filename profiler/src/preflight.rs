@@ -30,6 +30,12 @@ pub enum PreflightError {
          built with CONFIG_DEBUG_INFO_BTF=y"
     )]
     NoBtf,
+    #[error("command not found: {0}")]
+    CommandNotFound(String),
+    #[error("{0} is not a cgroup v2 directory ({1})")]
+    NotCgroup(PathBuf, String),
+    #[error("there is no process in {0} to profile")]
+    EmptyCgroup(PathBuf),
     #[error("the report path {0} must end in .md (Markdown) or .json")]
     ReportExtension(PathBuf),
     // The io error is part of the sentence, not a `source`: the message stays one sentence.

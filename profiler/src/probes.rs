@@ -13,7 +13,7 @@ use aya::{
     util::online_cpus,
 };
 use profiler_common::{
-    BPF_NOEXIST, Config, Control, Counter, TaskSnapshot, Thread, config_flags,
+    BPF_NOEXIST, Config, Control, Counter, ProcEvent, TaskSnapshot, Thread, config_flags,
     names::{self, GLOBAL_CONFIG, GLOBAL_IRQ_ENTRY},
     unwind::{ProcMappings, RowChunk},
 };
@@ -22,7 +22,6 @@ use thiserror::Error;
 use crate::{
     kernel::{PreemptCountPath, TaskOffsets},
     model::{Counters, Mode},
-    symbolize::procmap::ProcessMaps,
     unwind::tables::UnwindTables,
 };
 
@@ -57,12 +56,19 @@ pub enum ProbeError {
     Iterator(String),
     #[error("the unwind row array ({0} chunks) is full")]
     UnwindRowsFull(u32),
+    #[error("process {0} is beyond pid_max as read at start")]
+    PidBeyondPidMax(u32),
 }
 
 /// Everything the programs need to know before they load.
 #[derive(Clone, Debug)]
 pub struct ProbeConfig {
-    pub target_pid: u32,
+    /// Words of the target bitmap: process ids up to `64 * target_words` (from pid_max).
+    pub target_words: u32,
+    /// A target's new processes join the target set.
+    pub follow_children: bool,
+    /// Size of the per-process tables (mappings, events).
+    pub max_processes: u32,
     pub offsets: TaskOffsets,
     pub mode: Mode,
     pub period_ns: u64,
@@ -103,6 +109,9 @@ fn flags(cfg: &ProbeConfig) -> u32 {
     if cfg.verify_memos {
         flags |= config_flags::VERIFY_MEMOS;
     }
+    if cfg.follow_children {
+        flags |= config_flags::FOLLOW_CHILDREN;
+    }
     flags
 }
 
@@ -124,7 +133,7 @@ impl Probes {
             percpu_preempt_count: 0,
         });
         let config = Config {
-            target_tgid: cfg.target_pid,
+            target_words: cfg.target_words,
             task_pid_offset: cfg.offsets.pid,
             task_tgid_offset: cfg.offsets.tgid,
             task_comm_offset: cfg.offsets.comm,
@@ -157,6 +166,9 @@ impl Probes {
             .map_max_entries(names::MAP_WAKERS, cfg.max_keys)
             .map_max_entries(names::MAP_UNWIND_ROWS, cfg.dwarf_chunks.unwrap_or(1).max(1))
             .map_max_entries(names::MAP_THREADS, cfg.max_threads)
+            .map_max_entries(names::MAP_TARGETS, cfg.target_words.max(1))
+            .map_max_entries(names::MAP_PROCS, cfg.max_processes)
+            .map_max_entries(names::MAP_PROC_MAPPINGS, cfg.max_processes)
             .load(EBPF_OBJECT)
             .map_err(ProbeError::Load)?;
 
@@ -165,6 +177,15 @@ impl Probes {
         }
 
         let btf = Btf::from_sys_fs()?;
+        for name in [names::PROG_FORK, names::PROG_EXEC, names::PROG_EXIT] {
+            // Program and tracepoint share the name.
+            let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
+            prog.load(name, &btf)
+                .map_err(|source| ProbeError::Program {
+                    what: format!("loading {name}"),
+                    source,
+                })?;
+        }
         if cfg.mode.samples_on_cpu() {
             let prog: &mut PerfEvent = program(&mut ebpf, names::PROG_SAMPLE)?;
             prog.load().map_err(|source| ProbeError::Program {
@@ -206,6 +227,13 @@ impl Probes {
     /// Attaches the sampler on every online CPU and the scheduler tracepoint. Programs do not
     /// record anything until [`Probes::start`].
     pub fn attach(&mut self) -> Result<(), ProbeError> {
+        for name in [names::PROG_FORK, names::PROG_EXEC, names::PROG_EXIT] {
+            let prog: &mut BtfTracePoint = program(&mut self.ebpf, name)?;
+            prog.attach().map_err(|source| ProbeError::Program {
+                what: format!("attaching to {name}"),
+                source,
+            })?;
+        }
         if self.mode.samples_on_cpu() {
             let cpus = online_cpus().map_err(|(what, e)| ProbeError::Cpus(what, e))?;
             let period_ns = self.period_ns;
@@ -279,12 +307,8 @@ impl Probes {
         })
     }
 
-    /// Uploads the unwind rows not in the kernel yet and the current mapping table.
-    pub fn upload_unwind_tables(
-        &mut self,
-        tables: &mut UnwindTables,
-        maps: &ProcessMaps,
-    ) -> Result<(), ProbeError> {
+    /// Uploads the unwind rows not in the kernel yet.
+    pub fn upload_rows(&mut self, tables: &mut UnwindTables) -> Result<(), ProbeError> {
         let map = self
             .ebpf
             .map_mut(names::MAP_UNWIND_ROWS)
@@ -308,21 +332,69 @@ impl Probes {
                 })?;
         }
         tables.mark_uploaded();
+        Ok(())
+    }
+
+    /// Sets (replaces) process `tgid`'s mapping table.
+    pub fn upload_mappings(&mut self, tgid: u32, table: &ProcMappings) -> Result<(), ProbeError> {
+        let name = names::MAP_PROC_MAPPINGS;
         let map = self
             .ebpf
-            .map_mut(names::MAP_PROC_MAPPINGS)
-            .ok_or(ProbeError::MissingMap(names::MAP_PROC_MAPPINGS))?;
-        let mut mappings: Array<&mut MapData, ProcMappings> =
-            Array::try_from(map).map_err(|source| ProbeError::Map {
-                name: names::MAP_PROC_MAPPINGS,
-                source,
-            })?;
-        mappings
-            .set(0, *tables.proc_mappings(maps), 0)
-            .map_err(|source| ProbeError::Map {
-                name: names::MAP_PROC_MAPPINGS,
-                source,
-            })
+            .map_mut(name)
+            .ok_or(ProbeError::MissingMap(name))?;
+        let mut hash: HashMap<&mut MapData, u32, ProcMappings> =
+            HashMap::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+        hash.insert(tgid, *table, 0)
+            .map_err(|source| ProbeError::Map { name, source })
+    }
+
+    /// Puts process `tgid` in the target set (`true`) or takes it out.
+    pub fn set_target(&mut self, tgid: u32, target: bool) -> Result<(), ProbeError> {
+        let name = names::MAP_TARGETS;
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or(ProbeError::MissingMap(name))?;
+        let mut bits: Array<&mut MapData, u64> =
+            Array::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+        let (word, bit) = profiler_common::target_bit(tgid);
+        if word >= bits.len() {
+            return Err(ProbeError::PidBeyondPidMax(tgid));
+        }
+        let old = bits
+            .get(&word, 0)
+            .map_err(|source| ProbeError::Map { name, source })?;
+        let new = if target { old | bit } else { old & !bit };
+        bits.set(word, new, 0)
+            .map_err(|source| ProbeError::Map { name, source })
+    }
+
+    /// What the kernel side noted about target processes: new ones (forked from targets),
+    /// execs, exits.
+    pub fn proc_events(&self) -> Result<Vec<(u32, ProcEvent)>, ProbeError> {
+        let name = names::MAP_PROCS;
+        let map = self.ebpf.map(name).ok_or(ProbeError::MissingMap(name))?;
+        let hash: HashMap<&MapData, u32, ProcEvent> =
+            HashMap::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+        Ok(hash.iter().filter_map(Result::ok).collect())
+    }
+
+    /// Forgets a process that is gone: its event and its mapping table (the tables would
+    /// otherwise fill with process churn).
+    pub fn forget_process(&mut self, tgid: u32) {
+        for name in [names::MAP_PROCS, names::MAP_PROC_MAPPINGS] {
+            if let Some(map) = self.ebpf.map_mut(name) {
+                if name == names::MAP_PROCS {
+                    if let Ok(mut h) = HashMap::<&mut MapData, u32, ProcEvent>::try_from(map) {
+                        let _ = h.remove(&tgid);
+                    }
+                } else if let Ok(mut h) = HashMap::<&mut MapData, u32, ProcMappings>::try_from(map)
+                {
+                    let _ = h.remove(&tgid);
+                }
+            }
+        }
+        let _ = self.set_target(tgid, false);
     }
 
     /// Sums the per-CPU counters.

@@ -25,12 +25,15 @@ use profiler_common::{
 };
 
 use crate::model::{
-    Drained, Entry, Kind, Mode, Profile, SchedStat, Seeds, ThreadTime, Waker, Window, comm_name,
+    Drained, Entry, Kind, Mode, ProcessInfo, Profile, SchedStat, Seeds, ThreadTime, Waker, Window,
+    comm_name,
 };
 
 pub struct AccountOptions {
-    /// The profiled process: wakers from other processes keep only their kernel stacks.
-    pub target_pid: u32,
+    /// The profiled processes: wakers from other processes keep only their kernel stacks.
+    pub processes: BTreeMap<u32, ProcessInfo>,
+    /// Process of each thread the kernel side did not say (live threads, from /proc).
+    pub pid_of: HashMap<u32, u32>,
     pub mode: Mode,
     pub window: Window,
     pub period_ns: u64,
@@ -45,6 +48,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         wakers,
         threads: kernel_threads,
         mut stacks,
+        stack_generations,
         counters,
         mut site_hists,
         runqueue_hists,
@@ -52,7 +56,18 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         sched_at_stop,
     } = drained;
     stacks.extend(seeds.stacks);
-    let mut acc = Accumulator::default();
+    let mut pid_of = opts.pid_of.clone();
+    pid_of.extend(seeds.pids.iter().map(|(&tid, &pid)| (tid, pid)));
+    pid_of.extend(
+        kernel_threads
+            .iter()
+            .filter(|(_, t)| t.stats.tgid != 0)
+            .map(|(&tid, t)| (tid, t.stats.tgid)),
+    );
+    let mut acc = Accumulator {
+        pid_of,
+        ..Accumulator::default()
+    };
 
     if opts.mode.traces_switches() {
         acc.finished_waits(&waits);
@@ -91,6 +106,10 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         };
     }
 
+    let mut processes = opts.processes.clone();
+    for t in threads.values() {
+        processes.entry(t.pid).or_default();
+    }
     let mut entries: Vec<Entry> = acc.entries.into_values().collect();
     entries.sort_by(|a, b| {
         (a.tid, a.kind, a.user_stack, a.kernel_stack).cmp(&(
@@ -106,14 +125,16 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         period_ns: opts.period_ns,
         entries,
         threads,
+        processes,
         stacks,
+        stack_generations,
         counters,
         site_hists,
         runqueue_hists,
         open_waits: acc.open_waits,
         blocked_at_start: seeds.blocked,
         wakers: if opts.mode.traces_switches() {
-            wakers_of(&wakers, opts.target_pid)
+            wakers_of(&wakers, &opts.processes)
         } else {
             Vec::new()
         },
@@ -144,18 +165,25 @@ struct Accumulator {
     entries: HashMap<(u32, u64, u64, Kind), Entry>,
     threads: BTreeMap<u32, ThreadTime>,
     open_waits: u64,
+    /// Process of each thread (0: unknown).
+    pid_of: HashMap<u32, u32>,
 }
 
 impl Accumulator {
     fn entry(&mut self, tid: u32, user_stack: u64, kernel_stack: u64, kind: Kind) -> &mut Entry {
-        self.threads.entry(tid).or_default();
+        let pid = self.pid_of.get(&tid).copied().unwrap_or(0);
+        self.thread(tid);
         self.entries
             .entry((tid, user_stack, kernel_stack, kind))
-            .or_insert_with(|| Entry::new(tid, user_stack, kernel_stack, kind))
+            .or_insert_with(|| Entry::new(pid, tid, user_stack, kernel_stack, kind))
     }
 
     fn thread(&mut self, tid: u32) -> &mut ThreadTime {
-        self.threads.entry(tid).or_default()
+        let pid = self.pid_of.get(&tid).copied().unwrap_or(0);
+        self.threads.entry(tid).or_insert_with(|| ThreadTime {
+            pid,
+            ..ThreadTime::default()
+        })
     }
 
     /// Waits the kernel side aggregated (every cycle closed by a switch-out).
@@ -349,7 +377,10 @@ impl Accumulator {
     }
 }
 
-fn wakers_of(records: &[(WakerKey, WakerValue)], target_pid: u32) -> Vec<Waker> {
+fn wakers_of(
+    records: &[(WakerKey, WakerValue)],
+    processes: &BTreeMap<u32, ProcessInfo>,
+) -> Vec<Waker> {
     let mut wakers: Vec<Waker> = records
         .iter()
         .filter_map(|(k, v)| {
@@ -361,7 +392,7 @@ fn wakers_of(records: &[(WakerKey, WakerValue)], target_pid: u32) -> Vec<Waker> 
                 waker_tid: k.waker_tid,
                 waker_pid: k.waker_tgid,
                 waker_name: comm_name(&v.waker_comm),
-                waker_user_stack: if k.waker_tgid == target_pid
+                waker_user_stack: if processes.contains_key(&k.waker_tgid)
                     || k.waker_user_stack == stack_id::EMPTY
                 {
                     k.waker_user_stack
@@ -396,7 +427,8 @@ mod tests {
 
     fn opts(mode: Mode) -> AccountOptions {
         AccountOptions {
-            target_pid: 1,
+            processes: BTreeMap::new(),
+            pid_of: HashMap::new(),
             mode,
             window: window(),
             period_ns: 10 * MS,

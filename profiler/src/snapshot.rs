@@ -15,6 +15,7 @@ use profiler_common::{
 use crate::{
     model::{Seeds, comm_name},
     probes::{ProbeError, Probes, SeedOutcome},
+    targets::TargetSet,
     unwind::{
         tables::UnwindTables,
         walk::{Regs, walk},
@@ -22,15 +23,16 @@ use crate::{
 };
 
 /// Runs the iterator and seeds every target thread's entry. User stacks are walked like the
-/// kernel side walks them: with the unwind tables when given.
+/// kernel side walks them: with each process's mapping table when there are unwind tables.
 pub fn seed_threads(
     probes: &mut Probes,
-    pid: u32,
+    targets: &TargetSet,
     start_ns: u64,
-    tables: Option<(&UnwindTables, &ProcMappings)>,
+    mut tables: Option<&mut UnwindTables>,
 ) -> Result<Seeds, ProbeError> {
     let snapshots = probes.snapshot_tasks()?;
-    let mem = File::open(format!("/proc/{pid}/mem")).ok();
+    // Per process: its memory, and its mapping table.
+    let mut processes: HashMap<u32, (Option<File>, Option<Box<ProcMappings>>)> = HashMap::new();
     let mut seeds = Seeds::default();
     let mut next_id = 0u64;
     let mut new_id = || {
@@ -39,6 +41,7 @@ pub fn seed_threads(
     };
     for snap in &snapshots {
         seeds.names.insert(snap.tid, comm_name(&snap.comm));
+        seeds.pids.insert(snap.tid, snap.tgid);
         let Some(wait) = wait_at_start(snap) else {
             // Exiting.
             continue;
@@ -46,6 +49,7 @@ pub fn seed_threads(
         let mut thread = Thread {
             stats: ThreadStats {
                 comm: snap.comm,
+                tgid: snap.tgid,
                 last_out_ns: start_ns,
                 last_exec_ns: snap.exec_ns,
                 last_delay_ns: snap.run_delay_ns,
@@ -63,9 +67,19 @@ pub fn seed_threads(
                     sp: snap.user_sp,
                     bp: snap.user_bp,
                 };
+                let (mem, table) = processes.entry(snap.tgid).or_insert_with(|| {
+                    let mem = File::open(format!("/proc/{}/mem", snap.tgid)).ok();
+                    let table = targets
+                        .processes
+                        .get(&snap.tgid)
+                        .zip(tables.as_deref_mut())
+                        .map(|(t, tables)| tables.proc_mappings(&t.maps));
+                    (mem, table)
+                });
+                let with_tables = tables.as_deref().zip(table.as_deref());
                 let user = mem
                     .as_ref()
-                    .map(|mem| walk(regs, tables, |addr| read_u64(mem, addr)))
+                    .map(|mem| walk(regs, with_tables, |addr| read_u64(mem, addr)))
                     .unwrap_or_default();
                 let kernel: Vec<u64> = snap
                     .kernel_frames

@@ -71,6 +71,8 @@ pub struct Drained {
     pub threads: HashMap<u32, Thread>,
     /// Frames (leaf first) by stack id.
     pub stacks: HashMap<u64, Vec<u64>>,
+    /// Mapping-table generation of each user stack unwound under one.
+    pub stack_generations: HashMap<u64, u32>,
     pub counters: Counters,
     /// Blocked-time histogram per blocking site.
     pub site_hists: HashMap<SiteKey, WaitHist>,
@@ -90,6 +92,8 @@ pub struct Seeds {
     pub stacks: HashMap<u64, Vec<u64>>,
     /// Thread names seen by the snapshot (threads that never ran during the capture).
     pub names: HashMap<u32, String>,
+    /// Process of each thread the snapshot saw.
+    pub pids: HashMap<u32, u32>,
     /// Threads found blocked at capture start.
     pub blocked: u64,
     /// Threads whose entry could not be seeded (thread table full).

@@ -22,6 +22,10 @@ pub struct CaptureMeta {
     /// Process name, the root frame of every stack.
     pub target: String,
     pub pid: u32,
+    /// What the capture covers, in words (`nginx (PID 1200) with descendants`, a cgroup, a
+    /// command).
+    #[serde(default)]
+    pub selection: String,
     /// Kernel release the capture ran on.
     pub kernel: String,
     /// Why the window closed early, if it did.

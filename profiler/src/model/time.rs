@@ -17,6 +17,8 @@ pub enum Kind {
 /// Time of one thread in one stack and kind.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
+    /// The thread's process.
+    pub pid: u32,
     pub tid: u32,
     pub user_stack: u64,
     pub kernel_stack: u64,
@@ -33,8 +35,9 @@ pub struct Entry {
 }
 
 impl Entry {
-    pub fn new(tid: u32, user_stack: u64, kernel_stack: u64, kind: Kind) -> Self {
+    pub fn new(pid: u32, tid: u32, user_stack: u64, kernel_stack: u64, kind: Kind) -> Self {
         Self {
+            pid,
             tid,
             user_stack,
             kernel_stack,
@@ -62,6 +65,8 @@ impl Entry {
 /// Where one thread's time went.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadTime {
+    /// Its process.
+    pub pid: u32,
     pub name: String,
     pub samples: u64,
     /// CPU time inside the window: as the scheduler charged it when switches are traced
@@ -117,17 +122,40 @@ pub struct Waker {
     pub time_ns: u64,
 }
 
+/// One process of the capture.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Its name (`comm`; after an exec, the new program's).
+    pub name: String,
+    /// The target process that forked it during the capture.
+    pub parent: Option<u32>,
+    /// When it was forked, if during the capture (CLOCK_MONOTONIC ns, like the window).
+    pub forked_ns: Option<u64>,
+    /// When its last thread exited, if it did.
+    pub exited_ns: Option<u64>,
+    /// Execs during the capture.
+    pub execs: u32,
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Profile {
     pub mode: Mode,
     pub window: Window,
     pub period_ns: u64,
     pub entries: Vec<Entry>,
+    /// Threads by tid.
     pub threads: BTreeMap<u32, ThreadTime>,
+    /// Processes by pid.
+    #[serde(default)]
+    pub processes: BTreeMap<u32, ProcessInfo>,
     /// Frames (leaf first) by stack id, kernel-side and user-side recorded ones together:
     /// symbolization's input, not kept in a saved capture (its names are).
     #[serde(skip)]
     pub stacks: HashMap<u64, Vec<u64>>,
+    /// The mapping-table generation each user stack was unwound under (absent: 0, none):
+    /// which layout's files name it. Symbolization's input too.
+    #[serde(skip)]
+    pub stack_generations: HashMap<u64, u32>,
     #[serde(with = "counters_by_name")]
     pub counters: Counters,
     /// Blocked-time histogram per blocking site (all threads).

@@ -484,7 +484,7 @@ mod tests {
         Entry {
             samples,
             time_ns,
-            ..Entry::new(tid, user, kernel, kind)
+            ..Entry::new(0, tid, user, kernel, kind)
         }
     }
 
@@ -513,6 +513,7 @@ mod tests {
         SavedCapture {
             format: crate::model::saved::SAVED_FORMAT,
             meta: CaptureMeta {
+                selection: String::new(),
                 target: "app".into(),
                 pid: 10,
                 kernel: "6.18".into(),
@@ -528,7 +529,9 @@ mod tests {
                 period_ns: 10_101_010,
                 entries,
                 threads,
+                processes: Default::default(),
                 stacks: HashMap::new(),
+                stack_generations: HashMap::new(),
                 counters: Counters::default(),
                 site_hists: HashMap::new(),
                 runqueue_hists: Default::default(),

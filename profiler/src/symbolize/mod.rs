@@ -51,30 +51,65 @@ fn is_probe_plumbing(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
+/// Whose files name a user stack: the layout it was unwound under (a mapping-table
+/// generation: processes forked from one parent share one), else its process's mappings.
+pub struct Spaces<'a> {
+    pub layouts: &'a HashMap<u32, ProcessMaps>,
+    pub processes: HashMap<u32, &'a ProcessMaps>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Space {
+    Layout(u32),
+    Process(u32),
+}
+
 /// Names every stack the profile refers to (samples, waits and wakers).
-pub fn name_stacks(profile: &Profile, symbolizer: &Symbolizer) -> StackNames {
-    let mut user_ids = std::collections::HashSet::new();
+pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
+    // Each user stack with a process it was seen in.
+    let mut user_ids: HashMap<u64, u32> = HashMap::new();
     // Kernel stacks by id, and whether a wait refers to it (see Symbolizer::kernel_stacks).
     let mut kernel_ids: HashMap<u64, bool> = HashMap::new();
     for e in &profile.entries {
-        user_ids.insert(e.user_stack);
+        user_ids.entry(e.user_stack).or_insert(e.pid);
         *kernel_ids.entry(e.kernel_stack).or_default() |= matches!(e.kind, Kind::Off(_));
     }
     for w in &profile.wakers {
-        user_ids.extend([w.user_stack, w.waker_user_stack]);
+        let wakee = profile.threads.get(&w.tid).map_or(0, |t| t.pid);
+        user_ids.entry(w.user_stack).or_insert(wakee);
+        user_ids.entry(w.waker_user_stack).or_insert(w.waker_pid);
         kernel_ids.insert(w.kernel_stack, true);
         kernel_ids.entry(w.waker_kernel_stack).or_default();
     }
-    let user = user_ids
-        .iter()
-        .filter_map(|id| profile.stacks.get(id).map(|s| (*id, s.as_slice())));
+    let mut groups: HashMap<Space, (u32, Vec<u64>)> = HashMap::new();
+    for (&id, &pid) in &user_ids {
+        if !profile.stacks.contains_key(&id) {
+            continue;
+        }
+        let space = match profile.stack_generations.get(&id) {
+            Some(g) if spaces.layouts.contains_key(g) => Space::Layout(*g),
+            _ => Space::Process(pid),
+        };
+        groups.entry(space).or_insert((pid, Vec::new())).1.push(id);
+    }
+    let mut names = StackNames::default();
+    let none = ProcessMaps::default();
+    for (space, (pid, ids)) in groups {
+        let maps = match space {
+            Space::Layout(g) => &spaces.layouts[&g],
+            Space::Process(p) => spaces.processes.get(&p).copied().unwrap_or(&none),
+        };
+        let symbolizer = Symbolizer::new(maps.clone(), PerfMap::load(pid));
+        let stacks = ids
+            .iter()
+            .filter_map(|id| profile.stacks.get(id).map(|s| (*id, s.as_slice())));
+        names.user.extend(symbolizer.user_stacks(stacks));
+    }
     let kernel = kernel_ids
         .iter()
         .filter_map(|(id, wait)| profile.stacks.get(id).map(|s| (*id, s.as_slice(), *wait)));
-    StackNames {
-        user: symbolizer.user_stacks(user),
-        kernel: symbolizer.kernel_stacks(kernel),
-    }
+    names.kernel = Symbolizer::new(none, PerfMap::default()).kernel_stacks(kernel);
+    names
 }
 
 pub struct Symbolizer {

@@ -8,6 +8,7 @@ use std::{
     io,
     os::unix::fs::FileExt as _,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 /// One executable mapping.
@@ -99,14 +100,15 @@ fn parse_line(line: &str) -> Option<Mapping> {
     })
 }
 
-/// Every executable mapping seen during the capture, with open handles on their files.
-#[derive(Debug, Default)]
+/// Every executable mapping seen during the capture, with open handles on their files. Cheap
+/// to clone (the handles are shared): a clone is a snapshot of one layout.
+#[derive(Clone, Debug, Default)]
 pub struct ProcessMaps {
     pid: u32,
     /// Sorted by start; ranges never overlap (a later remap of a range replaces the old one).
     mappings: Vec<Mapping>,
     /// Open files by (dev, inode): symbolization reads them through /proc/self/fd.
-    files: HashMap<(String, u64), File>,
+    files: HashMap<(String, u64), Arc<File>>,
     /// The vDSO image, copied out of the target.
     vdso: Option<Vec<u8>>,
 }
@@ -143,7 +145,7 @@ impl ProcessMaps {
                 if !self.files.contains_key(&key)
                     && let Some(file) = self.open_mapped_file(&mapping, path)
                 {
-                    self.files.insert(key, file);
+                    self.files.insert(key, Arc::new(file));
                 }
             }
             MappingKind::Vdso if self.vdso.is_none() => {
@@ -199,6 +201,11 @@ impl ProcessMaps {
             }
             None => path.exists().then(|| path.clone()),
         }
+    }
+
+    /// The process these are the mappings of.
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     /// Every executable mapping seen, sorted by start.

@@ -46,9 +46,16 @@ pub struct UnwindTables {
     pub failures: Vec<(String, String)>,
     /// Time spent building rows.
     pub build_secs: f64,
-    /// Generation of the last mapping table handed out.
+    /// Generation of the last new mapping table handed out.
     generation: u32,
+    /// Generations by table content: processes with the same layout (workers forked from one
+    /// master) share one, so the kernel's per-CPU row cache and stack memos stay valid as
+    /// their threads take turns on a CPU.
+    layouts: HashMap<Vec<Placed>, u32>,
 }
+
+/// One mapping of a table as the layout key sees it: start, end, bias, first row, rows.
+type Placed = (u64, u64, u64, u32, u32);
 
 impl UnwindTables {
     /// Builds rows for every file of `maps` not seen yet. Returns whether anything changed.
@@ -141,12 +148,11 @@ impl UnwindTables {
     }
 
     /// The mapping table for `maps`: every executable mapping, sorted, with its file's rows.
-    /// Each call is a new generation.
+    /// A table with new content gets a new generation; the same content, the same one.
     pub fn proc_mappings(&mut self, maps: &ProcessMaps) -> Box<ProcMappings> {
-        self.generation = self.generation.wrapping_add(1);
         let mut table = Box::new(ProcMappings {
             count: 0,
-            generation: self.generation,
+            generation: 0,
             entries: [ExecMapping::default(); MAX_MAPPINGS],
         });
         let mut n = 0;
@@ -163,6 +169,20 @@ impl UnwindTables {
             n += 1;
         }
         table.count = n as u32;
+        let layout = table.entries[..n]
+            .iter()
+            .map(|e| (e.start, e.end, e.bias, e.first_row, e.row_count))
+            .collect();
+        let next = self.generation.wrapping_add(1);
+        // Exec churn gives every process a new (randomised) layout: forget old ones rather
+        // than grow; a forgotten layout seen again just gets a fresh generation.
+        if self.layouts.len() >= 4096 {
+            self.layouts.clear();
+        }
+        table.generation = *self.layouts.entry(layout).or_insert(next);
+        if table.generation == next {
+            self.generation = next;
+        }
         table
     }
 }
@@ -278,7 +298,11 @@ mod tests {
         );
         assert!(tables.row_count() > 1000, "{} rows", tables.row_count());
         let procs = tables.proc_mappings(&maps);
-        assert_eq!(tables.proc_mappings(&maps).generation, procs.generation + 1);
+        assert_eq!(
+            tables.proc_mappings(&maps).generation,
+            procs.generation,
+            "the same layout keeps its generation (forked workers share one)"
+        );
         let here = own_code as *const () as u64;
         let m = procs.entries[..procs.count as usize]
             .iter()

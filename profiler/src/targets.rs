@@ -1,0 +1,426 @@
+//! The target set: which processes a capture covers, and keeping the kernel's view of them
+//! current. At the start: the listed processes (a thread id selects its process), their
+//! descendants unless `--no-children`, every member of a cgroup v2 directory (and its
+//! sub-directories). During the capture: processes the kernel side saw forked from targets,
+//! processes that joined the cgroup, execs (the mappings are reloaded: new program, new
+//! layout), libraries loaded (dlopen), exits. For each process the kernel gets a mapping
+//! table over the one shared row array; each table layout is kept (by its generation) so a
+//! stack is named with the files of the layout it was unwound under.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    io,
+    path::{Path, PathBuf},
+};
+
+use profiler_common::unwind::ProcMappings;
+
+use crate::{
+    model::ProcessInfo,
+    preflight::{self, PreflightError},
+    probes::{ProbeError, Probes},
+    symbolize::procmap::ProcessMaps,
+    unwind::tables::UnwindTables,
+};
+
+/// `CGROUP2_SUPER_MAGIC` (include/uapi/linux/magic.h).
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+/// Processes whose mappings are re-read per tick (for libraries loaded mid-capture) besides
+/// new and exec'd ones: a service of hundreds of processes is covered over a few seconds.
+const REFRESHES_PER_TICK: usize = 16;
+
+/// What the user asked to profile.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    pub pids: Vec<u32>,
+    pub cgroup: Option<PathBuf>,
+    pub follow_children: bool,
+}
+
+/// One process of the set.
+#[derive(Debug)]
+pub struct Target {
+    pub pid: u32,
+    /// Its name (`comm`), updated after an exec.
+    pub name: String,
+    pub maps: ProcessMaps,
+    /// The process that forked it during the capture.
+    pub parent: Option<u32>,
+    /// When it was forked (CLOCK_MONOTONIC ns), if during the capture.
+    pub forked_ns: Option<u64>,
+    /// When its last thread exited.
+    pub exited_ns: Option<u64>,
+    /// Execs seen.
+    pub execs: u32,
+    /// Reaped: no longer in /proc, its kernel tables freed.
+    gone: bool,
+}
+
+impl Target {
+    fn new(pid: u32) -> Self {
+        Self {
+            pid,
+            name: comm(pid).unwrap_or_else(|| format!("pid-{pid}")),
+            maps: ProcessMaps::new(pid),
+            parent: None,
+            forked_ns: None,
+            exited_ns: None,
+            execs: 0,
+            gone: false,
+        }
+    }
+
+    pub fn info(&self) -> ProcessInfo {
+        ProcessInfo {
+            name: self.name.clone(),
+            parent: self.parent,
+            forked_ns: self.forked_ns,
+            exited_ns: self.exited_ns,
+            execs: self.execs,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct TargetSet {
+    pub processes: BTreeMap<u32, Target>,
+    /// Every mapping-table layout handed to the kernel, by generation: the files that name a
+    /// stack unwound under it.
+    pub layouts: HashMap<u32, ProcessMaps>,
+    cgroup: Option<PathBuf>,
+    next_refresh: usize,
+}
+
+impl TargetSet {
+    /// The processes of `selection` right now. Refuses a PID that does not exist (naming it),
+    /// a kernel thread, a path that is not a cgroup v2 directory, and an empty selection.
+    pub fn resolve(selection: &Selection) -> Result<Self, PreflightError> {
+        let mut pids = BTreeSet::new();
+        for &pid in &selection.pids {
+            pids.insert(preflight::resolve_target(pid)?.pid);
+        }
+        if let Some(dir) = &selection.cgroup {
+            check_cgroup(dir)?;
+            pids.extend(cgroup_members(dir));
+        }
+        if selection.follow_children {
+            let children = children_by_parent();
+            let mut todo: Vec<u32> = pids.iter().copied().collect();
+            while let Some(pid) = todo.pop() {
+                for &child in children.get(&pid).into_iter().flatten() {
+                    if pids.insert(child) {
+                        todo.push(child);
+                    }
+                }
+            }
+        }
+        if pids.is_empty() {
+            return Err(PreflightError::EmptyCgroup(
+                selection.cgroup.clone().unwrap_or_default(),
+            ));
+        }
+        let mut processes = BTreeMap::new();
+        for pid in pids {
+            let mut target = Target::new(pid);
+            target
+                .maps
+                .refresh()
+                .map_err(|error| unreadable(pid, error))?;
+            processes.insert(pid, target);
+        }
+        Ok(Self {
+            processes,
+            layouts: HashMap::new(),
+            cgroup: selection.cgroup.clone(),
+            next_refresh: 0,
+        })
+    }
+
+    /// No process yet (a command is launched once the programs are attached).
+    pub fn empty() -> Self {
+        Self {
+            processes: BTreeMap::new(),
+            layouts: HashMap::new(),
+            cgroup: None,
+            next_refresh: 0,
+        }
+    }
+
+    /// A launched command, held before its exec: its mappings are read once it runs the
+    /// program (the exec is seen like any other).
+    pub fn add_launched(&mut self, pid: u32) {
+        self.processes.insert(pid, Target::new(pid));
+    }
+
+    /// The first process of the set (the one the outputs are named after).
+    pub fn first(&self) -> Option<&Target> {
+        self.processes.values().next()
+    }
+
+    /// Builds the unwind rows of every file the set maps (before the programs load: their
+    /// number sizes the kernel's row array).
+    pub fn build_rows(&self, tables: &mut UnwindTables) {
+        for target in self.processes.values() {
+            tables.update(&target.maps);
+        }
+    }
+
+    /// Hands the kernel every process: its bit in the target set and its mapping table.
+    pub fn install(
+        &mut self,
+        probes: &mut Probes,
+        mut tables: Option<&mut UnwindTables>,
+    ) -> Result<(), ProbeError> {
+        if let Some(tables) = tables.as_deref_mut() {
+            probes.upload_rows(tables)?;
+        }
+        let pids: Vec<u32> = self.processes.keys().copied().collect();
+        for pid in pids {
+            probes.set_target(pid, true)?;
+            self.upload_table(pid, probes, tables.as_deref_mut())?;
+        }
+        Ok(())
+    }
+
+    fn upload_table(
+        &mut self,
+        pid: u32,
+        probes: &mut Probes,
+        tables: Option<&mut UnwindTables>,
+    ) -> Result<(), ProbeError> {
+        let (Some(tables), Some(target)) = (tables, self.processes.get(&pid)) else {
+            return Ok(());
+        };
+        let table: Box<ProcMappings> = tables.proc_mappings(&target.maps);
+        self.layouts
+            .entry(table.generation)
+            .or_insert_with(|| target.maps.clone());
+        probes.upload_mappings(pid, &table)
+    }
+
+    /// What changed since the last tick: new processes (forked from targets, or joined the
+    /// cgroup), execs, exits, libraries loaded. Returns the notes for the user (a process
+    /// that ended) and whether every process is gone.
+    pub fn tick(&mut self, probes: &mut Probes, mut tables: Option<&mut UnwindTables>) -> Tick {
+        let mut tick = Tick::default();
+        let mut reload: BTreeSet<u32> = BTreeSet::new();
+        for (pid, event) in probes.proc_events().unwrap_or_default() {
+            let target = self.processes.entry(pid).or_insert_with(|| {
+                reload.insert(pid);
+                Target::new(pid)
+            });
+            if event.parent != 0 {
+                target.parent = Some(event.parent);
+                target.forked_ns = target.forked_ns.or(Some(event.forked_ns));
+            }
+            if event.execs > target.execs {
+                target.execs = event.execs;
+                // A new program: its own layout, its own name.
+                target.maps = ProcessMaps::new(pid);
+                target.name = comm(pid).unwrap_or_else(|| target.name.clone());
+                reload.insert(pid);
+            }
+            if event.exited_ns != 0 && target.exited_ns.is_none() {
+                target.exited_ns = Some(event.exited_ns);
+                tick.ended.push((pid, target.name.clone()));
+            }
+        }
+        if let Some(dir) = &self.cgroup {
+            for pid in cgroup_members(dir) {
+                if let std::collections::btree_map::Entry::Vacant(v) = self.processes.entry(pid) {
+                    v.insert(Target::new(pid));
+                    reload.insert(pid);
+                    if let Err(e) = probes.set_target(pid, true) {
+                        log::warn!("process {pid} joined the cgroup but cannot be added: {e}");
+                    }
+                }
+            }
+        }
+        // Besides those, a few processes per tick for libraries loaded (dlopen).
+        let live: Vec<u32> = self
+            .processes
+            .values()
+            .filter(|t| !t.gone)
+            .map(|t| t.pid)
+            .collect();
+        for i in 0..REFRESHES_PER_TICK.min(live.len()) {
+            reload.insert(live[(self.next_refresh + i) % live.len()]);
+        }
+        self.next_refresh = self.next_refresh.wrapping_add(REFRESHES_PER_TICK);
+        let mut rows_changed = false;
+        for &pid in &reload {
+            let Some(target) = self.processes.get_mut(&pid) else {
+                continue;
+            };
+            if target.maps.refresh().is_err() {
+                continue;
+            }
+            if let Some(tables) = tables.as_deref_mut() {
+                rows_changed |= tables.update(&target.maps);
+            }
+        }
+        if rows_changed
+            && let Some(tables) = tables.as_deref_mut()
+            && let Err(e) = probes.upload_rows(tables)
+        {
+            log::warn!("new unwind rows not uploaded: {e}");
+        }
+        for &pid in &reload {
+            if let Err(e) = self.upload_table(pid, probes, tables.as_deref_mut()) {
+                log::warn!("mapping table of process {pid} not uploaded: {e}");
+            }
+        }
+        // Reaped processes leave the kernel's tables, so churn does not fill them.
+        for target in self.processes.values_mut() {
+            if !target.gone && !Path::new(&format!("/proc/{}", target.pid)).exists() {
+                target.gone = true;
+                probes.forget_process(target.pid);
+            }
+        }
+        tick.all_gone = self.processes.values().all(|t| t.gone);
+        tick
+    }
+
+    /// After the window: the last look at each live process's mappings, for symbolization.
+    pub fn finish(&mut self) {
+        for target in self.processes.values_mut().filter(|t| !t.gone) {
+            let _ = target.maps.refresh();
+        }
+    }
+}
+
+/// What a tick found.
+#[derive(Debug, Default)]
+pub struct Tick {
+    /// Processes whose last thread exited: (pid, name).
+    pub ended: Vec<(u32, String)>,
+    /// No process of the set is left.
+    pub all_gone: bool,
+}
+
+fn unreadable(pid: u32, error: io::Error) -> PreflightError {
+    if Path::new(&format!("/proc/{pid}")).exists() {
+        PreflightError::Unreadable { pid, error }
+    } else {
+        PreflightError::NoSuchProcess(pid)
+    }
+}
+
+fn comm(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim_end().to_string())
+}
+
+/// A cgroup v2 directory: a directory with `cgroup.procs` on a cgroup2 file system.
+fn check_cgroup(dir: &Path) -> Result<(), PreflightError> {
+    let not = |why: &str| PreflightError::NotCgroup(dir.to_path_buf(), why.to_string());
+    if !dir.is_dir() {
+        return Err(not("no such directory"));
+    }
+    if !dir.join("cgroup.procs").is_file() {
+        return Err(not("it has no cgroup.procs"));
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| not("the path has a NUL byte"))?;
+    // SAFETY: a valid C string and a statfs buffer for the call to fill.
+    let magic = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        if libc::statfs(c.as_ptr(), &mut st) != 0 {
+            return Err(not("statfs failed"));
+        }
+        st.f_type as i64
+    };
+    if magic != CGROUP2_SUPER_MAGIC {
+        return Err(not("it is on a cgroup v1 hierarchy; give the cgroup2 one"));
+    }
+    Ok(())
+}
+
+/// Every process in a cgroup and its descendant cgroups.
+fn cgroup_members(dir: &Path) -> BTreeSet<u32> {
+    let mut pids = BTreeSet::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        if let Ok(text) = std::fs::read_to_string(d.join("cgroup.procs")) {
+            pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        }
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            for e in entries.flatten() {
+                // Sub-cgroups are the directories in it.
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    todo.push(e.path());
+                }
+            }
+        }
+    }
+    pids
+}
+
+/// Every user process's children, from `/proc/<pid>/stat` (kernel threads left out).
+fn children_by_parent() -> HashMap<u32, Vec<u32>> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return children;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        if let Some((ppid, flags)) = parse_stat(&stat)
+            && flags & PF_KTHREAD == 0
+        {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    children
+}
+
+/// `PF_KTHREAD` (include/linux/sched.h).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Parent pid and flags from a `/proc/<pid>/stat` line. The name (field 2) may hold spaces
+/// and parentheses, so fields are counted from the last `)`.
+fn parse_stat(stat: &str) -> Option<(u32, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state (3), ppid (4), …, flags (9).
+    let ppid = fields.get(1)?.parse().ok()?;
+    let flags = fields.get(6)?.parse().ok()?;
+    Some((ppid, flags))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_give_the_parent_even_with_odd_names() {
+        let stat = "1234 (my (odd) name) S 77 1234 1234 0 -1 4194560 10 0 0 0";
+        assert_eq!(parse_stat(stat), Some((77, 4_194_560)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn our_own_process_is_found_below_its_parent() {
+        let children = children_by_parent();
+        let me = std::process::id();
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        assert!(children.get(&parent).is_some_and(|c| c.contains(&me)));
+    }
+
+    #[test]
+    fn a_plain_directory_is_not_a_cgroup() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = check_cgroup(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("is not a cgroup v2 directory"), "{err}");
+        let err = check_cgroup(Path::new("/nonexistent"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no such directory"), "{err}");
+    }
+}
