@@ -24,7 +24,7 @@ use crate::model::{
 };
 
 /// Version of the JSON layout (docs/report.schema.json).
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 const TOP_SITES: usize = 10;
 const TOP_FUNCTIONS: usize = 15;
 const TOP_WAKERS: usize = 3;
