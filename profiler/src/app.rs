@@ -657,7 +657,7 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
         eprintln!("profiler: wrote the pprof profile to {}", path.display());
     }
     let mut stdout = std::io::stdout().lock();
-    summary::write_summary(&mut stdout, profile, &meta.target, meta.pid)?;
+    summary::write_summary(&mut stdout, profile, meta)?;
     report::write_text(&report, &mut stdout, profile.mode)?;
     writeln!(
         stdout,

@@ -15,7 +15,7 @@ pub mod time;
 pub use named::{Name, StackNames, WakerIdentity, stack_frames, waker_frames, waker_identity};
 pub use raw::{Counters, Drained, SchedStat, Seeds, Window, comm_name};
 pub use saved::{CaptureMeta, SavedCapture};
-pub use time::{Entry, Kind, ProcessInfo, Profile, ThreadTime, Waker};
+pub use time::{Entry, Kind, ProcessInfo, ProcessTotals, Profile, ThreadTime, Waker};
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};

@@ -103,6 +103,16 @@ impl SavedCapture {
                 found: version.format,
             });
         }
-        serde_json::from_slice(&json).map_err(|error| SavedError::Format { path: shown, error })
+        let mut saved: Self = serde_json::from_slice(&json)
+            .map_err(|error| SavedError::Format { path: shown, error })?;
+        // Saved before processes were recorded: everything is the capture's one process.
+        let pid = saved.meta.pid;
+        for e in saved.profile.entries.iter_mut().filter(|e| e.pid == 0) {
+            e.pid = pid;
+        }
+        for t in saved.profile.threads.values_mut().filter(|t| t.pid == 0) {
+            t.pid = pid;
+        }
+        Ok(saved)
     }
 }

@@ -17,7 +17,9 @@ pub enum Kind {
 /// Time of one thread in one stack and kind.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
-    /// The thread's process.
+    /// The thread's process (0 in captures saved before processes were recorded: the
+    /// capture's one process).
+    #[serde(default)]
     pub pid: u32,
     pub tid: u32,
     pub user_stack: u64,
@@ -65,7 +67,8 @@ impl Entry {
 /// Where one thread's time went.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadTime {
-    /// Its process.
+    /// Its process (0 in captures saved before processes were recorded).
+    #[serde(default)]
     pub pid: u32,
     pub name: String,
     pub samples: u64,
@@ -120,6 +123,37 @@ pub struct Waker {
     pub count: u64,
     /// Blocked time those wakeups ended.
     pub time_ns: u64,
+}
+
+/// A process's threads summed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessTotals {
+    pub pid: u32,
+    pub name: String,
+    pub threads: usize,
+    pub on_cpu_ns: u64,
+    pub overhead_ns: u64,
+    /// Off-CPU time per state, indexed like `ThreadTime::off_ns`.
+    pub off_ns: [u64; 5],
+}
+
+impl ProcessTotals {
+    pub fn off(&self, state: WaitState) -> u64 {
+        self.off_ns[state as usize - 1]
+    }
+
+    pub fn running_ns(&self) -> u64 {
+        self.on_cpu_ns.saturating_sub(self.overhead_ns)
+    }
+
+    pub fn runnable_ns(&self) -> u64 {
+        self.off(WaitState::RunqueuePreempted) + self.off(WaitState::RunqueueWoken)
+    }
+
+    /// All its threads' time: the denominator of its shares.
+    pub fn thread_ns(&self) -> u64 {
+        self.on_cpu_ns + self.off_ns.iter().sum::<u64>()
+    }
 }
 
 /// One process of the capture.
@@ -192,6 +226,32 @@ impl Profile {
     /// Total of all losses (0 in a clean capture).
     pub fn total_lost(&self) -> u64 {
         self.lost().iter().map(|l| l.1).sum()
+    }
+
+    /// Each process's threads summed: the per-process rows of the summary and report,
+    /// busiest (on-CPU) first. A thread whose process is unknown (pid 0) is its own.
+    pub fn process_totals(&self) -> Vec<ProcessTotals> {
+        let mut by_pid: BTreeMap<u32, ProcessTotals> = BTreeMap::new();
+        for (&tid, t) in &self.threads {
+            let pid = if t.pid == 0 { tid } else { t.pid };
+            let p = by_pid.entry(pid).or_insert_with(|| ProcessTotals {
+                pid,
+                name: self
+                    .processes
+                    .get(&pid)
+                    .map_or_else(|| t.name.clone(), |i| i.name.clone()),
+                ..Default::default()
+            });
+            p.threads += 1;
+            p.on_cpu_ns += t.on_cpu_ns;
+            p.overhead_ns += t.overhead_ns;
+            for (sum, v) in p.off_ns.iter_mut().zip(t.off_ns) {
+                *sum += v;
+            }
+        }
+        let mut rows: Vec<ProcessTotals> = by_pid.into_values().collect();
+        rows.sort_by_key(|p| (std::cmp::Reverse(p.on_cpu_ns), p.pid));
+        rows
     }
 
     /// Sum of time per kind over all threads.

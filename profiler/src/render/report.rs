@@ -35,6 +35,8 @@ pub struct Report {
     pub capture: Capture,
     /// One sentence naming the dominant state and site.
     pub verdict: String,
+    /// Each process's threads summed, busiest first.
+    pub processes: Vec<ProcessRow>,
     pub threads: Vec<ThreadRow>,
     pub top_on_cpu_functions: Vec<FunctionRow>,
     pub top_blocking_sites: Vec<SiteRow>,
@@ -47,8 +49,12 @@ pub struct Report {
 
 #[derive(Debug, Serialize)]
 pub struct Capture {
+    /// The first target process's name and PID.
     pub target: String,
     pub pid: u32,
+    /// What was selected, in words: PIDs with or without descendants, a cgroup, a command.
+    pub selection: String,
+    pub processes: usize,
     pub mode: &'static str,
     pub duration_s: f64,
     pub frequency_hz: Option<f64>,
@@ -73,8 +79,34 @@ pub struct Loss {
 }
 
 #[derive(Debug, Serialize)]
+pub struct ProcessRow {
+    pub pid: u32,
+    pub name: String,
+    /// The target process that forked it during the capture.
+    pub parent: Option<u32>,
+    /// Seconds into the capture it was forked / its last thread exited, if it was / did.
+    pub forked_at_s: Option<f64>,
+    pub exited_at_s: Option<f64>,
+    /// Programs it exec'd during the capture.
+    pub execs: u32,
+    pub threads: usize,
+    /// CPU time over the window ÷ its length: CPUs it kept busy on average.
+    pub cpus: f64,
+    pub on_cpu_s: f64,
+    /// Shares of all its threads' time.
+    pub running_pct: f64,
+    pub runnable_pct: f64,
+    pub sleep_pct: f64,
+    pub io_pct: f64,
+    pub other_pct: f64,
+    pub profiler_pct: f64,
+}
+
+#[derive(Debug, Serialize)]
 pub struct ThreadRow {
     pub tid: u32,
+    /// Its process.
+    pub pid: u32,
     pub name: String,
     /// On the CPU, the profiler's own programs left out.
     pub running_pct: f64,
@@ -312,6 +344,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         .sum::<u64>()
         .max(1);
     let threads = thread_rows(profile);
+    let processes = process_rows(profile);
     let functions = function_rows(profile, names);
     let sites = site_rows(profile, names, all_thread_ns);
     let run_queue = run_queue(profile);
@@ -332,6 +365,12 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         capture: Capture {
             target: meta.target.clone(),
             pid: meta.pid,
+            selection: if meta.selection.is_empty() {
+                format!("{} (PID {})", meta.target, meta.pid)
+            } else {
+                meta.selection.clone()
+            },
+            processes: processes.len(),
             mode: profile.mode.name(),
             duration_s: secs(window_ns),
             frequency_hz: profile
@@ -350,6 +389,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
             ended_early: meta.ended_early.clone(),
         },
         verdict,
+        processes,
         threads,
         top_on_cpu_functions: functions,
         top_blocking_sites: sites,
@@ -378,6 +418,7 @@ fn thread_rows(profile: &Profile) -> Vec<ThreadRow> {
         .iter()
         .map(|(&tid, t)| ThreadRow {
             tid,
+            pid: if t.pid == 0 { tid } else { t.pid },
             name: t.name.clone(),
             running_pct: pct(t.running_ns()),
             runnable_pct: pct(t.runnable_ns()),
@@ -394,6 +435,38 @@ fn thread_rows(profile: &Profile) -> Vec<ThreadRow> {
         .collect();
     threads.sort_by(|a, b| b.on_cpu_s.total_cmp(&a.on_cpu_s).then(a.tid.cmp(&b.tid)));
     threads
+}
+
+/// Per process, its threads summed, busiest first.
+fn process_rows(profile: &Profile) -> Vec<ProcessRow> {
+    let window_ns = profile.window.len_ns().max(1);
+    let since_start = |ns: u64| round3(secs(ns.saturating_sub(profile.window.start_ns)));
+    profile
+        .process_totals()
+        .into_iter()
+        .map(|p| {
+            let all = p.thread_ns().max(1) as f64;
+            let pct = |ns: u64| round1(100.0 * ns as f64 / all);
+            let info = profile.processes.get(&p.pid);
+            ProcessRow {
+                pid: p.pid,
+                parent: info.and_then(|i| i.parent),
+                forked_at_s: info.and_then(|i| i.forked_ns).map(since_start),
+                exited_at_s: info.and_then(|i| i.exited_ns).map(since_start),
+                execs: info.map_or(0, |i| i.execs),
+                threads: p.threads,
+                cpus: round3(p.on_cpu_ns as f64 / window_ns as f64),
+                on_cpu_s: secs(p.on_cpu_ns),
+                running_pct: pct(p.running_ns()),
+                runnable_pct: pct(p.runnable_ns()),
+                sleep_pct: pct(p.off(WaitState::Sleep)),
+                io_pct: pct(p.off(WaitState::Io)),
+                other_pct: pct(p.off(WaitState::Other)),
+                profiler_pct: pct(p.overhead_ns),
+                name: p.name,
+            }
+        })
+        .collect()
 }
 
 /// On-CPU functions, self and total, largest self first.
@@ -675,6 +748,27 @@ const CHECKED_CPU_NS: u64 = 1_000_000_000;
 /// Where the figures would mislead without a word.
 fn notes(profile: &Profile) -> Vec<String> {
     let mut notes = Vec::new();
+    let at = |ns: u64| ns.saturating_sub(profile.window.start_ns) as f64 / 1e9;
+    // A process that was there from the start and ended: the others went on without it.
+    for (pid, p) in &profile.processes {
+        if let (None, Some(end)) = (p.forked_ns, p.exited_ns) {
+            notes.push(format!(
+                "{}-{pid} exited {:.2} s into the capture; the other processes were profiled to the end.",
+                p.name,
+                at(end)
+            ));
+        }
+    }
+    let forked = profile.processes.values().filter(|p| p.forked_ns.is_some());
+    let (forked, ended) = forked.fold((0, 0), |(f, e), p| {
+        (f + 1, e + p.exited_ns.is_some() as u32)
+    });
+    if forked > 0 {
+        notes.push(format!(
+            "{forked} process{} forked during the capture and followed from its first instruction ({ended} exited before the end).",
+            if forked == 1 { " was" } else { "es were" },
+        ));
+    }
     if profile.mode == Mode::Cpu {
         // Samples see only what runs when the timer fires; the kernel also charges a thread
         // for time before it is switched in.
@@ -837,14 +931,17 @@ fn wakers_text(wakers: &[WakerRow]) -> String {
 /// Markdown, ready to paste.
 pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
     let c = &r.capture;
-    writeln!(out, "# Profile of {} (PID {})\n", c.target, c.pid)?;
+    writeln!(out, "# Profile of {}\n", c.selection)?;
     writeln!(out, "**{}**\n", r.verdict)?;
     writeln!(out, "## Capture\n")?;
     writeln!(out, "| | |\n|---|---|")?;
     writeln!(
         out,
-        "| target | {} (PID {}), {} threads |",
-        c.target, c.pid, c.threads
+        "| target | {}, {} process{}, {} threads |",
+        c.selection,
+        c.processes,
+        if c.processes == 1 { "" } else { "es" },
+        c.threads
     )?;
     writeln!(out, "| mode | {} |", c.mode)?;
     writeln!(
@@ -883,6 +980,45 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
         }
     )?;
 
+    if r.processes.len() > 1 {
+        writeln!(
+            out,
+            "## Processes (% of all their threads' time; CPUs = CPU time ÷ capture length)\n"
+        )?;
+        writeln!(
+            out,
+            "| process | threads | CPUs | running | runnable | sleep | io | other | profiler | lifetime |"
+        )?;
+        writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")?;
+        for p in &r.processes {
+            let life = match (p.forked_at_s, p.exited_at_s) {
+                (None, None) => "whole capture".to_string(),
+                (Some(f), None) => format!("forked at {f:.2} s"),
+                (None, Some(e)) => format!("exited at {e:.2} s"),
+                (Some(f), Some(e)) => format!("{f:.2} s – {e:.2} s"),
+            };
+            writeln!(
+                out,
+                "| {}-{} | {} | {:.2} | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {life}{} |",
+                p.name,
+                p.pid,
+                p.threads,
+                p.cpus,
+                p.running_pct,
+                p.runnable_pct,
+                p.sleep_pct,
+                p.io_pct,
+                p.other_pct,
+                p.profiler_pct,
+                if p.execs > 0 {
+                    format!(", {} exec", p.execs)
+                } else {
+                    String::new()
+                }
+            )?;
+        }
+        writeln!(out)?;
+    }
     writeln!(out, "## Where each thread's time went (% of the capture)\n")?;
     writeln!(
         out,

@@ -6,7 +6,7 @@ use profiler_common::{Counter, WaitState};
 
 use crate::{
     fold::Folded,
-    model::{Kind, Mode, Profile},
+    model::{CaptureMeta, Kind, Mode, Profile},
 };
 
 /// Seconds with a precision that suits the magnitude.
@@ -68,21 +68,29 @@ pub fn subtitle(profile: &Profile, folded: &Folded) -> String {
 pub fn write_summary(
     out: &mut impl Write,
     profile: &Profile,
-    name: &str,
-    pid: u32,
+    meta: &CaptureMeta,
 ) -> io::Result<()> {
     let mode = match profile.mode {
         Mode::Cpu => "cpu",
         Mode::Off => "off",
         Mode::Wall => "wall",
     };
+    let what = if meta.selection.is_empty() {
+        format!("{} (PID {})", meta.target, meta.pid)
+    } else {
+        meta.selection.clone()
+    };
     write!(
         out,
-        "profiler: {name} (PID {pid}), {mode} mode, {}",
+        "profiler: {what}, {mode} mode, {}",
         secs(profile.window.len_ns())
     )?;
     if profile.mode.samples_on_cpu() {
         write!(out, " at {}", hz(profile))?;
+    }
+    let processes = profile.process_totals().len();
+    if processes > 1 {
+        write!(out, ", {processes} processes")?;
     }
     writeln!(out, ", {} threads", profile.threads.len())?;
     let times: Vec<String> = state_times(profile)
@@ -118,7 +126,44 @@ pub fn write_summary(
         writeln!(out, "  lost     {lost}: {}", details.join("; "))?;
     }
     if profile.mode.traces_switches() {
+        write_process_table(out, profile)?;
         write_thread_table(out, profile)?;
+    }
+    Ok(())
+}
+
+/// With several processes, each one's threads summed: CPUs it kept busy on average, and its
+/// threads' time by state (% of all its threads' time).
+fn write_process_table(out: &mut impl Write, profile: &Profile) -> io::Result<()> {
+    const SHOWN: usize = 10;
+    let processes = profile.process_totals();
+    if processes.len() < 2 {
+        return Ok(());
+    }
+    let window = profile.window.len_ns().max(1) as f64;
+    writeln!(
+        out,
+        "  {:<24} {:>7} {:>5} {:>8} {:>9} {:>8} {:>8} {:>8}",
+        "process", "threads", "CPUs", "running", "runnable", "sleep", "io", "other"
+    )?;
+    for p in processes.iter().take(SHOWN) {
+        let all = p.thread_ns().max(1) as f64;
+        let pct = |ns: u64| format!("{:.1}%", 100.0 * ns as f64 / all);
+        writeln!(
+            out,
+            "  {:<24} {:>7} {:>5.2} {:>8} {:>9} {:>8} {:>8} {:>8}",
+            format!("{}-{}", p.name, p.pid),
+            p.threads,
+            p.on_cpu_ns as f64 / window,
+            pct(p.running_ns()),
+            pct(p.runnable_ns()),
+            pct(p.off(WaitState::Sleep)),
+            pct(p.off(WaitState::Io)),
+            pct(p.off(WaitState::Other)),
+        )?;
+    }
+    if processes.len() > SHOWN {
+        writeln!(out, "  … {} more processes", processes.len() - SHOWN)?;
     }
     Ok(())
 }
