@@ -80,6 +80,13 @@ async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
     if let Some(note) = reason.note() {
         eprintln!("profiler: {note}");
     }
+    if let Some(l) = &launched {
+        match reason {
+            EndReason::Interrupted => l.signal(libc::SIGINT),
+            EndReason::Terminated => l.signal(libc::SIGTERM),
+            _ => {}
+        }
+    }
     targets.finish();
     let first = targets
         .first()
@@ -363,6 +370,9 @@ async fn capture(
         .targets
         .install(&mut probes, prepared.tables.as_mut())?;
     probes.attach()?;
+    prepared
+        .targets
+        .catch_up(&mut probes, prepared.tables.as_mut());
     let attached = load_started.elapsed();
 
     // The window opens now and lasts exactly `--secs`: the line below says so the moment it
@@ -427,6 +437,10 @@ async fn capture(
     let stop_ns = probes.stop(start_ns)?;
     let pids: Vec<u32> = prepared.targets.processes.keys().copied().collect();
     let mut drained = drain::drain(&probes, &pids)?;
+    for (tid, thread) in prepared.targets.exited_threads.drain() {
+        // A tid reused by a live thread keeps the live one's entry.
+        drained.threads.entry(tid).or_insert(thread);
+    }
     drained.sched_at_start = sched_at_start;
     for counter in profiler_common::Counter::ALL {
         log::debug!("counter {counter:?}: {}", drained.counters.get(counter));

@@ -8,8 +8,8 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray},
 };
 use profiler_common::{
-    RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread, WAIT_HIST_BUCKETS, WaitHist,
-    WaitKey, WaitValue, WakerKey, WakerValue, names,
+    ProcEvent, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread, WAIT_HIST_BUCKETS,
+    WaitHist, WaitKey, WaitValue, WakerKey, WakerValue, names, unwind::ProcMappings,
 };
 
 use crate::{
@@ -53,7 +53,29 @@ pub fn drain(probes: &Probes, pids: &[u32]) -> Result<Drained, ProbeError> {
         runqueue_hists,
         sched_at_start: HashMap::new(),
         sched_at_stop: sched_stats(pids),
+        tables_at_end: [
+            (
+                names::MAP_PROCS,
+                count::<ProcEvent>(read(names::MAP_PROCS)?),
+            ),
+            (
+                names::MAP_PROC_MAPPINGS,
+                count::<ProcMappings>(read(names::MAP_PROC_MAPPINGS)?),
+            ),
+            (
+                names::MAP_THREADS,
+                count::<Thread>(read(names::MAP_THREADS)?),
+            ),
+        ]
+        .into_iter()
+        .collect(),
     })
+}
+
+/// Entries of a hash map keyed by pid or tid.
+fn count<V: Pod>(map: &aya::maps::Map) -> u64 {
+    BpfHashMap::<&MapData, u32, V>::try_from(map)
+        .map_or(0, |h| h.keys().filter(Result::is_ok).count() as u64)
 }
 
 fn runqueue_hists(

@@ -148,6 +148,15 @@ impl Launched {
         }
     }
 
+    /// Passes a Ctrl-C or SIGTERM that ended the capture on to the command (from a terminal
+    /// it got the Ctrl-C itself; sent to the profiler alone, it would run on).
+    pub fn signal(&self, signal: i32) {
+        if self.status.is_none() {
+            // SAFETY: our own child, not yet reaped, so the pid cannot have been reused.
+            unsafe { libc::kill(self.pid, signal) };
+        }
+    }
+
     /// Waits for the command and returns the status the profiler should exit with (a
     /// signal's death as 128 + its number, as a shell reports it).
     pub fn wait(&mut self) -> io::Result<i32> {

@@ -1,7 +1,7 @@
 //! Load and attach: the eBPF object → programs in the kernel, plus the capture window switch.
 //! Together with `drain` and `snapshot`, the only code that talks to the kernel.
 
-use std::io::Read as _;
+use std::{collections::BTreeSet, io::Read as _};
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
@@ -395,6 +395,27 @@ impl Probes {
             }
         }
         let _ = self.set_target(tgid, false);
+    }
+
+    /// Takes the entries of threads of `tgids` (processes that are gone: their last switch-out
+    /// is behind them) out of the thread table, so process churn does not fill it; their
+    /// figures are merged back at the drain.
+    pub fn take_threads_of(&mut self, tgids: &BTreeSet<u32>) -> Vec<(u32, Thread)> {
+        let Some(map) = self.ebpf.map_mut(names::MAP_THREADS) else {
+            return Vec::new();
+        };
+        let Ok(mut threads) = HashMap::<&mut MapData, u32, Thread>::try_from(map) else {
+            return Vec::new();
+        };
+        let taken: Vec<(u32, Thread)> = threads
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, t)| tgids.contains(&t.stats.tgid))
+            .collect();
+        for (tid, _) in &taken {
+            let _ = threads.remove(tid);
+        }
+        taken
     }
 
     /// Sums the per-CPU counters.

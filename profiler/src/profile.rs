@@ -54,6 +54,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         runqueue_hists,
         sched_at_start,
         sched_at_stop,
+        tables_at_end,
     } = drained;
     stacks.extend(seeds.stacks);
     let mut pid_of = opts.pid_of.clone();
@@ -139,6 +140,10 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
             Vec::new()
         },
         lost_seeds: seeds.lost,
+        tables_at_end: tables_at_end
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
     }
 }
 

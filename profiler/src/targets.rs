@@ -13,7 +13,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use profiler_common::unwind::ProcMappings;
+use profiler_common::{Thread, unwind::ProcMappings};
 
 use crate::{
     model::ProcessInfo,
@@ -88,7 +88,11 @@ pub struct TargetSet {
     /// stack unwound under it.
     pub layouts: HashMap<u32, ProcessMaps>,
     cgroup: Option<PathBuf>,
+    follow_children: bool,
     next_refresh: usize,
+    /// Thread-table entries of processes that are gone, taken out of the kernel's table
+    /// during the capture (merged back at the drain).
+    pub exited_threads: HashMap<u32, Thread>,
 }
 
 impl TargetSet {
@@ -104,15 +108,7 @@ impl TargetSet {
             pids.extend(cgroup_members(dir));
         }
         if selection.follow_children {
-            let children = children_by_parent();
-            let mut todo: Vec<u32> = pids.iter().copied().collect();
-            while let Some(pid) = todo.pop() {
-                for &child in children.get(&pid).into_iter().flatten() {
-                    if pids.insert(child) {
-                        todo.push(child);
-                    }
-                }
-            }
+            add_descendants(&mut pids);
         }
         if pids.is_empty() {
             return Err(PreflightError::EmptyCgroup(
@@ -122,17 +118,28 @@ impl TargetSet {
         let mut processes = BTreeMap::new();
         for pid in pids {
             let mut target = Target::new(pid);
-            target
-                .maps
-                .refresh()
-                .map_err(|error| unreadable(pid, error))?;
-            processes.insert(pid, target);
+            match target.maps.refresh() {
+                Ok(()) => {
+                    processes.insert(pid, target);
+                }
+                // A descendant or cgroup member that exited since it was listed (a backend
+                // that just served its connection) is simply not there to profile.
+                Err(_) if !selection.pids.contains(&pid) && !alive(pid) => {}
+                Err(error) => return Err(unreadable(pid, error)),
+            }
+        }
+        if processes.is_empty() {
+            return Err(PreflightError::EmptyCgroup(
+                selection.cgroup.clone().unwrap_or_default(),
+            ));
         }
         Ok(Self {
             processes,
             layouts: HashMap::new(),
             cgroup: selection.cgroup.clone(),
+            follow_children: selection.follow_children,
             next_refresh: 0,
+            exited_threads: HashMap::new(),
         })
     }
 
@@ -142,7 +149,9 @@ impl TargetSet {
             processes: BTreeMap::new(),
             layouts: HashMap::new(),
             cgroup: None,
+            follow_children: true,
             next_refresh: 0,
+            exited_threads: HashMap::new(),
         }
     }
 
@@ -198,6 +207,48 @@ impl TargetSet {
         probes.upload_mappings(pid, &table)
     }
 
+    /// Once the fork tracepoint is attached: processes forked between `resolve` and now
+    /// (while the programs loaded) were seen by neither; from here on the kernel adds them.
+    pub fn catch_up(&mut self, probes: &mut Probes, mut tables: Option<&mut UnwindTables>) {
+        if !self.follow_children {
+            return;
+        }
+        let mut pids: BTreeSet<u32> = self.processes.keys().copied().collect();
+        add_descendants(&mut pids);
+        let mut rows_changed = false;
+        let mut added = Vec::new();
+        for pid in pids {
+            if self.processes.contains_key(&pid) {
+                continue;
+            }
+            let mut target = Target::new(pid);
+            if target.maps.refresh().is_err() {
+                continue; // gone already
+            }
+            if let Some(tables) = tables.as_deref_mut() {
+                rows_changed |= tables.update(&target.maps);
+            }
+            if let Err(e) = probes.set_target(pid, true) {
+                log::warn!("process {pid} forked during start-up cannot be added: {e}");
+                continue;
+            }
+            self.processes.insert(pid, target);
+            added.push(pid);
+        }
+        if rows_changed
+            && let Some(tables) = tables.as_deref_mut()
+            && let Err(e) = probes.upload_rows(tables)
+        {
+            log::warn!("new unwind rows not uploaded: {e}");
+        }
+        for pid in added {
+            log::info!("process {pid} was forked while the programs loaded; added");
+            if let Err(e) = self.upload_table(pid, probes, tables.as_deref_mut()) {
+                log::warn!("mapping table of process {pid} not uploaded: {e}");
+            }
+        }
+    }
+
     /// What changed since the last tick: new processes (forked from targets, or joined the
     /// cgroup), execs, exits, libraries loaded. Returns the notes for the user (a process
     /// that ended) and whether every process is gone.
@@ -222,7 +273,11 @@ impl TargetSet {
             }
             if event.exited_ns != 0 && target.exited_ns.is_none() {
                 target.exited_ns = Some(event.exited_ns);
-                tick.ended.push((pid, target.name.clone()));
+                // Said on the terminal for processes there from the start; forked ones come
+                // and go (a pool, churn) and are counted in the report.
+                if target.forked_ns.is_none() {
+                    tick.ended.push((pid, target.name.clone()));
+                }
             }
         }
         if let Some(dir) = &self.cgroup {
@@ -271,11 +326,16 @@ impl TargetSet {
             }
         }
         // Reaped processes leave the kernel's tables, so churn does not fill them.
+        let mut gone = BTreeSet::new();
         for target in self.processes.values_mut() {
             if !target.gone && !Path::new(&format!("/proc/{}", target.pid)).exists() {
                 target.gone = true;
                 probes.forget_process(target.pid);
+                gone.insert(target.pid);
             }
+        }
+        if !gone.is_empty() {
+            self.exited_threads.extend(probes.take_threads_of(&gone));
         }
         tick.all_gone = self.processes.values().all(|t| t.gone);
         tick
@@ -298,8 +358,12 @@ pub struct Tick {
     pub all_gone: bool,
 }
 
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
 fn unreadable(pid: u32, error: io::Error) -> PreflightError {
-    if Path::new(&format!("/proc/{pid}")).exists() {
+    if alive(pid) {
         PreflightError::Unreadable { pid, error }
     } else {
         PreflightError::NoSuchProcess(pid)
@@ -358,6 +422,19 @@ fn cgroup_members(dir: &Path) -> BTreeSet<u32> {
 }
 
 /// Every user process's children, from `/proc/<pid>/stat` (kernel threads left out).
+/// Adds every live descendant of `pids` (from /proc).
+fn add_descendants(pids: &mut BTreeSet<u32>) {
+    let children = children_by_parent();
+    let mut todo: Vec<u32> = pids.iter().copied().collect();
+    while let Some(pid) = todo.pop() {
+        for &child in children.get(&pid).into_iter().flatten() {
+            if pids.insert(child) {
+                todo.push(child);
+            }
+        }
+    }
+}
+
 fn children_by_parent() -> HashMap<u32, Vec<u32>> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {

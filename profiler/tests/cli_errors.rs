@@ -45,6 +45,32 @@ fn a_pid_that_does_not_exist_is_refused() {
 }
 
 #[test]
+fn one_missing_pid_in_a_list_is_named_and_nothing_is_attached() {
+    require_root();
+    let me = std::process::id().to_string();
+    let list = format!("{me},4194302");
+    let (out, took) = timed(&["--pid", &list, "--secs", "20"]);
+    assert_refused(&out, took, "there is no process with PID 4194302");
+}
+
+#[test]
+fn a_path_that_is_not_a_cgroup_v2_directory_is_refused() {
+    require_root();
+    let dir = scratch_dir();
+    let (out, took) = timed(&["--cgroup", dir.to_str().unwrap(), "--secs", "20"]);
+    assert_refused(&out, took, "is not a cgroup v2 directory");
+    let (out, took) = timed(&["--cgroup", "/nonexistent/cgroup", "--secs", "20"]);
+    assert_refused(&out, took, "is not a cgroup v2 directory");
+}
+
+#[test]
+fn a_command_that_does_not_exist_is_refused_before_attaching() {
+    require_root();
+    let (out, took) = timed(&["--secs", "20", "--", "no-such-command-xyz", "--flag"]);
+    assert_refused(&out, took, "command not found: no-such-command-xyz");
+}
+
+#[test]
 fn a_kernel_thread_is_refused() {
     require_root();
     let (out, took) = timed(&["--pid", "2", "--secs", "20"]);

@@ -27,6 +27,16 @@ pub const TEST_PACKAGES: &[Package] = &[
         why: "the Go tests build a Go program, which has .debug_frame and no .eh_frame; \
               the pprof tests read --pprof files with `go tool pprof`",
     },
+    Package {
+        binary: "/usr/sbin/nginx",
+        name: "nginx",
+        why: "the whole-service test profiles an nginx master and its workers by the master's PID",
+    },
+    Package {
+        binary: "/usr/bin/wrk",
+        name: "wrk",
+        why: "the whole-service test puts nginx under load",
+    },
 ];
 
 /// Installs whichever of `packages` is missing.

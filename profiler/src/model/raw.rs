@@ -1,7 +1,7 @@
 //! What the kernel side hands user space: the drained aggregates, the start snapshot's seeds,
 //! the counters, the window, and the scheduler's own per-thread accounting.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use profiler_common::{
     Counter, CounterKind, RunqueueHist, SampleKey, SampleValue, SiteKey, Thread, WaitHist, WaitKey,
@@ -83,6 +83,9 @@ pub struct Drained {
     /// figures the report checks against.
     pub sched_at_start: HashMap<u32, SchedStat>,
     pub sched_at_stop: HashMap<u32, SchedStat>,
+    /// Entries left in the kernel's per-process and per-thread tables when the window
+    /// closed, by map: what shows that process and thread churn does not grow them.
+    pub tables_at_end: BTreeMap<&'static str, u64>,
 }
 
 /// What the start snapshot recorded in user space: stacks of threads already waiting when the

@@ -205,6 +205,9 @@ pub struct Profile {
     pub wakers: Vec<Waker>,
     /// Threads found at start whose entry could not be seeded.
     pub lost_seeds: u64,
+    /// Entries left in the kernel's per-process and per-thread tables at the end, by map.
+    #[serde(default)]
+    pub tables_at_end: BTreeMap<String, u64>,
 }
 
 impl Profile {

@@ -68,6 +68,9 @@ pub struct Capture {
     pub lost: Vec<Loss>,
     /// Every in-kernel counter by name, losses and events alike.
     pub counters: BTreeMap<&'static str, u64>,
+    /// Entries left in the kernel's per-process and per-thread tables when the window
+    /// closed, by map name (exited processes' entries are freed during the capture).
+    pub tables_at_end: BTreeMap<String, u64>,
     pub ended_early: Option<String>,
 }
 
@@ -386,6 +389,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
             lost_total: profile.total_lost(),
             lost,
             counters: profile.counters.named().collect(),
+            tables_at_end: profile.tables_at_end.clone(),
             ended_early: meta.ended_early.clone(),
         },
         verdict,
