@@ -239,20 +239,49 @@ pub struct Run {
 /// Instances of `cond`'s tool on `target` (see [`Condition::commands`]), all attached, then
 /// [`SETTLE`]; none for the baseline.
 pub fn attach(bench: &Bench, cond: Condition, target: &Target) -> Result<Vec<Instance>> {
-    let mut tools = Vec::new();
-    for (what, cmd) in cond.commands(bench, target) {
-        tools.push(Instance::spawn(
-            format!("{} (on {what})", cond.tool()),
-            cmd,
-        )?);
+    for attempt in 1.. {
+        let mut tools = Vec::new();
+        for (what, cmd) in cond.commands(bench, target) {
+            tools.push(Instance::spawn(
+                format!("{} (on {what})", cond.tool()),
+                cmd,
+            )?);
+        }
+        let ready = tools
+            .iter_mut()
+            .try_for_each(|tool| tool.wait_ready(cond.ready()));
+        match ready {
+            Ok(()) => {
+                if !tools.is_empty() {
+                    thread::sleep(SETTLE);
+                }
+                return Ok(tools);
+            }
+            // Ours, following children, refuses to start when a descendant it found in /proc
+            // exits before it reads that child's maps (PostgreSQL's short-lived backends, psql's
+            // included): a race in the profiler's start-up, not a failure of the run.
+            Err(e) if attempt < ATTACH_ATTEMPTS && vanished_child(&e, target) => {
+                say(&format!(
+                    "{e:#}: a child exited during start-up; starting again"
+                ));
+            }
+            Err(e) => return Err(e),
+        }
     }
-    for tool in &mut tools {
-        tool.wait_ready(cond.ready())?;
-    }
-    if !tools.is_empty() {
-        thread::sleep(SETTLE);
-    }
-    Ok(tools)
+    unreachable!("the loop returns at the last attempt")
+}
+
+/// Starts of a tool before a start-up race counts as a failure.
+const ATTACH_ATTEMPTS: usize = 3;
+
+/// Whether ours refused to start over a process other than the one it was pointed at.
+fn vanished_child(e: &anyhow::Error, target: &Target) -> bool {
+    let text = format!("{e:#}");
+    text.split("there is no process with PID ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .is_some_and(|pid| pid != target.service)
 }
 
 /// SIGINT to every instance, then each must exit cleanly. Returns the in-kernel counters of
@@ -419,4 +448,28 @@ pub fn bpf_prog_stats(ids: &HashSet<u32>) -> Result<HashMap<u32, (String, u64, u
         stats.insert(id, (name, time, cnt));
     }
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_vanished_child_is_a_start_up_race() {
+        let target = Target {
+            kind: "PostgreSQL postmaster",
+            service: 100,
+            each: "PostgreSQL backend",
+            processes: vec![101],
+        };
+        let said = |pid: u32| {
+            anyhow::anyhow!(
+                "profiler exited before it was attached; its stderr ends with: profiler: there \
+                 is no process with PID {pid}"
+            )
+        };
+        assert!(vanished_child(&said(18224), &target));
+        assert!(!vanished_child(&said(100), &target));
+        assert!(!vanished_child(&anyhow::anyhow!("EPERM"), &target));
+    }
 }
