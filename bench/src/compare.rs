@@ -27,7 +27,7 @@ pub fn run(bench: &Bench, other: &Path, pairs: usize, secs: u64) -> Result<()> {
             other.display()
         );
     }
-    let worker = bench.workers[0];
+    let worker = bench.nginx.processes[0];
     let _stats = BpfStats::enable()?;
     // Per pair, ln(this build's ns/event ÷ the other's) averaged over the two orders.
     let mut log_ratios = Vec::new();

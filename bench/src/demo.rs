@@ -1,7 +1,8 @@
 //! `cargo xtask demo nginx|postgres [SECONDS]`: the README's write-ups, reproducible. Each
-//! starts a private, real service on loopback, puts it under load, profiles one of its
-//! processes with ours (and, for nginx, with offcputime and `perf --call-graph dwarf` on the
-//! same run), and prints the figures the README quotes. Outputs go to target/demo/.
+//! starts a private, real service on loopback, puts it under load, profiles it with ours
+//! (nginx: one instance on the master, which follows both workers, next to offcputime on each
+//! worker and `perf --call-graph dwarf` on both, in the same run; PostgreSQL: one backend),
+//! and prints the figures the README quotes. Outputs go to target/demo/.
 
 use std::{
     fs,
@@ -20,6 +21,7 @@ use xtask::{
 
 use crate::{
     nginx::{NGINX_WORKERS, Nginx, Scratch, wrk_command},
+    postgres::Cluster,
     tools::PACKAGES,
 };
 
@@ -34,7 +36,7 @@ pub enum Service {
 
 /// What the PostgreSQL demo runs (pgbench ships with the server).
 const POSTGRES_PACKAGES: &[Package] = &[Package {
-    binary: "/usr/bin/pgbench",
+    binary: "/usr/lib/postgresql",
     name: "postgresql",
     why: "the database server and pgbench, its load generator",
 }];
@@ -221,9 +223,17 @@ fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
     let profiler = xtask::build(root, false)?;
     let scratch = Scratch::create()?;
     let nginx = Nginx::start(&scratch.0, NGINX_WORKERS)?;
-    let worker = nginx.workers()?[0];
+    let master = nginx.master();
+    let workers = nginx.workers()?;
+    let list = |pids: &[u32]| {
+        pids.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     say(&format!(
-        "nginx on 127.0.0.1:{}, profiling worker {worker} for {secs} s under wrk",
+        "nginx on 127.0.0.1:{}, profiling master {master} and workers {workers:?} for {secs} s \
+         under wrk",
         nginx.port
     ));
     let wrk = spawn(&mut wrk_command(nginx.port, secs + 8), None, "wrk")?;
@@ -235,18 +245,29 @@ fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
         report,
         summary,
     } = WallCapture::new(out, "nginx");
-    let offcpu = out.join("nginx-offcputime.txt");
     let perf_data = out.join("nginx-perf.data");
+    // One instance on the master; each process its own tower (`nginx-<pid>`), so the
+    // workers' stacks can be told from the master's.
     let ours = spawn(
-        &mut wall_command(&profiler, worker, secs, &svg, &folded, &report),
+        wall_command(&profiler, master, secs, &svg, &folded, &report).arg("--per-process"),
         Some(&summary),
         "our profiler",
     )?;
-    let offcputime = spawn(
-        Command::new("/usr/sbin/offcputime").args(["-p", &worker.to_string(), &secs.to_string()]),
-        Some(&offcpu),
-        "offcputime",
-    )?;
+    // offcputime takes one PID: one instance per worker.
+    let mut offcputimes = Vec::new();
+    for worker in &workers {
+        let text = out.join(format!("nginx-offcputime-{worker}.txt"));
+        let child = spawn(
+            Command::new("/usr/sbin/offcputime").args([
+                "-p",
+                &worker.to_string(),
+                &secs.to_string(),
+            ]),
+            Some(&text),
+            "offcputime",
+        )?;
+        offcputimes.push((child, text));
+    }
     let perf = spawn(
         Command::new("perf")
             .args([
@@ -256,7 +277,7 @@ fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
                 "--call-graph",
                 "dwarf",
                 "-p",
-                &worker.to_string(),
+                &list(&workers),
                 "-o",
             ])
             .arg(&perf_data)
@@ -265,7 +286,12 @@ fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
         "perf record",
     )?;
     finish(ours, "our profiler")?;
-    finish(offcputime, "offcputime")?;
+    let mut offcpu = String::new();
+    for (child, text) in offcputimes {
+        finish(child, "offcputime")?;
+        offcpu.push_str(&fs::read_to_string(&text)?);
+        offcpu.push_str("\n\n");
+    }
     // perf exits non-zero when its target detaches; its data is what matters.
     let _ = perf.wait_with_output();
     let script = output(
@@ -276,21 +302,28 @@ fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
     let _ = finish(wrk, "wrk");
 
     let ours_folded = fs::read_to_string(&folded)?;
+    // The workers' stacks only, as offcputime and perf see them (the master sleeps in
+    // sigsuspend throughout).
+    let master_root = format!("nginx-{master}");
+    let worker = |f: &[&str]| f.first().is_some_and(|root| *root != master_root);
     let is_off = |f: &[&str]| f.last().is_some_and(|l| l.starts_with("[off-cpu:"));
-    let (ours_on, on_us) = folded_share(&ours_folded, "main", |f| !is_off(f));
-    let (ours_off, off_us) = folded_share(&ours_folded, "main", is_off);
-    let (bcc, bcc_us) = offcputime_share(&fs::read_to_string(&offcpu)?, "main");
+    let (ours_on, on_us) = folded_share(&ours_folded, "main", |f| worker(f) && !is_off(f));
+    let (ours_off, off_us) = folded_share(&ours_folded, "main", |f| worker(f) && is_off(f));
+    let (master_share, master_us) = folded_share(&ours_folded, "main", |f| !worker(f));
+    let (bcc, bcc_us) = offcputime_share(&offcpu, "main");
     let (perf_on, perf_n) = perf_share(&script, "main");
-    let epoll = folded_share(&ours_folded, "epoll_wait", is_off).0;
+    let epoll = folded_share(&ours_folded, "epoll_wait", |f| worker(f) && is_off(f)).0;
     let table = format!(
-        "| {secs} s of one nginx worker under `wrk -t2 -c64` | stacks reaching `main` | measured over |\n\
+        "| {secs} s of nginx's {} workers under `wrk -t2 -c64` | stacks reaching `main` | measured over |\n\
          |---|---:|---:|\n\
-         | ours, on-CPU (`--mode wall`, .eh_frame) | {} | {:.2} s |\n\
+         | ours, on-CPU (`--mode wall`, .eh_frame; one instance on the master) | {} | {:.2} s |\n\
          | ours, off-CPU | {} | {:.2} s |\n\
-         | libbpf-tools `offcputime -p` (frame pointers) | {} | {:.2} s |\n\
-         | `perf record -F 99 --call-graph dwarf` (on-CPU) | {} | {} samples |\n\n\
-         Share of the worker's off-CPU time under `epoll_wait` (the sleep, and the wait for a \
-         CPU after its wakeup): {}. Outputs: {}, {}.\n",
+         | libbpf-tools `offcputime -p` (frame pointers; one instance per worker) | {} | {:.2} s |\n\
+         | `perf record -F 99 --call-graph dwarf -p` both workers (on-CPU) | {} | {} samples |\n\n\
+         The master, in the same capture: {} of its {:.2} s reach `main`. Share of the \
+         workers' off-CPU time under `epoll_wait` (the sleep, and the wait for a CPU after its \
+         wakeup): {}. Outputs: {}, {}.\n",
+        workers.len(),
         pct(ours_on),
         on_us as f64 / 1e6,
         pct(ours_off),
@@ -299,6 +332,8 @@ fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
         bcc_us as f64 / 1e6,
         pct(perf_on),
         perf_n,
+        pct(master_share),
+        master_us as f64 / 1e6,
         pct(epoll),
         svg.display(),
         report.display(),
@@ -310,117 +345,16 @@ fn nginx(root: &Path, out: &Path, secs: u64) -> Result<()> {
     Ok(())
 }
 
-/// A private PostgreSQL cluster (initdb in a scratch directory, Unix socket only), stopped
-/// and removed when dropped.
-struct Postgres {
-    dir: PathBuf,
-    bin: PathBuf,
-}
-
-const PG_PORT: &str = "55432";
-
-impl Postgres {
-    fn start(dir: &Path) -> Result<Self> {
-        let bin = fs::read_dir("/usr/lib/postgresql")
-            .context("PostgreSQL is not installed (/usr/lib/postgresql)")?
-            .filter_map(Result::ok)
-            .map(|e| e.path().join("bin"))
-            .find(|p| p.join("initdb").exists())
-            .context("no initdb under /usr/lib/postgresql")?;
-        let data = dir.join("data");
-        as_postgres(
-            Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(dir),
-        )?;
-        as_postgres(
-            Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .arg(bin.join("initdb"))
-                .args(["-A", "trust", "-D"])
-                .arg(&data),
-        )?;
-        let opts = format!(
-            "-p {PG_PORT} -k {} -c listen_addresses='' -c synchronous_commit=on",
-            dir.display()
-        );
-        as_postgres(
-            Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .arg(bin.join("pg_ctl"))
-                .arg("-D")
-                .arg(&data)
-                .args(["-o", &opts, "-l"])
-                .arg(dir.join("log"))
-                .args(["-w", "start"]),
-        )?;
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            bin,
-        })
-    }
-
-    fn pgbench(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("runuser");
-        cmd.args(["-u", "postgres", "--", "pgbench", "-h"])
-            .arg(&self.dir)
-            .args(["-p", PG_PORT])
-            .args(args)
-            .arg("postgres");
-        cmd
-    }
-
-    /// PID of a backend serving pgbench.
-    fn pgbench_backend(&self) -> Result<u32> {
-        let out = output(
-            Command::new("runuser")
-                .args(["-u", "postgres", "--", "psql", "-h"])
-                .arg(&self.dir)
-                .args([
-                    "-p",
-                    PG_PORT,
-                    "-Atc",
-                    "select pid from pg_stat_activity where application_name = 'pgbench' limit 1",
-                    "postgres",
-                ]),
-            "psql",
-        )?;
-        out.trim()
-            .parse()
-            .with_context(|| format!("no pgbench backend found ({out:?})"))
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        let _ = Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(self.bin.join("pg_ctl"))
-            .arg("-D")
-            .arg(self.dir.join("data"))
-            .args(["-m", "immediate", "stop"])
-            .output();
-    }
-}
-
-fn as_postgres(cmd: &mut Command) -> Result<()> {
-    output(cmd, "a PostgreSQL setup step").map(|_| ())
-}
-
 fn postgres(root: &Path, out: &Path, secs: u64) -> Result<()> {
     packages::ensure(POSTGRES_PACKAGES)?;
     let profiler = xtask::build(root, false)?;
     let scratch = Scratch::create()?;
-    let pg = Postgres::start(&scratch.0)?;
+    let pg = Cluster::start(&scratch.0.join("pg"))?;
     say("initialising pgbench tables (scale 10)");
-    output(&mut pg.pgbench(&["-i", "-q", "-s", "10"]), "pgbench -i")?;
-    let load = spawn(
-        &mut pg.pgbench(&["-c", "4", "-j", "2", "-T", &(secs + 8).to_string()]),
-        None,
-        "pgbench",
-    )?;
+    pg.init_tables()?;
+    let load = pg.load(secs + 8)?;
     thread::sleep(Duration::from_secs(2));
-    let backend = pg.pgbench_backend()?;
+    let backend = pg.pgbench_backends()?[0];
     say(&format!(
         "profiling PostgreSQL backend {backend} for {secs} s under pgbench -c 4"
     ));
@@ -436,7 +370,7 @@ fn postgres(root: &Path, out: &Path, secs: u64) -> Result<()> {
         "our profiler",
     )?;
     finish(ours, "our profiler")?;
-    let _ = finish(load, "pgbench");
+    load.finish()?;
     let text = fs::read_to_string(&folded)?;
     let io = |f: &[&str]| f.last() == Some(&"[off-cpu:io]");
     let (_, io_us) = folded_share(&text, "", io);

@@ -1,25 +1,29 @@
 //! `cargo xtask bench` and `cargo xtask demo` (xtask runs this binary): what our profiler
 //! costs next to the anchors (libbpf-tools `offcputime`, `perf record --call-graph dwarf`),
-//! measured side by side in one run on a private nginx under wrk load, and the README's
-//! write-ups on real services.
+//! measured side by side in one run on three workloads — a private nginx under wrk, a private
+//! PostgreSQL under pgbench, and the test workload's fsync loop beside sleepers and spinners —
+//! and the README's write-ups on real services.
 //!
-//! The bench measures in three phases, one module each:
-//! 1. **Throughput** (`throughput.rs`): a profiled nginx side against an unprofiled one
-//!    within the same 10 ms, one run per condition (`tools.rs`) per round, the order rotating
-//!    and the profiled side alternating. bpf_stats stays off here: its two clock reads per
-//!    program run would tax the BPF tools.
-//! 2. **BPF cost per event** (`cost.rs`), from bpf_stats.
-//! 3. **Post-processing and memory** (`post.rs`).
+//! The bench measures in phases, one module each:
+//! 1. **Throughput** (`throughput.rs`), nginx and PostgreSQL: a profiled side against an
+//!    unprofiled one within the same 10 ms, one run per condition (`tools.rs`) per round,
+//!    the order rotating and the profiled side alternating. bpf_stats stays off here: its
+//!    two clock reads per program run would tax the BPF tools.
+//! 2. **BPF cost per event** (`cost.rs`), from bpf_stats, on each workload.
+//! 3. **Post-processing and memory** (`post.rs`), nginx.
 //!
-//! Phases 2 and 3 use one nginx with two workers under `wrk -t2 -c64`, unpinned, one tool
-//! instance per worker. Each run first waits for a quiet machine and is repeated when other
-//! work disturbed it (`quiet.rs`). `report.rs` writes target/bench/latest.md.
+//! Ours runs as one instance on the service (nginx's master, PostgreSQL's postmaster),
+//! following its children; offcputime and perf take one PID and run one instance per
+//! process. Each run first waits for a quiet machine and is repeated when other work
+//! disturbed it (`quiet.rs`), unless `--under-load`. `report.rs` writes
+//! target/bench/latest.md.
 
 mod compare;
 mod cost;
 mod demo;
 mod nginx;
 mod post;
+mod postgres;
 mod process;
 mod quiet;
 mod report;
@@ -37,9 +41,11 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Args, Parser};
 
 use crate::{
+    cost::Workload,
     nginx::{Layout, NGINX_WORKERS, Nginx, Scratch, run_wrk},
     process::say,
     report::{Machine, Report, Setup},
+    throughput::PgSides,
     tools::{Bench, Condition, PACKAGES},
 };
 
@@ -81,13 +87,38 @@ struct Options {
     one_cpu: bool,
     /// Only these conditions next to the baseline (default: all). Fewer conditions per round
     /// put each one closer in time to its baseline.
-    #[arg(long, value_delimiter = ',', value_name = "wall,cpu,offcputime,perf")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "wall,wall-each,cpu,offcputime,perf"
+    )]
     only: Vec<Condition>,
+    /// Only these workloads (default: all).
+    #[arg(long, value_delimiter = ',', value_name = "nginx,postgres,fsync")]
+    workloads: Vec<WorkloadName>,
+    /// On a machine other work keeps busy: start every run at once instead of waiting for
+    /// quiet CPUs, never repeat a disturbed run, and report how busy other work kept the CPUs.
+    #[arg(long)]
+    under_load: bool,
+    /// Skip the fuzz runs at the end.
+    #[arg(long)]
+    no_fuzz: bool,
     /// Only compare `sched_switch`'s BPF cost per event with another build of the profiler
     /// (both on the same nginx worker at once, in both attach orders).
     #[arg(long, value_name = "PROFILER_BINARY")]
     against: Option<PathBuf>,
 }
+
+/// The bench's workloads, for `--workloads`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum WorkloadName {
+    Nginx,
+    Postgres,
+    Fsync,
+}
+
+/// Conditions of the PostgreSQL throughput runs (perf and cpu mode are nginx's only).
+const PG_CONDITIONS: [Condition; 3] = [Condition::Baseline, Condition::Wall, Condition::Offcputime];
 
 /// Capture length of the post-processing measurement (the README goal is for 20 s).
 const POST_SECS: u64 = 20;
@@ -117,6 +148,10 @@ impl Options {
             .into_iter()
             .filter(|c| *c == Condition::Baseline || self.only.is_empty() || self.only.contains(c))
             .collect()
+    }
+
+    fn runs(&self, workload: WorkloadName) -> bool {
+        self.workloads.is_empty() || self.workloads.contains(&workload)
     }
 
     /// The post-processing capture: 20 s as in the goal, shortened with `--quick`.
@@ -166,12 +201,14 @@ fn bench(root: &Path, opts: &Options) -> Result<()> {
         binary,
         dir: scratch.0.clone(),
         port: nginx.port,
-        workers: nginx.workers()?,
+        nginx: nginx.target()?,
         quiet: Default::default(),
     };
+    bench.quiet.borrow_mut().under_load = opts.under_load;
     say(&format!(
-        "nginx (workers {:?}) serves http://127.0.0.1:{}/; {} round(s) of {} s",
-        bench.workers,
+        "nginx (master {}, workers {:?}) serves http://127.0.0.1:{}/; {} round(s) of {} s",
+        bench.nginx.service,
+        bench.nginx.processes,
         bench.port,
         opts.rounds(),
         opts.secs()
@@ -183,27 +220,80 @@ fn bench(root: &Path, opts: &Options) -> Result<()> {
     }
 
     let conditions = opts.conditions();
-    let throughput = {
+    let (rounds, secs) = (opts.rounds(), opts.secs());
+    let mut costs = Vec::new();
+    let mut nginx_throughput = None;
+    let mut post = None;
+    if opts.runs(WorkloadName::Nginx) {
         let sides = throughput::Sides::start(&scratch.0, opts.layout())?;
         say(&format!("throughput: {}", sides.describe()));
-        throughput::rounds(&bench, &sides, &conditions, opts.rounds(), opts.secs())?
-    };
-    let costs = cost::bpf_costs(&bench, &conditions, opts.rounds(), opts.secs())?;
-    let post = post::post_processing(&bench, opts.post_secs())?;
+        nginx_throughput = Some(throughput::rounds(
+            &bench,
+            &conditions,
+            rounds,
+            "requests/s",
+            |cond, side| throughput::nginx_run(&bench, &sides, cond, side, secs),
+        )?);
+        drop(sides);
+        costs.push(cost::bpf_costs(
+            &bench,
+            &Workload::Nginx,
+            &conditions,
+            rounds,
+            secs,
+        )?);
+        post = Some(post::post_processing(&bench, opts.post_secs())?);
+    }
     drop(nginx);
+    let mut pg_throughput = None;
+    if opts.runs(WorkloadName::Postgres) {
+        say("PostgreSQL: two private clusters, pgbench tables at scale 10");
+        let pg = PgSides::start(&scratch.0)?;
+        let pg_conditions: Vec<Condition> = PG_CONDITIONS
+            .into_iter()
+            .filter(|c| conditions.contains(c))
+            .collect();
+        pg_throughput = Some(throughput::rounds(
+            &bench,
+            &pg_conditions,
+            rounds,
+            "transactions/s",
+            |cond, side| throughput::postgres_run(&bench, &pg, cond, side, secs),
+        )?);
+        let workload = Workload::Postgres(pg.first());
+        costs.push(cost::bpf_costs(
+            &bench,
+            &workload,
+            &conditions,
+            rounds,
+            secs,
+        )?);
+    }
+    if opts.runs(WorkloadName::Fsync) {
+        let workload = cost::build_workload(root, &scratch.0)?;
+        let workload = Workload::Fsync(&workload);
+        costs.push(cost::bpf_costs(
+            &bench,
+            &workload,
+            &conditions,
+            rounds,
+            secs,
+        )?);
+    }
 
     let setup = Setup {
         command: typed_command(env::args().skip(1)),
-        rounds: opts.rounds(),
-        secs: opts.secs(),
+        rounds,
+        secs,
         layout: opts.layout(),
     };
     let report = Report {
         setup: &setup,
         machine: Machine::describe(root),
-        throughput: &throughput,
+        nginx: nginx_throughput.as_ref(),
+        postgres: pg_throughput.as_ref(),
         costs: &costs,
-        post: &post,
+        post: post.as_ref(),
         quiet: &bench.quiet.borrow(),
         took: started.elapsed(),
     }
@@ -214,6 +304,9 @@ fn bench(root: &Path, opts: &Options) -> Result<()> {
     let out = out_dir.join("latest.md");
     fs::write(&out, &report).with_context(|| format!("cannot write {}", out.display()))?;
     say(&format!("wrote {}", out.display()));
+    if opts.no_fuzz {
+        return Ok(());
+    }
 
     // The parsers that read files of untrusted processes get a longer fuzz run than CI's.
     let fuzz_secs = if opts.quick { 10 } else { BENCH_FUZZ_SECS };
@@ -252,6 +345,11 @@ mod tests {
             o.conditions(),
             [Condition::Baseline, Condition::Wall, Condition::Offcputime]
         );
+        assert!(o.runs(WorkloadName::Fsync));
+        let o = bench(&["--workloads", "postgres,fsync", "--under-load", "--no-fuzz"]).unwrap();
+        assert!(!o.runs(WorkloadName::Nginx) && o.runs(WorkloadName::Postgres));
+        assert!(o.under_load && o.no_fuzz);
+        assert!(bench(&["--workloads", "redis"]).is_err());
         let o = bench(&["--against", "/tmp/old-profiler"]).unwrap();
         assert_eq!(o.against, Some(PathBuf::from("/tmp/old-profiler")));
         assert!(bench(&["--rounds"]).is_err());

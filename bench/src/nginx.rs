@@ -12,7 +12,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::process::{children, signal};
+use crate::{
+    process::{children, signal},
+    tools::Target,
+};
 
 pub const WRK_THREADS: u32 = 2;
 pub const WRK_CONNECTIONS: u32 = 64;
@@ -116,6 +119,20 @@ impl Nginx {
         Ok(nginx)
     }
 
+    pub fn master(&self) -> u32 {
+        self.master.id()
+    }
+
+    /// The master and its workers, as the tools profile them.
+    pub fn target(&self) -> Result<Target> {
+        Ok(Target {
+            kind: "nginx master",
+            service: self.master(),
+            each: "nginx worker",
+            processes: self.workers()?,
+        })
+    }
+
     pub fn workers(&self) -> Result<Vec<u32>> {
         let mut pids: Vec<u32> = children(self.master.id())
             .into_iter()
@@ -178,7 +195,7 @@ http {{
     )
 }
 
-fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("no free loopback port")?;
     Ok(listener.local_addr()?.port())
 }

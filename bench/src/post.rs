@@ -1,4 +1,5 @@
-//! Phase 3, post-processing time and memory: one 20 s wall capture of one worker under load
+//! Phase 3, post-processing time and memory: one 20 s wall capture of nginx (one instance on
+//! the master, following both workers) under load
 //! (wrk keeps running through the post-processing, as on a loaded server); the time comes
 //! from the profiler's own `-v` log line, the peak RSS from `wait4`'s rusage.
 
@@ -29,9 +30,9 @@ pub struct Post {
     pub foreign: f64,
 }
 
-/// One wall capture of `capture_secs` of the first worker, under load.
+/// One wall capture of `capture_secs` of nginx, under load.
 pub fn post_processing(bench: &Bench, capture_secs: u64) -> Result<Post> {
-    let worker = bench.workers[0];
+    let master = bench.nginx.service;
     gate(&bench.quiet);
     // wrk starts first and outlives the capture: the profiler attaches, captures and
     // post-processes on a loaded machine, as it would in use.
@@ -44,18 +45,18 @@ pub fn post_processing(bench: &Bench, capture_secs: u64) -> Result<Post> {
     let mut cmd = Command::new(&bench.binary);
     cmd.args([
         "--pid",
-        &worker.to_string(),
+        &master.to_string(),
         "--secs",
         &capture_secs.to_string(),
     ])
     .args(["--mode", "wall", "-v", "-o"])
     .arg(&svg);
     let mut ours = Instance::spawn(
-        format!("profiler --mode wall -v (on nginx worker {worker})"),
+        format!("profiler --mode wall -v (on nginx master {master})"),
         cmd,
     )?;
     say(&format!(
-        "post-processing: a {capture_secs} s wall capture of worker {worker} under load"
+        "post-processing: a {capture_secs} s wall capture of nginx (master {master}) under load"
     ));
     ours.wait_ready(Ready::StderrLine("profiler: capturing"))?;
     let capturing_at = ours

@@ -1,6 +1,6 @@
 //! The bench's report, `target/bench/latest.md`: the setup, one table of medians next to
-//! the goals, and the facts behind them (means ± standard errors, how often other work
-//! disturbed a run).
+//! the goals per workload, and the facts behind them (means ± standard errors, how busy other
+//! work kept the machine).
 
 use std::{fmt::Write as _, fs, path::Path, process::Command, thread, time::Duration};
 
@@ -11,6 +11,7 @@ use crate::{
     cost::Costs,
     nginx::{Layout, NGINX_WORKERS, WRK_CONNECTIONS, WRK_THREADS},
     post::Post,
+    postgres,
     quiet::{FOREIGN_MAX, QUIET_BUSY, Quiet},
     throughput::Throughput,
     tools::{Condition, PACKAGES},
@@ -18,7 +19,8 @@ use crate::{
 
 /// Goals shown next to the numbers.
 const GOAL_WALL_RATIO: f64 = 0.98;
-const GOAL_COST_FACTOR: f64 = 0.7;
+/// Ours ≤ this × offcputime, per sched_switch event and in BPF CPU time per second of load.
+const GOAL_COST_FACTOR: f64 = 0.5;
 const GOAL_POST_SECS: f64 = 1.0;
 const GOAL_RSS_MB: f64 = 150.0;
 
@@ -84,22 +86,52 @@ impl Machine {
 pub struct Report<'a> {
     pub setup: &'a Setup,
     pub machine: Machine,
-    pub throughput: &'a Throughput,
-    pub costs: &'a Costs,
-    pub post: &'a Post,
+    /// nginx's and PostgreSQL's throughput phases, where they ran.
+    pub nginx: Option<&'a Throughput>,
+    pub postgres: Option<&'a Throughput>,
+    /// One per workload that ran.
+    pub costs: &'a [Costs],
+    pub post: Option<&'a Post>,
     pub quiet: &'a Quiet,
     pub took: Duration,
 }
+
+const TABLE_HEAD: &str =
+    "| measurement | median | min–max | goal | met |\n|---|---:|---:|---|:-:|\n";
 
 impl Report<'_> {
     pub fn markdown(&self) -> String {
         let mut md = String::new();
         self.header(&mut md);
-        md.push_str("\n| measurement | median | min–max | goal | met |\n");
-        md.push_str("|---|---:|---:|---|:-:|\n");
-        self.throughput_rows(&mut md);
-        self.cost_rows(&mut md);
-        self.post_rows(&mut md);
+        let costs = |name: &str| self.costs.iter().find(|c| c.workload == name);
+        if self.nginx.is_some() || costs("nginx").is_some() {
+            md.push_str("\n#### nginx + wrk\n\n");
+            md.push_str(TABLE_HEAD);
+            if let Some(t) = self.nginx {
+                throughput_rows(&mut md, t, "requests/s", true);
+            }
+            if let Some(c) = costs("nginx") {
+                cost_rows(&mut md, c);
+            }
+            if let Some(p) = self.post {
+                post_rows(&mut md, p);
+            }
+        }
+        if self.postgres.is_some() || costs("postgres").is_some() {
+            md.push_str("\n#### PostgreSQL + pgbench\n\n");
+            md.push_str(TABLE_HEAD);
+            if let Some(t) = self.postgres {
+                throughput_rows(&mut md, t, "transactions/s", false);
+            }
+            if let Some(c) = costs("postgres") {
+                cost_rows(&mut md, c);
+            }
+        }
+        if let Some(c) = costs("fsync") {
+            md.push_str("\n#### fsync-heavy (test workload `mixed`)\n\n");
+            md.push_str(TABLE_HEAD);
+            cost_rows(&mut md, c);
+        }
         self.facts(&mut md);
         md
     }
@@ -118,12 +150,16 @@ impl Report<'_> {
             "### Overhead next to the anchors (`{}`)\n\n\
              {} · Linux {} · {} CPUs ({}) · {:.1} GiB RAM · profiler at {}  \n\
              {}  \n\
-             Throughput: {} round(s) of {} s, the order of conditions rotating; two nginx \
-             sides, each with {} under its own `wrk -t{threads} -c{connections}`, {}, the wrks \
-             taking turns every 10 ms; each tool profiles one side (alternating). BPF cost, \
-             post-processing: one nginx with {NGINX_WORKERS} workers under \
-             `wrk -t{WRK_THREADS} -c{WRK_CONNECTIONS} -d{}s`, one tool instance per worker. \
-             The whole bench took {}.",
+             {} round(s) of {} s per condition, the order rotating. Throughput: two sides, \
+             each tool profiling one (alternating), their load generators taking turns every \
+             10 ms; nginx sides each with {} under its own `wrk -t{threads} -c{connections}`, \
+             {}; PostgreSQL sides each a private cluster (scale {}, synchronous_commit on) \
+             under its own `pgbench -c {} -j {}`. BPF cost: nginx with {NGINX_WORKERS} workers \
+             under `wrk -t{WRK_THREADS} -c{WRK_CONNECTIONS} -d{}s`; one PostgreSQL backend \
+             under that pgbench; the test workload's `mixed` mode (write + fsync loop, a 20 ms \
+             sleeper, a blocked reader, one spinner more than CPUs). Ours runs one instance on \
+             the service (nginx's master, the postmaster; it follows the children), \
+             offcputime and perf one per process. The whole bench took {}.",
             o.command,
             date.trim(),
             m.kernel,
@@ -142,179 +178,122 @@ impl Report<'_> {
                 Layout::Spread => "all on all CPUs",
                 Layout::OneCpu => "all four on one CPU (`--one-cpu`)",
             },
+            postgres::SCALE,
+            postgres::CLIENTS,
+            postgres::THREADS,
             o.secs,
             minutes(self.took),
         );
     }
 
-    fn throughput_rows(&self, md: &mut String) {
-        let t = self.throughput;
-        let base = t.unprofiled();
-        let (lo, hi) = min_max(&base);
-        let _ = writeln!(
-            md,
-            "| requests/s of one side, nothing attached (per second of its turns) | {:.0} | \
-             {lo:.0}–{hi:.0} | | |",
-            median(&base)
-        );
-        let floor = t.ratios(Condition::Baseline);
-        let (lo, hi) = min_max(&floor);
-        let _ = writeln!(
-            md,
-            "| throughput, one side ÷ the other, nothing attached (the noise floor) | {:.3} | \
-             {lo:.3}–{hi:.3} | | |",
-            median(&floor)
-        );
-        for cond in [
-            Condition::Wall,
-            Condition::Cpu,
-            Condition::Offcputime,
-            Condition::Perf,
-        ] {
-            let ratios = t.ratios(cond);
-            if ratios.is_empty() {
-                continue;
-            }
-            let (lo, hi) = min_max(&ratios);
-            let mid = median(&ratios);
-            let (goal, met) = if cond == Condition::Wall {
-                (
-                    format!("≥ {GOAL_WALL_RATIO}"),
-                    check(mid >= GOAL_WALL_RATIO),
-                )
-            } else {
-                (String::new(), "")
-            };
-            let _ = writeln!(
-                md,
-                "| throughput, profiled ÷ unprofiled side, {} | {mid:.3} | {lo:.3}–{hi:.3} | \
-                 {goal} | {met} |",
-                cond.label()
-            );
-        }
-        let paired = t.paired(Condition::Wall, Condition::Offcputime);
-        if paired.is_empty() {
-            return;
-        }
-        let (lo, hi) = min_max(&paired);
-        let _ = writeln!(
-            md,
-            "| throughput, ours `--mode wall` ÷ offcputime, same round | {:.3} | {lo:.3}–{hi:.3} \
-             | ≥ 1 (no worse than offcputime) | {} |",
-            median(&paired),
-            versus(&paired)
-        );
-    }
-
-    fn cost_rows(&self, md: &mut String) {
-        let programs = &self.costs.programs;
-        let theirs = programs
-            .iter()
-            .find(|(k, _)| k == "offcputime sched_switch")
-            .map(|(_, c)| median(&c.ns_per_event));
-        for (key, cost) in programs {
-            let mid = median(&cost.ns_per_event);
-            let (lo, hi) = min_max(&cost.ns_per_event);
-            let (goal, met) = match (key.as_str(), theirs) {
-                ("ours sched_switch", Some(theirs)) => (
-                    format!(
-                        "≤ {GOAL_COST_FACTOR} × offcputime's ({:.0} ns)",
-                        GOAL_COST_FACTOR * theirs
-                    ),
-                    check(mid <= GOAL_COST_FACTOR * theirs),
-                ),
-                _ => (String::new(), ""),
-            };
-            let _ = writeln!(
-                md,
-                "| BPF ns/event, {key} ({}) | {mid:.0} ns | {lo:.0}–{hi:.0} ns | {goal} | {met} |",
-                rate(median(&cost.events_per_sec))
-            );
-        }
-        for (owner, values) in &self.costs.busy_ms_per_sec {
-            let (lo, hi) = min_max(values);
-            let _ = writeln!(
-                md,
-                "| BPF CPU time, {owner}, all programs (ms per s of load) | {:.1} ms | \
-                 {lo:.1}–{hi:.1} ms | | |",
-                median(values)
-            );
-        }
-    }
-
-    fn post_rows(&self, md: &mut String) {
-        let p = self.post;
-        let secs = p.logged_secs.unwrap_or(p.measured_secs);
-        let _ = writeln!(
-            md,
-            "| post-processing after a {} s wall capture (end of window → SVG written) \
-             | {secs:.2} s | | ≤ {GOAL_POST_SECS} s | {} |",
-            p.capture_secs,
-            check(secs <= GOAL_POST_SECS)
-        );
-        let mb = p.peak_rss_kib as f64 * 1024.0 / 1e6;
-        let _ = writeln!(
-            md,
-            "| peak RSS of that run | {mb:.0} MB | | ≤ {GOAL_RSS_MB} MB | {} |",
-            check(mb <= GOAL_RSS_MB)
-        );
-    }
-
     /// What the table rests on, one fact a line.
     fn facts(&self, md: &mut String) {
-        let (p, q, o) = (self.post, self.quiet, self.setup);
-        let mut facts = vec![match p.logged_secs {
-            Some(s) => format!(
-                "Post-processing: {s:.3} s logged by the profiler (`-v`), ≤ {:.2} s measured \
-                 from outside.",
-                p.measured_secs
-            ),
-            None => format!(
-                "Post-processing: no `post-processing took` line logged; {:.2} s measured from \
-                 outside (exit − capture end).",
-                p.measured_secs
-            ),
-        }];
-        if p.foreign > FOREIGN_MAX {
+        let (q, o) = (self.quiet, self.setup);
+        let mut facts = Vec::new();
+        if let Some(p) = self.post {
+            facts.push(match p.logged_secs {
+                Some(s) => format!(
+                    "Post-processing: {s:.3} s logged by the profiler (`-v`), ≤ {:.2} s \
+                     measured from outside.",
+                    p.measured_secs
+                ),
+                None => format!(
+                    "Post-processing: no `post-processing took` line logged; {:.2} s measured \
+                     from outside (exit − capture end).",
+                    p.measured_secs
+                ),
+            });
+            if p.foreign > FOREIGN_MAX {
+                facts.push(format!(
+                    "Other processes took {:.0} % of the CPUs during the post-processing run.",
+                    p.foreign * 100.0
+                ));
+            }
+        }
+        for (name, t) in [("nginx", self.nginx), ("PostgreSQL", self.postgres)] {
+            let Some(t) = t else { continue };
+            let means: Vec<String> = Condition::ALL
+                .into_iter()
+                .filter_map(|cond| {
+                    let (mean, se) = mean_se(&t.ratios(cond))?;
+                    let name = cond
+                        .to_possible_value()
+                        .map_or("nothing attached".to_string(), |v| v.get_name().to_string());
+                    Some(format!("{name} {mean:.3} ± {se:.3}"))
+                })
+                .collect();
+            if !means.is_empty() {
+                facts.push(format!(
+                    "{name} throughput ratios, mean ± standard error over the rounds: {}.",
+                    means.join(", ")
+                ));
+            }
+        }
+        for c in self.costs {
+            for (owner, n) in &c.instances {
+                if *n > 1 {
+                    let per_run: Vec<String> = c
+                        .programs
+                        .iter()
+                        .filter(|(k, _)| k.starts_with(owner.as_str()))
+                        .map(|(k, cost)| {
+                            format!(
+                                "{} {:.0} ns",
+                                &k[owner.len() + 1..],
+                                median(&cost.ns_per_run)
+                            )
+                        })
+                        .collect();
+                    facts.push(format!(
+                        "{}: {owner} ran {n} instances, each running its programs on every \
+                         event; per event is all instances' run time ÷ the events one \
+                         instance saw; per run of one instance's program: {}.",
+                        c.workload,
+                        per_run.join(", ")
+                    ));
+                }
+            }
+        }
+        if !q.foreign.is_empty() {
+            let (lo, hi) = min_max(&q.foreign);
+            let (blo, bhi) = min_max(&q.busy_before);
             facts.push(format!(
-                "Other processes took {:.0} % of the CPUs during the post-processing run.",
-                p.foreign * 100.0
+                "Load from other work (other sessions' builds and tests): during the runs it \
+                 took {:.0} % of the CPUs (median; {:.0}–{:.0} %); just before them, with \
+                 nothing of the bench loaded, the CPUs were {:.0} % busy (median; {:.0}–{:.0} %).",
+                median(&q.foreign) * 100.0,
+                lo * 100.0,
+                hi * 100.0,
+                median(&q.busy_before) * 100.0,
+                blo * 100.0,
+                bhi * 100.0
             ));
         }
-        let means: Vec<String> = Condition::ALL
-            .into_iter()
-            .filter_map(|cond| {
-                let (mean, se) = mean_se(&self.throughput.ratios(cond))?;
-                let name = cond
-                    .to_possible_value()
-                    .map_or("nothing attached".to_string(), |v| v.get_name().to_string());
-                Some(format!("{name} {mean:.3} ± {se:.3}"))
-            })
-            .collect();
-        if !means.is_empty() {
-            facts.push(format!(
-                "Throughput ratios, mean ± standard error over the rounds: {}.",
-                means.join(", ")
-            ));
+        if q.under_load {
+            facts.push(
+                "`--under-load`: no run waited for quiet CPUs and none was repeated.".to_string(),
+            );
         }
-        facts.push(format!(
-            "Runs that first waited for the CPUs to be < {:.0} % busy: {} of {} ({} in all), \
+        if !q.under_load {
+            facts.push(format!(
+                "Runs that first waited for the CPUs to be < {:.0} % busy: {} of {} ({} in all), \
              {} started while still up to {:.0} % busy.",
-            QUIET_BUSY * 100.0,
-            q.waited_runs,
-            q.runs,
-            minutes(q.waited),
-            q.busy_runs,
-            q.worst_busy * 100.0
-        ));
-        facts.push(format!(
-            "Runs repeated because other processes took > {:.0} % of the CPUs: {}, {} kept at \
+                QUIET_BUSY * 100.0,
+                q.waited_runs,
+                q.runs,
+                minutes(q.waited),
+                q.busy_runs,
+                q.worst_busy * 100.0
+            ));
+            facts.push(format!(
+                "Runs repeated because other processes took > {:.0} % of the CPUs: {}, {} kept at \
              the last attempt; the worst run kept had {:.1} %.",
-            FOREIGN_MAX * 100.0,
-            q.repeated,
-            q.kept_disturbed,
-            q.worst_foreign * 100.0
-        ));
+                FOREIGN_MAX * 100.0,
+                q.repeated,
+                q.kept_disturbed,
+                q.worst_foreign * 100.0
+            ));
+        }
         if o.rounds < 5 {
             facts.push(format!(
                 "Only {} round(s) of {} s: a smoke test, not numbers for the README.",
@@ -326,6 +305,173 @@ impl Report<'_> {
             let _ = writeln!(md, "- {f}");
         }
     }
+}
+
+/// Rows of one throughput phase: the unprofiled rate, the noise floor, each condition's ratio
+/// (the ≥ 0.98 goal on ours in wall mode where `goal`), and ours ÷ offcputime round by round.
+fn throughput_rows(md: &mut String, t: &Throughput, unit: &str, goal: bool) {
+    let base = t.unprofiled();
+    let (lo, hi) = min_max(&base);
+    let _ = writeln!(
+        md,
+        "| {unit} of one side, nothing attached (per second of its turns) | {:.0} | \
+         {lo:.0}–{hi:.0} | | |",
+        median(&base)
+    );
+    let floor = t.ratios(Condition::Baseline);
+    let (lo, hi) = min_max(&floor);
+    let _ = writeln!(
+        md,
+        "| throughput, one side ÷ the other, nothing attached (the noise floor) | {:.3} | \
+         {lo:.3}–{hi:.3} | | |",
+        median(&floor)
+    );
+    for cond in [
+        Condition::Wall,
+        Condition::WallEach,
+        Condition::Cpu,
+        Condition::Offcputime,
+        Condition::Perf,
+    ] {
+        let ratios = t.ratios(cond);
+        if ratios.is_empty() {
+            continue;
+        }
+        let (lo, hi) = min_max(&ratios);
+        let mid = median(&ratios);
+        let (goal, met) = if cond == Condition::Wall && goal {
+            (
+                format!("≥ {GOAL_WALL_RATIO}"),
+                check(mid >= GOAL_WALL_RATIO),
+            )
+        } else {
+            (String::new(), "")
+        };
+        let _ = writeln!(
+            md,
+            "| throughput, profiled ÷ unprofiled side, {} | {mid:.3} | {lo:.3}–{hi:.3} | \
+             {goal} | {met} |",
+            cond.label()
+        );
+    }
+    let paired = t.paired(Condition::Wall, Condition::Offcputime);
+    if paired.is_empty() {
+        return;
+    }
+    let (lo, hi) = min_max(&paired);
+    let _ = writeln!(
+        md,
+        "| throughput, ours `--mode wall` ÷ offcputime, same round | {:.3} | {lo:.3}–{hi:.3} \
+         | ≥ 1 (no worse than offcputime) | {} |",
+        median(&paired),
+        versus(&paired)
+    );
+}
+
+/// Rows of one workload's BPF cost: per program ns/event (per event on the machine), events/s
+/// and ms/s; all programs per tool in ms per second of load; our memo hit rates.
+fn cost_rows(md: &mut String, costs: &Costs) {
+    let programs = &costs.programs;
+    let ns = |key: &str| {
+        programs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, c)| median(&c.ns_per_event))
+    };
+    let theirs = ns("offcputime sched_switch");
+    let one = ns("ours sched_switch");
+    for (key, cost) in programs {
+        let mid = median(&cost.ns_per_event);
+        let (lo, hi) = min_max(&cost.ns_per_event);
+        let (goal, met) = match (key.as_str(), theirs, one) {
+            ("ours sched_switch", Some(theirs), _) => (
+                format!(
+                    "≤ {GOAL_COST_FACTOR} × offcputime's ({:.0} ns)",
+                    GOAL_COST_FACTOR * theirs
+                ),
+                check(mid <= GOAL_COST_FACTOR * theirs),
+            ),
+            ("ours, one per process, sched_switch", _, Some(one)) => {
+                (format!("≥ one instance's ({one:.0} ns)"), check(one <= mid))
+            }
+            _ => (String::new(), ""),
+        };
+        let _ = writeln!(
+            md,
+            "| BPF ns/event, {key} ({}, {:.1} ms/s) | {mid:.0} ns | {lo:.0}–{hi:.0} ns | {goal} \
+             | {met} |",
+            rate(median(&cost.events_per_sec)),
+            median(&cost.ms_per_sec)
+        );
+    }
+    for (owner, values) in &costs.busy_ms_per_sec {
+        let (lo, hi) = min_max(values);
+        let _ = writeln!(
+            md,
+            "| BPF CPU time, {owner} all programs (ms per s of load) | {:.1} ms | \
+             {lo:.1}–{hi:.1} ms | | |",
+            median(values)
+        );
+    }
+    let per_switch = |owner: &str| {
+        costs
+            .busy_ns_per_switch
+            .iter()
+            .find(|(o, _)| o == owner)
+            .map(|(_, v)| median(v))
+    };
+    let theirs = per_switch("offcputime");
+    for (owner, values) in &costs.busy_ns_per_switch {
+        let (lo, hi) = min_max(values);
+        let mid = median(values);
+        let (goal, met) = match (owner.as_str(), theirs) {
+            ("ours", Some(theirs)) => (
+                format!(
+                    "≤ {GOAL_COST_FACTOR} × offcputime's ({:.0} ns)",
+                    GOAL_COST_FACTOR * theirs
+                ),
+                check(mid <= GOAL_COST_FACTOR * theirs),
+            ),
+            _ => (String::new(), ""),
+        };
+        let _ = writeln!(
+            md,
+            "| BPF CPU time, {owner} all programs, per context switch on the machine (its ms/s \
+             at the same switch rate) | {mid:.0} ns | {lo:.0}–{hi:.0} ns | {goal} | {met} |"
+        );
+    }
+    for (owner, counters) in &costs.counters {
+        for (what, prefix) in [("user", "unwind_memo"), ("kernel", "kernel_memo")] {
+            let get = |k: &str| counters.get(&format!("{prefix}_{k}")).copied().unwrap_or(0);
+            let (hits, misses) = (get("hits"), get("misses"));
+            if hits + misses == 0 {
+                continue;
+            }
+            let _ = writeln!(
+                md,
+                "| memo hit rate, {what} stacks, {owner} ({hits} hits, {misses} misses over all \
+                 runs) | {:.1} % | | | |",
+                hits as f64 * 100.0 / (hits + misses) as f64
+            );
+        }
+    }
+}
+
+fn post_rows(md: &mut String, p: &Post) {
+    let secs = p.logged_secs.unwrap_or(p.measured_secs);
+    let _ = writeln!(
+        md,
+        "| post-processing after a {} s wall capture (end of window → SVG written) \
+         | {secs:.2} s | | ≤ {GOAL_POST_SECS} s | {} |",
+        p.capture_secs,
+        check(secs <= GOAL_POST_SECS)
+    );
+    let mb = p.peak_rss_kib as f64 * 1024.0 / 1e6;
+    let _ = writeln!(
+        md,
+        "| peak RSS of that run | {mb:.0} MB | | ≤ {GOAL_RSS_MB} MB | {} |",
+        check(mb <= GOAL_RSS_MB)
+    );
 }
 
 /// "412 events/s", "45.3 k events/s".

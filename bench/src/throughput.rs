@@ -39,9 +39,10 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{
     nginx::{Layout, Nginx},
+    postgres::{self, Cluster},
     process::{say, signal},
     quiet::{ForeignCpu, undisturbed},
-    tools::{Bench, Condition, attach, stop},
+    tools::{Bench, Condition, Target, attach, stop},
 };
 
 /// How long one side's wrk runs before the other's. Short enough that the machine's speed
@@ -82,6 +83,10 @@ impl Side {
 
     fn access_log(&self) -> PathBuf {
         self.dir.join("access.log")
+    }
+
+    fn target(&self) -> Result<Target> {
+        self.nginx.target()
     }
 }
 
@@ -183,13 +188,15 @@ impl Throughput {
     }
 }
 
-/// `rounds` rounds of one run of `secs` per condition.
+/// `rounds` rounds of one run per condition. `run(cond, side)` attaches the condition's tool
+/// to that side, runs the interleaved load and returns (that side's rate, the other's);
+/// `unit` names the rate in messages ("requests/s").
 pub fn rounds(
     bench: &Bench,
-    sides: &Sides,
     conditions: &[Condition],
     rounds: usize,
-    secs: u64,
+    unit: &str,
+    mut run: impl FnMut(Condition, usize) -> Result<(f64, f64)>,
 ) -> Result<Throughput> {
     let mut result = Throughput { rounds: Vec::new() };
     for round in 0..rounds {
@@ -204,11 +211,11 @@ pub fn rounds(
             let (profiled, other) = undisturbed(&bench.quiet, || {
                 let others = ForeignCpu::start();
                 let started = Instant::now();
-                let rates = run(bench, sides, cond, side, secs)?;
+                let rates = run(cond, side)?;
                 Ok((rates, others.fraction(started.elapsed().as_secs_f64())))
             })?;
             say(&format!(
-                "round {}/{}: {:<22} side {} {:>7.0} requests/s, other side {:>7.0} ({:.3})",
+                "round {}/{}: {:<38} side {} {:>7.0} {unit}, other side {:>7.0} ({:.3})",
                 round + 1,
                 rounds,
                 cond.tool(),
@@ -224,24 +231,147 @@ pub fn rounds(
     Ok(result)
 }
 
-/// Attaches the condition's tool to `side`'s workers, runs the interleaved load, stops the
-/// tool. Returns (that side's requests/s, the other side's).
-fn run(
+/// One nginx run: attaches the condition's tool to `side` (ours on its master, the others
+/// on each worker), runs the interleaved load, stops the tool. Returns (that side's
+/// requests/s, the other side's).
+pub fn nginx_run(
     bench: &Bench,
     sides: &Sides,
     cond: Condition,
     side: usize,
     secs: u64,
 ) -> Result<(f64, f64)> {
-    let tools = attach(bench, cond, &sides.sides[side].workers)?;
+    let tools = attach(bench, cond, &sides.sides[side].target()?)?;
     let rates = interleaved_load(sides, Duration::from_secs(secs));
     stop(bench, cond, tools)?;
     let rates = rates?;
     Ok((rates[side], rates[1 - side]))
 }
 
-/// Both sides' wrk, taking turns every [`SLICE`] for `length` after a warm-up. Returns each
-/// side's requests per second of its own turns.
+/// Two private PostgreSQL clusters with pgbench's tables, one per side.
+pub struct PgSides {
+    clusters: [Cluster; 2],
+}
+
+impl PgSides {
+    pub fn start(dir: &Path) -> Result<Self> {
+        let clusters = [
+            Cluster::start(&dir.join("pg-a"))?,
+            Cluster::start(&dir.join("pg-b"))?,
+        ];
+        for cluster in &clusters {
+            cluster.init_tables()?;
+        }
+        Ok(PgSides { clusters })
+    }
+
+    /// The cluster the BPF-cost phase loads (side a).
+    pub fn first(&self) -> &Cluster {
+        &self.clusters[0]
+    }
+}
+
+/// One PostgreSQL run: both sides' `pgbench -c 4 -j 2` connect, are held, the condition's
+/// tool attaches to `side` (ours on the postmaster, which it follows to every backend; the
+/// others on each of pgbench's backends), the two pgbench take turns (see [`take_turns`]),
+/// the tool stops. Each side's work is its transactions (rows of pgbench_history). Returns
+/// (that side's transactions/s, the other side's).
+pub fn postgres_run(
+    bench: &Bench,
+    sides: &PgSides,
+    cond: Condition,
+    side: usize,
+    secs: u64,
+) -> Result<(f64, f64)> {
+    let [a, b] = &sides.clusters;
+    let loads = [a.load(3600)?, b.load(3600)?];
+    let backends = [a.pgbench_backends()?, b.pgbench_backends()?];
+    for load in &loads {
+        load.pause();
+    }
+    let cluster = &sides.clusters[side];
+    let target = Target {
+        kind: "PostgreSQL postmaster",
+        service: cluster.postmaster()?,
+        each: "PostgreSQL backend",
+        processes: backends[side].clone(),
+    };
+    let tools = attach(bench, cond, &target)?;
+    let rates = take_turns([&loads[0], &loads[1]], Duration::from_secs(secs), |s| {
+        sides.clusters[s].transactions()
+    });
+    stop(bench, cond, tools)?;
+    drop(loads);
+    let rates = rates?;
+    Ok((rates[side], rates[1 - side]))
+}
+
+impl Pausable for postgres::Load {
+    fn pause(&self) {
+        postgres::Load::pause(self);
+    }
+
+    fn resume(&self) {
+        postgres::Load::resume(self);
+    }
+}
+
+/// A load generator that can be held and let go: wrk or pgbench.
+pub trait Pausable {
+    fn pause(&self);
+    fn resume(&self);
+}
+
+/// Lets the two sides' load generators take turns every [`SLICE`] for `length` after a
+/// warm-up; `count(side)` is the work that side has done so far (read while both are held).
+/// Returns each side's work per second of its own turns; both are held at the end.
+pub fn take_turns(
+    loads: [&dyn Pausable; 2],
+    length: Duration,
+    mut count: impl FnMut(usize) -> Result<u64>,
+) -> Result<[f64; 2]> {
+    for load in loads {
+        load.pause();
+    }
+    let mut ran = [Duration::ZERO; 2];
+    let mut counted = [0u64; 2];
+    let mut turn = 0;
+    for (phase, length) in [WARMUP, length].into_iter().enumerate() {
+        ran = [Duration::ZERO; 2];
+        let end = Instant::now() + length;
+        while Instant::now() < end {
+            let began = Instant::now();
+            loads[turn].resume();
+            thread::sleep(SLICE);
+            loads[turn].pause();
+            ran[turn] += began.elapsed();
+            turn = 1 - turn;
+        }
+        if phase == 0 {
+            thread::sleep(DRAIN);
+            for (side, start) in counted.iter_mut().enumerate() {
+                *start = count(side)?;
+            }
+        }
+    }
+    thread::sleep(DRAIN);
+    let mut rates = [0.0; 2];
+    for (side, start) in counted.iter().enumerate() {
+        let done = count(side)?.saturating_sub(*start);
+        if done == 0 {
+            bail!(
+                "side {} did no work in {:?} of turns",
+                ["a", "b"][side],
+                ran[side]
+            );
+        }
+        rates[side] = done as f64 / ran[side].as_secs_f64();
+    }
+    Ok(rates)
+}
+
+/// Both sides' wrk, taking turns (see [`take_turns`]); each side's work is the lines of its
+/// access log. Returns each side's requests per second of its own turns.
 fn interleaved_load(sides: &Sides, length: Duration) -> Result<[f64; 2]> {
     for side in &sides.sides {
         // Truncated, not removed: nginx keeps appending to its open file.
@@ -252,47 +382,22 @@ fn interleaved_load(sides: &Sides, length: Duration) -> Result<[f64; 2]> {
         Wrk::start(sides.sides[0].nginx.port, sides.layout, sides.cpu)?,
         Wrk::start(sides.sides[1].nginx.port, sides.layout, sides.cpu)?,
     ];
-    for w in &wrk {
-        w.pause();
-    }
-    let mut ran = [Duration::ZERO; 2];
-    let mut logged = [0u64; 2];
-    let mut turn = 0;
-    for (phase, length) in [WARMUP, length].into_iter().enumerate() {
-        ran = [Duration::ZERO; 2];
-        let end = Instant::now() + length;
-        while Instant::now() < end {
-            let began = Instant::now();
-            wrk[turn].resume();
-            thread::sleep(SLICE);
-            wrk[turn].pause();
-            ran[turn] += began.elapsed();
-            turn = 1 - turn;
-        }
-        if phase == 0 {
-            thread::sleep(DRAIN);
-            for (side, start) in sides.sides.iter().zip(&mut logged) {
-                *start = log_len(&side.access_log())?;
-            }
-        }
-    }
-    thread::sleep(DRAIN);
-    let mut rates = [0.0; 2];
-    for (i, side) in sides.sides.iter().enumerate() {
-        let requests = lines_after(&side.access_log(), logged[i])?;
-        if requests == 0 {
-            bail!(
-                "nginx (workers {:?}) served no requests; is wrk running? {}",
+    let rates = take_turns([&wrk[0], &wrk[1]], length, |side| {
+        lines_in(&sides.sides[side].access_log())
+    });
+    if rates.is_err() {
+        for (side, w) in sides.sides.iter().zip(&mut wrk) {
+            say(&format!(
+                "nginx (workers {:?}): {}",
                 side.workers,
-                wrk[i].stderr_tail()
-            );
+                w.stderr_tail()
+            ));
         }
-        rates[i] = requests as f64 / ran[i].as_secs_f64();
     }
     for w in &mut wrk {
         w.stop();
     }
-    Ok(rates)
+    rates
 }
 
 /// One side's wrk. It runs for far longer than the bench needs it and is killed at the end:
@@ -321,14 +426,6 @@ impl Wrk {
         Ok(Wrk { child })
     }
 
-    fn pause(&self) {
-        signal(self.child.id(), libc::SIGSTOP);
-    }
-
-    fn resume(&self) {
-        signal(self.child.id(), libc::SIGCONT);
-    }
-
     fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -348,24 +445,27 @@ impl Wrk {
     }
 }
 
+impl Pausable for Wrk {
+    fn pause(&self) {
+        signal(self.child.id(), libc::SIGSTOP);
+    }
+
+    fn resume(&self) {
+        signal(self.child.id(), libc::SIGCONT);
+    }
+}
+
 impl Drop for Wrk {
     fn drop(&mut self) {
         self.stop();
     }
 }
 
-fn log_len(path: &Path) -> Result<u64> {
-    Ok(fs::metadata(path)
-        .with_context(|| format!("cannot stat {}", path.display()))?
-        .len())
-}
-
-/// Lines nginx appended after byte `start`. It writes each line with one write(2) on an
-/// O_APPEND file, so any length read between requests is a line boundary.
-fn lines_after(path: &Path, start: u64) -> Result<u64> {
+/// Lines in nginx's access log: one per request (each written with one write(2) on an
+/// O_APPEND file, so a read between requests ends at a line boundary).
+fn lines_in(path: &Path) -> Result<u64> {
     let text = fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let start = usize::try_from(start).unwrap_or(usize::MAX).min(text.len());
-    Ok(count_lines(&text[start..]))
+    Ok(count_lines(&text))
 }
 
 fn count_lines(bytes: &[u8]) -> u64 {
@@ -443,7 +543,7 @@ mod tests {
     fn counts_only_whole_lines_after_the_offset() {
         let log = b"GET 1\nGET 2\nGET 3\n";
         assert_eq!(count_lines(log), 3);
-        assert_eq!(count_lines(&log[6..]), 2);
+        assert_eq!(count_lines(&log[..8]), 1);
         assert_eq!(count_lines(b""), 0);
     }
 

@@ -1,10 +1,15 @@
 //! The conditions a run is measured under (nothing attached, ours in wall or cpu mode,
-//! offcputime, perf) and the tools behind them: one instance per nginx worker, attached
-//! before wrk starts and stopped with SIGINT as soon as it ends (each tool writes its output
-//! on SIGINT), so a capture covers the whole load and no time is spent waiting for a timer.
-//! Both our profiler and offcputime take a single PID, so profiling every worker measures
-//! the overhead of profiling everything that serves the requests; profiling only the busiest
-//! would leave about half the traffic unprofiled and flatter every tool alike.
+//! offcputime, perf) and the tools behind them, attached before the load starts and stopped
+//! with SIGINT as soon as it ends (each tool writes its output on SIGINT), so a capture covers
+//! the whole load and no time is spent waiting for a timer.
+//!
+//! A [`Target`] is a service (nginx's master, PostgreSQL's postmaster, or one process) and
+//! the processes that do its work. Ours runs one instance on the service (it follows the
+//! children); offcputime and perf take one PID, so they run one instance per process (and
+//! `wall-each`, ours as it was run before it followed children, does the same). Profiling
+//! every worker measures the overhead of profiling everything that serves the requests;
+//! profiling only the busiest would leave about half the traffic unprofiled and flatter every
+//! tool alike.
 
 use std::{
     cell::RefCell,
@@ -20,9 +25,8 @@ use anyhow::{Context as _, Result, bail};
 use xtask::packages::Package;
 
 use crate::{
-    nginx::run_wrk,
     process::{Instance, Ready, bpf_prog_ids, say, tail_of_lines},
-    quiet::{ForeignCpu, Quiet, undisturbed},
+    quiet::{ForeignCpu, Quiet},
 };
 
 /// After every tool reports it is attached: lets start-up work (symbol loading, the task
@@ -33,7 +37,7 @@ pub const EXIT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Nominal capture length of a tool stopped by SIGINT; only bounds a run whose stop is lost.
 const TOOL_MAX_SECS: u64 = 3600;
 
-/// What the bench runs besides the profiler; the nginx demo runs the same.
+/// What the bench runs besides the profiler; the demos run part of it.
 pub const PACKAGES: &[Package] = &[
     Package {
         binary: "/usr/sbin/nginx",
@@ -60,6 +64,18 @@ pub const PACKAGES: &[Package] = &[
         name: "bpftool",
         why: "reads each BPF program's run_time_ns and run_cnt",
     },
+    Package {
+        // Debian's versioned server packages install under this directory (pgbench with
+        // the server since PostgreSQL 15; the bench finds the version there).
+        binary: "/usr/lib/postgresql",
+        name: "postgresql",
+        why: "the database server and pgbench, its load generator",
+    },
+    Package {
+        binary: "/usr/bin/gcc",
+        name: "gcc",
+        why: "builds the fsync-heavy workload (profiler/tests/fixtures/workload.c)",
+    },
 ];
 
 /// What runs next to nginx during one wrk run.
@@ -69,15 +85,19 @@ pub enum Condition {
     #[value(skip)]
     Baseline,
     Wall,
+    /// Ours in wall mode, one instance per process of the target (as before it followed
+    /// children).
+    WallEach,
     Cpu,
     Offcputime,
     Perf,
 }
 
 impl Condition {
-    pub const ALL: [Condition; 5] = [
+    pub const ALL: [Condition; 6] = [
         Condition::Baseline,
         Condition::Wall,
+        Condition::WallEach,
         Condition::Cpu,
         Condition::Offcputime,
         Condition::Perf,
@@ -88,6 +108,7 @@ impl Condition {
         match self {
             Condition::Baseline => "baseline (no profiler)",
             Condition::Wall => "ours `--mode wall`",
+            Condition::WallEach => "ours `--mode wall`, one instance per process",
             Condition::Cpu => "ours `--mode cpu`",
             Condition::Offcputime => "offcputime (libbpf-tools)",
             Condition::Perf => "`perf record -F 99 --call-graph dwarf`",
@@ -99,46 +120,71 @@ impl Condition {
         match self {
             Condition::Baseline => "nothing",
             Condition::Wall => "profiler --mode wall",
+            Condition::WallEach => "profiler --mode wall (one per process)",
             Condition::Cpu => "profiler --mode cpu",
             Condition::Offcputime => "offcputime",
             Condition::Perf => "perf record",
         }
     }
 
-    /// The command that profiles one worker; None for the baseline.
-    fn command(self, bench: &Bench, pid: u32) -> Option<Command> {
+    /// Who owns the BPF programs of this condition, for the cost tables.
+    pub fn owner(self) -> &'static str {
+        match self {
+            Condition::Offcputime => "offcputime",
+            Condition::WallEach => "ours, one per process,",
+            Condition::Perf => "perf",
+            _ => "ours",
+        }
+    }
+
+    /// The instances that profile `target`, each with what it profiles: ours one on the
+    /// service, the others one per process; none for the baseline.
+    fn commands(self, bench: &Bench, target: &Target) -> Vec<(String, Command)> {
         let max = TOOL_MAX_SECS.to_string();
-        let ours = |mode: &str| {
+        let ours = |mode: &str, pid: u32| {
             let mut cmd = Command::new(&bench.binary);
             cmd.args(["--pid", &pid.to_string(), "--secs", &max, "--mode", mode])
                 .arg("-o")
-                .arg(bench.dir.join(format!("ours-{mode}-{pid}.svg")));
+                .arg(bench.dir.join(format!("ours-{mode}-{pid}.svg")))
+                .arg("--report")
+                .arg(bench.dir.join(format!("ours-{mode}-{pid}.json")));
             cmd
         };
+        let service = |cmd: Command| vec![(format!("{} {}", target.kind, target.service), cmd)];
+        let each = |make: &dyn Fn(u32) -> Command| {
+            target
+                .processes
+                .iter()
+                .map(|&pid| (format!("{} {pid}", target.each), make(pid)))
+                .collect()
+        };
         match self {
-            Condition::Baseline => None,
-            Condition::Wall => Some(ours("wall")),
-            Condition::Cpu => Some(ours("cpu")),
-            Condition::Offcputime => {
+            Condition::Baseline => Vec::new(),
+            Condition::Wall => service(ours("wall", target.service)),
+            Condition::Cpu => service(ours("cpu", target.service)),
+            Condition::WallEach => each(&|pid| ours("wall", pid)),
+            Condition::Offcputime => each(&|pid| {
                 let mut cmd = Command::new("/usr/sbin/offcputime");
                 cmd.args(["-p", &pid.to_string(), &max]);
-                Some(cmd)
-            }
-            Condition::Perf => {
+                cmd
+            }),
+            Condition::Perf => each(&|pid| {
                 let mut cmd = Command::new("perf");
                 cmd.args(["record", "-F", "99", "--call-graph", "dwarf", "-p"])
                     .arg(pid.to_string())
                     .arg("-o")
                     .arg(bench.dir.join(format!("perf-{pid}.data")))
                     .args(["--", "sleep", &max]);
-                Some(cmd)
-            }
+                cmd
+            }),
         }
     }
 
     fn ready(self) -> Ready {
         match self {
-            Condition::Wall | Condition::Cpu => Ready::StderrLine("profiler: capturing"),
+            Condition::Wall | Condition::WallEach | Condition::Cpu => {
+                Ready::StderrLine("profiler: capturing")
+            }
             // The baseline starts no tool, so this is never asked.
             Condition::Offcputime | Condition::Baseline => Ready::BpfLink,
             Condition::Perf => Ready::ChildExec("sleep"),
@@ -155,57 +201,96 @@ impl Condition {
     }
 }
 
+/// What a tool profiles: a service and the processes that do its work.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// What the service PID is, for messages ("nginx master").
+    pub kind: &'static str,
+    pub service: u32,
+    /// What each process is ("nginx worker").
+    pub each: &'static str,
+    pub processes: Vec<u32>,
+}
+
 /// What the phases share.
 pub struct Bench {
     pub binary: PathBuf,
     pub dir: PathBuf,
     pub port: u16,
-    pub workers: Vec<u32>,
+    /// The nginx of phases 2 and 3: its master and workers.
+    pub nginx: Target,
     pub quiet: RefCell<Quiet>,
 }
 
-/// One wrk run under one condition.
+/// One load run under one condition.
 pub struct Run {
-    /// Per program name: (run_time_ns, run_cnt) accumulated during the wrk run, summed over
+    /// Per program name: (run_time_ns, run_cnt) accumulated during the load, summed over
     /// the instances.
     pub bpf: HashMap<String, (u64, u64)>,
+    /// How many instances of the tool ran (each runs every program on every event).
+    pub instances: usize,
+    /// Our instances' in-kernel counters (`capture.counters` of the JSON report), summed.
+    pub counters: HashMap<String, u64>,
     pub load_secs: f64,
-    /// CPU time other processes took during the wrk run, as a fraction of all CPUs.
+    /// CPU time other processes took during the load, as a fraction of all CPUs.
     pub foreign: f64,
 }
 
-/// [`run_condition`], repeated while other processes disturbed it (see [`undisturbed`]).
-pub fn run_undisturbed(bench: &Bench, cond: Condition, secs: u64) -> Result<Run> {
-    undisturbed(&bench.quiet, || {
-        let run = run_condition(bench, cond, secs)?;
-        let foreign = run.foreign;
-        Ok((run, foreign))
-    })
-}
-
-/// One instance of `cond`'s tool per pid, all attached, then [`SETTLE`]; none for the
-/// baseline.
-pub fn attach(bench: &Bench, cond: Condition, pids: &[u32]) -> Result<Vec<Instance>> {
-    let mut tools = Vec::new();
-    for &pid in pids {
-        if let Some(cmd) = cond.command(bench, pid) {
+/// Instances of `cond`'s tool on `target` (see [`Condition::commands`]), all attached, then
+/// [`SETTLE`]; none for the baseline.
+pub fn attach(bench: &Bench, cond: Condition, target: &Target) -> Result<Vec<Instance>> {
+    for attempt in 1.. {
+        let mut tools = Vec::new();
+        for (what, cmd) in cond.commands(bench, target) {
             tools.push(Instance::spawn(
-                format!("{} (on nginx worker {pid})", cond.tool()),
+                format!("{} (on {what})", cond.tool()),
                 cmd,
             )?);
         }
+        let ready = tools
+            .iter_mut()
+            .try_for_each(|tool| tool.wait_ready(cond.ready()));
+        match ready {
+            Ok(()) => {
+                if !tools.is_empty() {
+                    thread::sleep(SETTLE);
+                }
+                return Ok(tools);
+            }
+            // Ours, following children, refuses to start when a descendant it found in /proc
+            // exits before it reads that child's maps (PostgreSQL's short-lived backends, psql's
+            // included): a race in the profiler's start-up, not a failure of the run.
+            Err(e) if attempt < ATTACH_ATTEMPTS && vanished_child(&e, target) => {
+                say(&format!(
+                    "{e:#}: a child exited during start-up; starting again"
+                ));
+            }
+            Err(e) => return Err(e),
+        }
     }
-    for tool in &mut tools {
-        tool.wait_ready(cond.ready())?;
-    }
-    if !tools.is_empty() {
-        thread::sleep(SETTLE);
-    }
-    Ok(tools)
+    unreachable!("the loop returns at the last attempt")
 }
 
-/// SIGINT to every instance, then each must exit cleanly; the outputs are removed.
-pub fn stop(bench: &Bench, cond: Condition, mut tools: Vec<Instance>) -> Result<()> {
+/// Starts of a tool before a start-up race counts as a failure.
+const ATTACH_ATTEMPTS: usize = 3;
+
+/// Whether ours refused to start over a process other than the one it was pointed at.
+fn vanished_child(e: &anyhow::Error, target: &Target) -> bool {
+    let text = format!("{e:#}");
+    text.split("there is no process with PID ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .is_some_and(|pid| pid != target.service)
+}
+
+/// SIGINT to every instance, then each must exit cleanly. Returns the in-kernel counters of
+/// our instances' JSON reports, summed; the outputs are removed.
+pub fn stop(
+    bench: &Bench,
+    cond: Condition,
+    mut tools: Vec<Instance>,
+) -> Result<HashMap<String, u64>> {
     for tool in &tools {
         tool.interrupt();
     }
@@ -220,23 +305,55 @@ pub fn stop(bench: &Bench, cond: Condition, mut tools: Vec<Instance>) -> Result<
             );
         }
     }
+    let counters = report_counters(&bench.dir)?;
     cleanup_outputs(&bench.dir);
-    Ok(())
+    Ok(counters)
 }
 
-/// Starts one instance per worker, waits until all are attached, runs wrk between two
-/// bpf_stats snapshots, stops them.
-fn run_condition(bench: &Bench, cond: Condition, secs: u64) -> Result<Run> {
-    let tools = attach(bench, cond, &bench.workers)?;
+/// `capture.counters` of every JSON report in `dir`, summed by name.
+fn report_counters(dir: &Path) -> Result<HashMap<String, u64>> {
+    let mut sum = HashMap::new();
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Ok(sum);
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let text =
+            fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let report: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        let Some(counters) = report["capture"]["counters"].as_object() else {
+            bail!("{} has no capture.counters", path.display());
+        };
+        for (name, value) in counters {
+            *sum.entry(name.clone()).or_default() += value.as_u64().unwrap_or(0);
+        }
+    }
+    Ok(sum)
+}
+
+/// Attaches `cond`'s tool to `target`, runs `load` between two bpf_stats snapshots, stops
+/// the tool.
+pub fn run_condition(
+    bench: &Bench,
+    cond: Condition,
+    target: &Target,
+    load: impl FnOnce() -> Result<()>,
+) -> Result<Run> {
+    let tools = attach(bench, cond, target)?;
+    let instances = tools.len();
     let prog_ids: HashSet<u32> = tools.iter().flat_map(|t| bpf_prog_ids(t.pid())).collect();
     let before = bpf_prog_stats(&prog_ids)?;
     let others = ForeignCpu::start();
     let load_started = Instant::now();
-    run_wrk(bench.port, secs)?;
+    load()?;
     let load_secs = load_started.elapsed().as_secs_f64();
     let foreign = others.fraction(load_secs);
     let after = bpf_prog_stats(&prog_ids)?;
-    stop(bench, cond, tools)?;
+    let counters = stop(bench, cond, tools)?;
 
     let mut bpf: HashMap<String, (u64, u64)> = HashMap::new();
     for (id, (name, time_after, cnt_after)) in &after {
@@ -247,6 +364,8 @@ fn run_condition(bench: &Bench, cond: Condition, secs: u64) -> Result<Run> {
     }
     Ok(Run {
         bpf,
+        instances,
+        counters,
         load_secs,
         foreign,
     })
@@ -259,7 +378,7 @@ pub fn cleanup_outputs(dir: &Path) {
     };
     for entry in entries.filter_map(Result::ok) {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".svg") || name.contains(".data") {
+        if name.ends_with(".svg") || name.ends_with(".json") || name.contains(".data") {
             let _ = fs::remove_file(entry.path());
         }
     }
@@ -329,4 +448,28 @@ pub fn bpf_prog_stats(ids: &HashSet<u32>) -> Result<HashMap<u32, (String, u64, u
         stats.insert(id, (name, time, cnt));
     }
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_vanished_child_is_a_start_up_race() {
+        let target = Target {
+            kind: "PostgreSQL postmaster",
+            service: 100,
+            each: "PostgreSQL backend",
+            processes: vec![101],
+        };
+        let said = |pid: u32| {
+            anyhow::anyhow!(
+                "profiler exited before it was attached; its stderr ends with: profiler: there \
+                 is no process with PID {pid}"
+            )
+        };
+        assert!(vanished_child(&said(18224), &target));
+        assert!(!vanished_child(&said(100), &target));
+        assert!(!vanished_child(&anyhow::anyhow!("EPERM"), &target));
+    }
 }
