@@ -24,7 +24,8 @@ pub enum DiffError {
         "the before capture was recorded in --mode {before} ({}) and the after capture in \
          --mode {after} ({}), which do not measure the same thing; record both with the same \
          --mode",
-        mode_words(before), mode_words(after)
+        mode_words(before),
+        mode_words(after)
     )]
     ModeMismatch {
         before: &'static str,
@@ -131,7 +132,8 @@ pub struct Diff {
     /// differential flame graph wants whole counts).
     pub stacks: BTreeMap<String, (u64, u64)>,
     pub states: Vec<StateRow>,
-    /// Every on-CPU function of either capture, largest change of self time first.
+    /// Every on-CPU function of either capture, largest change of self time first
+    /// (addresses without a symbol: one row per file).
     pub functions: Vec<FunctionRow>,
     /// Every blocking site of either capture, largest change of blocked time first.
     pub sites: Vec<SiteRow>,
@@ -276,7 +278,10 @@ fn function_times(profile: &Profile, names: &StackNames) -> HashMap<String, (u64
         ) {
             continue;
         }
-        let frames = stack_frames(e.user_stack, e.kernel_stack, names);
+        let frames: Vec<String> = stack_frames(e.user_stack, e.kernel_stack, names)
+            .into_iter()
+            .map(function_of)
+            .collect();
         if let Some(leaf) = frames.last() {
             out.entry(leaf.clone()).or_default().0 += e.time_ns;
         }
@@ -285,6 +290,22 @@ fn function_times(profile: &Profile, names: &StackNames) -> HashMap<String, (u64
         }
     }
     out
+}
+
+/// The function a frame counts for. Addresses without a symbol (`libz.so.1+0x4a2e`: a
+/// stripped library's internal functions) are one row per file, `libz.so.1+0x…`: each
+/// address its own row would split one function's time into dozens of small moves.
+fn function_of(frame: String) -> String {
+    match frame.rsplit_once("+0x") {
+        Some((file, offset))
+            if !file.is_empty()
+                && !offset.is_empty()
+                && offset.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            format!("{file}+0x…")
+        }
+        _ => frame,
+    }
 }
 
 /// Blocked time and merged waits per site: its state and user stack, as the report groups
@@ -577,6 +598,14 @@ mod tests {
             "{:?}",
             d.stacks
         );
+    }
+
+    #[test]
+    fn addresses_without_symbols_count_per_file() {
+        assert_eq!(function_of("libz.so.1+0x4a2e".into()), "libz.so.1+0x…");
+        assert_eq!(function_of("nginx+0x54173".into()), "nginx+0x…");
+        assert_eq!(function_of("spin_a".into()), "spin_a");
+        assert_eq!(function_of("a+0xzz".into()), "a+0xzz");
     }
 
     #[test]

@@ -82,7 +82,7 @@ fn latency(l: &LatencyChange) -> String {
 }
 
 fn waits(c: &Change) -> String {
-    format!("{:.0} → {:.0}/s", c.before, c.after)
+    format!("{} → {}/s", rate(c.before), rate(c.after))
 }
 
 /// The end-of-run text on the terminal.
