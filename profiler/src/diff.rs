@@ -129,7 +129,7 @@ pub struct Diff {
     pub before: Side,
     pub after: Side,
     /// Folded stack → (before, after), µs of thread time per second of capture (rounded; the
-    /// differential flame graph wants whole counts).
+    /// differential flame graph wants whole counts); addresses without a symbol per file.
     pub stacks: BTreeMap<String, (u64, u64)>,
     pub states: Vec<StateRow>,
     /// Every on-CPU function of either capture, largest change of self time first
@@ -244,8 +244,8 @@ impl Figures {
     }
 }
 
-/// Folded stacks (process name as the root, no threads: tids differ between runs) in µs per
-/// second of capture. `--mode cpu` counts samples; each is one sample period of CPU time.
+/// Folded stacks (process name as the root, no threads: tids differ between runs; addresses
+/// without a symbol per file, [`per_file`]) in µs per second of capture. `--mode cpu` counts samples; each is one sample period of CPU time.
 fn stack_rates(c: &SavedCapture, secs: f64) -> HashMap<String, f64> {
     let folded = fold::fold(
         &c.profile,
@@ -260,11 +260,24 @@ fn stack_rates(c: &SavedCapture, secs: f64) -> HashMap<String, f64> {
         Unit::Samples => c.profile.period_ns as f64 / 1e3,
         Unit::Micros => 1.0,
     };
-    folded
-        .lines
-        .into_iter()
-        .map(|(stack, count)| (stack, count as f64 * us_per_count / secs))
-        .collect()
+    let mut rates: HashMap<String, f64> = HashMap::new();
+    for (stack, count) in folded.lines {
+        *rates.entry(per_file(&stack)).or_default() += count as f64 * us_per_count / secs;
+    }
+    rates
+}
+
+/// A folded stack with addresses without a symbol named per file, consecutive ones as one
+/// frame: a stripped library's internal calls are one frame that the two captures share, even
+/// when its addresses moved (a rebuilt binary).
+fn per_file(stack: &str) -> String {
+    let mut frames: Vec<String> = Vec::new();
+    for f in stack.split(';').map(|f| function_of(f.to_string())) {
+        if frames.last() != Some(&f) || !f.ends_with("+0x…") {
+            frames.push(f);
+        }
+    }
+    frames.join(";")
 }
 
 /// On-CPU time per function name: (self, total) in ns. CPU time that is not code (charged
@@ -606,6 +619,10 @@ mod tests {
         assert_eq!(function_of("nginx+0x54173".into()), "nginx+0x…");
         assert_eq!(function_of("spin_a".into()), "spin_a");
         assert_eq!(function_of("a+0xzz".into()), "a+0xzz");
+        assert_eq!(
+            per_file("app;main;libz.so.1+0x10;libz.so.1+0x20;crc32_z;libz.so.1+0x30"),
+            "app;main;libz.so.1+0x…;crc32_z;libz.so.1+0x…"
+        );
     }
 
     #[test]
