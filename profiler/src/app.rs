@@ -13,8 +13,8 @@ use anyhow::{Context as _, Result};
 
 use crate::{
     capture::{EndReason, Tick, Waiter},
-    cli::{Args, Cli, Command, OutputArgs, ReplayArgs, Unwind},
-    drain,
+    cli::{Args, Cli, Command, DiffArgs, OutputArgs, ReplayArgs, Unwind},
+    diff, drain,
     fold::{self, FoldOptions, Folded},
     kernel::{self, TaskOffsets},
     launch,
@@ -22,7 +22,7 @@ use crate::{
     preflight::{self, Output, PreflightError, Target},
     probes::{self, ProbeConfig, Probes},
     profile::{self, AccountOptions},
-    render::{pprof, report, summary, svg},
+    render::{self, pprof, report, summary, svg},
     snapshot, symbolize,
     targets::{Selection, TargetSet},
     unwind::tables::UnwindTables,
@@ -36,6 +36,7 @@ const UNWIND_CHUNKS_HEADROOM: usize = 4;
 pub async fn run(cli: Cli) -> Result<Option<i32>> {
     match cli.command {
         Some(Command::Replay(r)) => replay(&r).map(|()| None),
+        Some(Command::Diff(d)) => diff(&d).map(|()| None),
         None => record(&cli.record, cli.verbose).await,
     }
 }
@@ -46,6 +47,124 @@ fn replay(r: &ReplayArgs) -> Result<()> {
     let default_svg = default_svg_name(&saved.meta, saved.profile.mode);
     let outputs = open_outputs(&r.out, default_svg, None, saved.profile.mode)?;
     render(&saved, &r.out, outputs)
+}
+
+/// `profiler diff BEFORE AFTER`: two saved captures compared per second of capture; the
+/// differential graph drawn on each, and what moved most.
+fn diff(d: &DiffArgs) -> Result<()> {
+    let before = SavedCapture::load(&d.before)?;
+    let after = SavedCapture::load(&d.after)?;
+    let diff = diff::diff(&before, &after).with_context(|| {
+        format!(
+            "cannot compare {} with {}",
+            d.before.display(),
+            d.after.display()
+        )
+    })?;
+    let svg_path = d.output.clone().unwrap_or_else(|| {
+        let name: String = after
+            .meta
+            .target
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        PathBuf::from(format!("diff-{name}-{}.svg", diff.mode.name()))
+    });
+    let before_svg_path = svg_path.with_extension("before.svg");
+    let report_out = match &d.report {
+        None => None,
+        Some(path) => Some((
+            preflight::open_output("the report", path)?,
+            report_format(path)?,
+        )),
+    };
+    let folded_out = d
+        .folded
+        .as_deref()
+        .map(|p| preflight::open_output("the folded stacks", p))
+        .transpose()?;
+    let after_svg = preflight::open_output("the flame graph", &svg_path)?;
+    let before_svg = preflight::open_output("the flame graph", &before_svg_path)?;
+
+    let words = |s: &diff::Side| format!("{} {:.2} s", s.target, s.duration_s);
+    let title = format!(
+        "{} → {} — {}",
+        words(&diff.before),
+        words(&diff.after),
+        match diff.mode {
+            Mode::Cpu => "on-CPU",
+            Mode::Off => "off-CPU",
+            Mode::Wall => "wall clock",
+        }
+    );
+    for (out, shape, what) in [
+        (
+            after_svg,
+            svg::DiffShape::After,
+            "widths: after · red grew, blue shrank · the before-shaped graph shows what disappeared",
+        ),
+        (
+            before_svg,
+            svg::DiffShape::Before,
+            "widths: before (what shrank or disappeared) · red grew, blue shrank",
+        ),
+    ] {
+        let opts = svg::SvgOptions {
+            title: title.clone(),
+            subtitle: format!(
+                "{what} · {} of thread time per second of capture",
+                render::diff::GRAPH_UNIT
+            ),
+            wakeup_palette: false,
+        };
+        write_output(out, "the flame graph", |w| {
+            svg::write_differential(&diff.stacks, shape, &opts, render::diff::GRAPH_UNIT, w)
+        })?;
+    }
+    if let Some(out) = folded_out {
+        let path = write_output(out, "the folded stacks", |w| {
+            for (stack, (b, a)) in &diff.stacks {
+                writeln!(w, "{stack} {b} {a}")?;
+            }
+            Ok(())
+        })?;
+        eprintln!(
+            "profiler: wrote folded stacks (before after, µs/s) to {}",
+            path.display()
+        );
+    }
+    let top = usize::try_from(d.top).unwrap_or(usize::MAX);
+    let report = render::diff::report(&diff, top);
+    if let Some((output, format)) = report_out {
+        let path = write_output(output, "the report", |w| match format {
+            ReportFormat::Markdown => render::diff::write_markdown(&report, &mut { w }),
+            ReportFormat::Json => render::diff::write_json(&report, &mut { w }),
+        })?;
+        eprintln!("profiler: wrote the report to {}", path.display());
+    }
+    let mut stdout = std::io::stdout().lock();
+    render::diff::write_text(&report, &mut stdout)?;
+    writeln!(
+        stdout,
+        "profiler: wrote the differential flame graphs to {} (drawn on after) and {} (drawn on before)",
+        svg_path.display(),
+        before_svg_path.display()
+    )?;
+    Ok(())
+}
+
+fn report_format(path: &Path) -> Result<ReportFormat, PreflightError> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("md") => Ok(ReportFormat::Markdown),
+        Some("json") => Ok(ReportFormat::Json),
+        _ => Err(PreflightError::ReportExtension(path.to_path_buf())),
+    }
 }
 
 async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
@@ -556,11 +675,7 @@ fn open_outputs(
     let report = match &out.report {
         None => None,
         Some(path) => {
-            let format = match path.extension().and_then(|e| e.to_str()) {
-                Some("md") => ReportFormat::Markdown,
-                Some("json") => ReportFormat::Json,
-                _ => return Err(PreflightError::ReportExtension(path.clone())),
-            };
+            let format = report_format(path)?;
             Some((preflight::open_output("the report", path)?, format))
         }
     };

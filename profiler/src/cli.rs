@@ -21,6 +21,8 @@ pub const DEFAULT_MAX_KEYS: u32 = 32_768;
 pub const DEFAULT_MAX_PROCESSES: u32 = 1_024;
 /// Default number of threads tracked (also the size of the wait-start table).
 pub const DEFAULT_MAX_THREADS: u32 = 65_536;
+/// Default rows of each `profiler diff` table (functions, blocking sites).
+pub const DEFAULT_DIFF_TOP: u64 = 10;
 
 /// How user stacks are walked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -60,6 +62,42 @@ pub enum Command {
     /// Render a capture saved with `--save` again: the same outputs, without root and
     /// without the target.
     Replay(ReplayArgs),
+    /// Compare two captures saved with `--save` (before, after), per second of capture: a
+    /// differential flame graph drawn both ways (red grew, blue shrank) and the functions and
+    /// blocking sites that moved most. Without root.
+    Diff(DiffArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// The capture before the change (written by `--save`).
+    #[arg(value_name = "BEFORE")]
+    pub before: PathBuf,
+
+    /// The capture after the change (written by `--save`).
+    #[arg(value_name = "AFTER")]
+    pub after: PathBuf,
+
+    /// The differential flame graph, drawn on the after capture (what grew or is new); the
+    /// one drawn on the before capture (what shrank or disappeared) goes next to it as
+    /// `<output>.before.svg` [default: diff-<name>-<mode>.svg].
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+
+    /// Also write the folded stacks with both counts (`frame;frame;… before after`, µs per
+    /// second of capture) here.
+    #[arg(long, value_name = "PATH")]
+    pub folded: Option<PathBuf>,
+
+    /// Write the report here too: Markdown (`.md`) or JSON (`.json`, schema in
+    /// docs/diff.schema.json).
+    #[arg(long, value_name = "PATH")]
+    pub report: Option<PathBuf>,
+
+    /// How many functions and sites the tables show.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_DIFF_TOP,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub top: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -325,6 +363,37 @@ mod tests {
         assert_eq!(r.out.pprof, Some(PathBuf::from("x.pb.gz")));
         // Recording options do not mix with it.
         assert!(Cli::try_parse_from(["profiler", "-p", "1", "replay", "x"]).is_err());
+    }
+
+    #[test]
+    fn diff_takes_two_captures_and_its_own_outputs() {
+        let cli = Cli::try_parse_from([
+            "profiler",
+            "diff",
+            "a.capture",
+            "b.capture",
+            "-o",
+            "d.svg",
+            "--report",
+            "d.md",
+        ])
+        .unwrap();
+        let Some(Command::Diff(d)) = cli.command else {
+            panic!("not a diff: {cli:?}");
+        };
+        assert_eq!(
+            (d.before, d.after, d.output, d.report, d.top),
+            (
+                PathBuf::from("a.capture"),
+                PathBuf::from("b.capture"),
+                Some(PathBuf::from("d.svg")),
+                Some(PathBuf::from("d.md")),
+                DEFAULT_DIFF_TOP
+            )
+        );
+        assert!(Cli::try_parse_from(["profiler", "diff", "a.capture"]).is_err());
+        assert!(Cli::try_parse_from(["profiler", "diff", "a", "b", "--top", "0"]).is_err());
+        assert!(Cli::try_parse_from(["profiler", "diff", "a", "b", "--mode", "cpu"]).is_err());
     }
 
     /// The first line clap prints when it refuses `-p 1` followed by `args`.

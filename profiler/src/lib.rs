@@ -5,6 +5,7 @@
 pub mod app;
 pub mod capture;
 pub mod cli;
+pub mod diff;
 pub mod drain;
 pub mod fold;
 pub mod kernel;

@@ -31,7 +31,8 @@ enum Cmd {
         #[arg(long)]
         debug: bool,
     },
-    /// Build, then run the profiler as root with ARGS: cargo xtask run -- --pid 1234 --secs 20.
+    /// Build, then run the profiler with ARGS: cargo xtask run -- --pid 1234 --secs 20 (as root,
+    /// through sudo when needed; `replay` and `diff` run as you).
     Run {
         /// Run a debug build.
         #[arg(long)]
@@ -87,7 +88,11 @@ fn run(command: Cmd) -> Result<ExitCode> {
         Cmd::Build { debug } => build(&root, debug).map(|_| ExitCode::SUCCESS),
         Cmd::Run { debug, args } => {
             let binary = build(&root, debug)?;
-            run_as_root(&binary, &args)
+            if needs_root(&args) {
+                run_as_root(&binary, &args)
+            } else {
+                run_binary(Command::new(&binary), &binary, &args)
+            }
         }
         Cmd::Test { args } => {
             toolchain::ensure()?;
@@ -116,9 +121,17 @@ fn bench_crate(root: &Path, command: &str, args: &[OsString]) -> Result<ExitCode
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
+/// Recording loads eBPF programs; `replay` and `diff` only read saved captures.
+fn needs_root(args: &[OsString]) -> bool {
+    !matches!(
+        args.first().and_then(|a| a.to_str()),
+        Some("replay" | "diff" | "help" | "--help" | "-h" | "--version" | "-V")
+    )
+}
+
 /// Runs the profiler directly when root, else through `sudo -E`.
 fn run_as_root(binary: &Path, args: &[OsString]) -> Result<ExitCode> {
-    let mut cmd = if is_root() {
+    let cmd = if is_root() {
         Command::new(binary)
     } else {
         eprintln!(
@@ -128,6 +141,10 @@ fn run_as_root(binary: &Path, args: &[OsString]) -> Result<ExitCode> {
         sudo.arg("-E").arg(binary);
         sudo
     };
+    run_binary(cmd, binary, args)
+}
+
+fn run_binary(mut cmd: Command, binary: &Path, args: &[OsString]) -> Result<ExitCode> {
     cmd.args(args);
     let code = cmd
         .status()
@@ -219,6 +236,15 @@ mod tests {
         ));
         // Without the dashes the profiler's options are not ours: refused, not dropped.
         assert!(parse(&["run", "--pid", "7"]).is_err());
+    }
+
+    #[test]
+    fn only_recording_runs_as_root() {
+        let args = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(needs_root(&args(&["--pid", "7"])));
+        assert!(needs_root(&args(&["-p", "7", "--save", "diff"])));
+        assert!(!needs_root(&args(&["diff", "a.capture", "b.capture"])));
+        assert!(!needs_root(&args(&["replay", "a.capture"])));
     }
 
     #[test]

@@ -57,6 +57,27 @@ pub enum SavedError {
         "{path} is a saved capture of format {found}; this profiler reads format {SAVED_FORMAT}"
     )]
     Version { path: String, found: u32 },
+    #[error(
+        "{path} is {what}, not a saved capture: it carries no capture length or mode; record \
+         with --save PATH and give that file"
+    )]
+    NotACapture { path: String, what: &'static str },
+}
+
+/// What a file that is not a saved capture looks like it is: an SVG, or folded stacks
+/// (`frame;frame 123` lines).
+fn recognise(bytes: &[u8]) -> Option<&'static str> {
+    let text = std::str::from_utf8(bytes).ok()?.trim_start();
+    if text.starts_with("<?xml") || text.starts_with("<svg") {
+        return Some("an SVG flame graph");
+    }
+    // JSON (a damaged capture) is not folded stacks, whatever its first line ends in.
+    if text.starts_with('{') {
+        return None;
+    }
+    let first = text.lines().next()?;
+    let (stack, count) = first.trim_end().rsplit_once(' ')?;
+    (!stack.is_empty() && count.parse::<u64>().is_ok()).then_some("a file of folded stacks")
 }
 
 impl SavedCapture {
@@ -93,9 +114,15 @@ impl SavedCapture {
             format: u32,
         }
         let version: Version =
-            serde_json::from_slice(&json).map_err(|error| SavedError::Format {
-                path: shown.clone(),
-                error,
+            serde_json::from_slice(&json).map_err(|error| match recognise(&json) {
+                Some(what) => SavedError::NotACapture {
+                    path: shown.clone(),
+                    what,
+                },
+                None => SavedError::Format {
+                    path: shown.clone(),
+                    error,
+                },
             })?;
         if version.format != SAVED_FORMAT {
             return Err(SavedError::Version {
@@ -114,5 +141,35 @@ impl SavedCapture {
             t.pid = pid;
         }
         Ok(saved)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn svg_and_folded_files_are_named_for_what_they_are() {
+        assert_eq!(
+            recognise(b"<?xml version=\"1.0\"?><svg/>"),
+            Some("an SVG flame graph")
+        );
+        assert_eq!(
+            recognise(b"app;main;spin 42\napp;main 1\n"),
+            Some("a file of folded stacks")
+        );
+        assert_eq!(recognise(b"{\"format\": 1"), None);
+        assert_eq!(recognise(&[0xff, 0xfe]), None);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.folded");
+        std::fs::write(&path, "app;main;spin 42\n").unwrap();
+        let err = SavedCapture::load(&path).unwrap_err().to_string();
+        assert!(
+            err.ends_with(
+                "x.folded is a file of folded stacks, not a saved capture: it carries no capture \
+                 length or mode; record with --save PATH and give that file"
+            ),
+            "{err}"
+        );
     }
 }

@@ -210,9 +210,9 @@ pub struct ReportInput<'a> {
 
 /// Merged waits: exact count, total, minimum and maximum, and (where kept) their histogram.
 #[derive(Clone)]
-struct Hist {
+pub(crate) struct Hist {
     buckets: [u64; WAIT_HIST_BUCKETS],
-    count: u64,
+    pub(crate) count: u64,
     total_ns: u64,
     min_ns: u64,
     max_ns: u64,
@@ -231,7 +231,7 @@ impl Default for Hist {
 }
 
 impl Hist {
-    fn add_waits(&mut self, count: u64, total_ns: u64, min_ns: u64, max_ns: u64) {
+    pub(crate) fn add_waits(&mut self, count: u64, total_ns: u64, min_ns: u64, max_ns: u64) {
         if count == 0 {
             return;
         }
@@ -241,7 +241,7 @@ impl Hist {
         self.max_ns = self.max_ns.max(max_ns);
     }
 
-    fn add_buckets(&mut self, hist: &WaitHist) {
+    pub(crate) fn add_buckets(&mut self, hist: &WaitHist) {
         for (b, v) in self.buckets.iter_mut().zip(hist.buckets.iter()) {
             *b += u64::from(*v);
         }
@@ -249,7 +249,7 @@ impl Hist {
 
     /// The q-quantile: linear interpolation inside the bucket that holds the rank, the
     /// bucket narrowed to the exact minimum and maximum. None without a histogram.
-    fn quantile_ns(&self, q: f64) -> Option<f64> {
+    pub(crate) fn quantile_ns(&self, q: f64) -> Option<f64> {
         let n: u64 = self.buckets.iter().sum();
         if n == 0 || self.count == 0 {
             return None;
@@ -536,7 +536,7 @@ struct Site {
 }
 
 /// The frames that identify a site: its user stack, or all of it for a kernel thread.
-type SiteFrames = Vec<String>;
+pub(crate) type SiteFrames = Vec<String>;
 
 /// The top blocking sites, most blocked time first.
 fn site_rows(profile: &Profile, names: &StackNames, all_thread_ns: u64) -> Vec<SiteRow> {
@@ -631,7 +631,7 @@ fn site_rows(profile: &Profile, names: &StackNames, all_thread_ns: u64) -> Vec<S
 
 /// Labels for the sites, in their order: the blocking call and its caller, or as many more
 /// callers as it takes for two sites in the same state not to read alike.
-fn distinct_labels<'a>(
+pub(crate) fn distinct_labels<'a>(
     keys: impl Iterator<Item = &'a (&'static str, SiteFrames)> + Clone,
 ) -> Vec<String> {
     const MAX_CALLERS: usize = 8;

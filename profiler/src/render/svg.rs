@@ -92,6 +92,53 @@ pub fn write_svg(folded: &Folded, opts: &SvgOptions, out: impl Write) -> std::io
         .map_err(std::io::Error::other)
 }
 
+/// Which capture a differential graph is drawn on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiffShape {
+    /// Widths are the after capture: what grew and what is new show (red).
+    After,
+    /// Widths are the before capture: what shrank or disappeared shows (blue).
+    Before,
+}
+
+/// A differential flame graph (inferno's colouring: red grew, blue shrank, by how much each
+/// frame's count changed) from `stack → (before, after)` counts.
+pub fn write_differential(
+    stacks: &std::collections::BTreeMap<String, (u64, u64)>,
+    shape: DiffShape,
+    opts: &SvgOptions,
+    count_name: &str,
+    out: impl Write,
+) -> std::io::Result<()> {
+    let mut options = Options::default();
+    options.title = opts.title.clone();
+    options.subtitle = Some(opts.subtitle.clone());
+    options.count_name = count_name.to_string();
+    options.hash = true;
+    options.deterministic = true;
+    options.min_width = 0.01;
+    // inferno draws the second count and colours by second − first: the before graph gets
+    // the counts swapped, and the colours negated back so that red still means "grew".
+    options.negate_differentials = shape == DiffShape::Before;
+    let mut lines: Vec<String> = stacks
+        .iter()
+        .map(|(stack, &(before, after))| match shape {
+            DiffShape::After => format!("{stack} {before} {after}"),
+            DiffShape::Before => format!("{stack} {after} {before}"),
+        })
+        .collect();
+    let drawn = stacks.values().any(|&(b, a)| match shape {
+        DiffShape::After => a > 0,
+        DiffShape::Before => b > 0,
+    });
+    if !drawn {
+        // inferno refuses an empty graph; the file must still be a valid SVG that says so.
+        lines = vec!["[nothing in this capture] 1 1".to_string()];
+    }
+    flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
+        .map_err(std::io::Error::other)
+}
+
 /// A stable blue for a mostly-waiting frame, varied by name so neighbours differ.
 fn blue_for(name: &str) -> Color {
     let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
@@ -144,6 +191,43 @@ mod tests {
         }
         // The sleep frame gets its fixed colour.
         assert!(svg.contains("rgb(70,130,200)"));
+    }
+
+    /// The fill of the frame named `name` in an inferno SVG.
+    fn fill_of<'a>(svg: &'a str, name: &str) -> Option<&'a str> {
+        let at = svg.find(&format!("<title>{name} ("))?;
+        let rest = &svg[at..];
+        let fill = rest.find("fill=\"")? + 6;
+        Some(&rest[fill..fill + rest[fill..].find('"')?])
+    }
+
+    #[test]
+    fn differential_graphs_are_red_where_time_grew_both_ways() {
+        let mut stacks = BTreeMap::new();
+        stacks.insert("app;main;grew".to_string(), (100u64, 300u64));
+        stacks.insert("app;main;shrank".to_string(), (300, 100));
+        stacks.insert("app;main;gone".to_string(), (200, 0));
+        let opts = SvgOptions {
+            title: "diff".into(),
+            subtitle: "s".into(),
+            wakeup_palette: false,
+        };
+        for shape in [DiffShape::After, DiffShape::Before] {
+            let mut svg = Vec::new();
+            write_differential(&stacks, shape, &opts, "µs/s", &mut svg).unwrap();
+            let svg = String::from_utf8(svg).unwrap();
+            assert!(svg.trim_end().ends_with("</svg>"));
+            let grew = fill_of(&svg, "grew").unwrap();
+            let shrank = fill_of(&svg, "shrank").unwrap();
+            assert!(grew.starts_with("rgb(255,"), "{shape:?}: grew is {grew}");
+            assert!(shrank.ends_with(",255)"), "{shape:?}: shrank is {shrank}");
+            // Only the graph drawn on the before capture shows what disappeared.
+            assert_eq!(
+                fill_of(&svg, "gone").is_some(),
+                shape == DiffShape::Before,
+                "{shape:?}"
+            );
+        }
     }
 
     #[test]
