@@ -35,6 +35,8 @@ pub struct Report {
     pub capture: Capture,
     /// One sentence naming the dominant state and site.
     pub verdict: String,
+    /// Per process, where its threads' time went, busiest first.
+    pub processes: Vec<ProcessRow>,
     pub threads: Vec<ThreadRow>,
     pub top_on_cpu_functions: Vec<FunctionRow>,
     pub top_blocking_sites: Vec<SiteRow>,
@@ -73,8 +75,28 @@ pub struct Loss {
 }
 
 #[derive(Debug, Serialize)]
+pub struct ProcessRow {
+    pub pid: u32,
+    pub name: String,
+    pub threads: usize,
+    /// All its threads' time in the window (a thread alive throughout adds the window's
+    /// length): the denominator of its shares.
+    pub thread_s: f64,
+    /// Shares of `thread_s`, as for a thread.
+    pub running_pct: f64,
+    pub runnable_pct: f64,
+    pub sleep_pct: f64,
+    pub io_pct: f64,
+    pub other_pct: f64,
+    pub profiler_pct: f64,
+    pub on_cpu_s: f64,
+}
+
+#[derive(Debug, Serialize)]
 pub struct ThreadRow {
     pub tid: u32,
+    /// Its process.
+    pub pid: u32,
     pub name: String,
     /// On the CPU, the profiler's own programs left out.
     pub running_pct: f64,
@@ -106,6 +128,19 @@ pub struct Latency {
     pub p99_ms: Option<f64>,
     pub min_ms: f64,
     pub max_ms: f64,
+    /// The in-kernel histogram's non-empty buckets, shortest first (absent where none was
+    /// kept): what the percentiles were read from, and what the HTML report draws.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub histogram: Vec<HistBucket>,
+}
+
+/// One bucket of an in-kernel latency histogram: `count` waits in `[from_ns, to_ns)`.
+#[derive(Clone, Debug, Serialize)]
+pub struct HistBucket {
+    pub from_ns: u64,
+    /// The last bucket is open-ended in the kernel: here it ends at the exact maximum.
+    pub to_ns: u64,
+    pub count: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -247,7 +282,28 @@ impl Hist {
             p99_ms: self.quantile_ns(0.99).map(ms),
             min_ms: ms(self.min_ns as f64),
             max_ms: ms(self.max_ns as f64),
+            histogram: self.histogram(),
         })
+    }
+
+    fn histogram(&self) -> Vec<HistBucket> {
+        self.buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, &count)| {
+                let (from_ns, to_ns) = hist_bucket_bounds(i);
+                HistBucket {
+                    from_ns,
+                    to_ns: if to_ns > from_ns {
+                        to_ns
+                    } else {
+                        self.max_ns.max(from_ns)
+                    },
+                    count,
+                }
+            })
+            .collect()
     }
 }
 
@@ -312,6 +368,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         .sum::<u64>()
         .max(1);
     let threads = thread_rows(profile);
+    let processes = process_rows(profile);
     let functions = function_rows(profile, names);
     let sites = site_rows(profile, names, all_thread_ns);
     let run_queue = run_queue(profile);
@@ -350,6 +407,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
             ended_early: meta.ended_early.clone(),
         },
         verdict,
+        processes,
         threads,
         top_on_cpu_functions: functions,
         top_blocking_sites: sites,
@@ -378,6 +436,7 @@ fn thread_rows(profile: &Profile) -> Vec<ThreadRow> {
         .iter()
         .map(|(&tid, t)| ThreadRow {
             tid,
+            pid: t.pid,
             name: t.name.clone(),
             running_pct: pct(t.running_ns()),
             runnable_pct: pct(t.runnable_ns()),
@@ -394,6 +453,63 @@ fn thread_rows(profile: &Profile) -> Vec<ThreadRow> {
         .collect();
     threads.sort_by(|a, b| b.on_cpu_s.total_cmp(&a.on_cpu_s).then(a.tid.cmp(&b.tid)));
     threads
+}
+
+/// Per process, its threads' time summed, busiest first.
+fn process_rows(profile: &Profile) -> Vec<ProcessRow> {
+    #[derive(Default)]
+    struct Sum {
+        threads: usize,
+        total: u64,
+        running: u64,
+        runnable: u64,
+        sleep: u64,
+        io: u64,
+        other: u64,
+        profiler: u64,
+        on_cpu: u64,
+    }
+    let mut sums: BTreeMap<u32, Sum> = BTreeMap::new();
+    for t in profile.threads.values() {
+        let s = sums.entry(t.pid).or_default();
+        s.threads += 1;
+        s.total += t.on_cpu_ns + t.off_ns.iter().sum::<u64>();
+        s.running += t.running_ns();
+        s.runnable += t.runnable_ns();
+        s.sleep += t.off(WaitState::Sleep);
+        s.io += t.off(WaitState::Io);
+        s.other += t.off(WaitState::Other);
+        s.profiler += t.overhead_ns;
+        s.on_cpu += t.on_cpu_ns;
+    }
+    let mut rows: Vec<ProcessRow> = sums
+        .into_iter()
+        .map(|(pid, s)| {
+            let pct = |ns: u64| round1(100.0 * ns as f64 / s.total.max(1) as f64);
+            let name = profile.processes.get(&pid).map(|p| p.name.clone());
+            ProcessRow {
+                pid,
+                name: name
+                    .filter(|n| !n.is_empty())
+                    .or_else(|| {
+                        // A process the capture never named: its main thread's name.
+                        profile.threads.get(&pid).map(|t| t.name.clone())
+                    })
+                    .unwrap_or_else(|| "?".into()),
+                threads: s.threads,
+                thread_s: secs(s.total),
+                running_pct: pct(s.running),
+                runnable_pct: pct(s.runnable),
+                sleep_pct: pct(s.sleep),
+                io_pct: pct(s.io),
+                other_pct: pct(s.other),
+                profiler_pct: pct(s.profiler),
+                on_cpu_s: secs(s.on_cpu),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| b.on_cpu_s.total_cmp(&a.on_cpu_s).then(a.pid.cmp(&b.pid)));
+    rows
 }
 
 /// On-CPU functions, self and total, largest self first.
