@@ -27,6 +27,11 @@ pub const TEST_PACKAGES: &[Package] = &[
         why: "the Go tests build a Go program, which has .debug_frame and no .eh_frame; \
               the pprof tests read --pprof files with `go tool pprof`",
     },
+    Package {
+        binary: "/usr/bin/chromium",
+        name: "chromium",
+        why: "the HTML report test opens --report x.html in headless Chromium",
+    },
 ];
 
 /// Installs whichever of `packages` is missing.
