@@ -383,6 +383,15 @@ fn the_html_report_works_in_a_real_browser() {
         .decode(pdf["data"].as_str().expect("PDF data"))
         .expect("base64 PDF");
     assert!(pdf_bytes.starts_with(b"%PDF") && pdf_bytes.len() > 10_000);
+    // Printing opened the stacks (closed `<details>` would print as nothing).
+    let details = browser.evaluate(
+        "[document.querySelectorAll('details[open]').length, \
+          document.querySelectorAll('details').length]",
+    );
+    assert!(
+        details[1].as_u64() > Some(0) && details[0] == details[1],
+        "stacks closed on paper: {details}"
+    );
     std::fs::write(html.with_extension("pdf"), &pdf_bytes).expect("keep the PDF");
 
     browser.drain();
