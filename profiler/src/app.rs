@@ -22,7 +22,7 @@ use crate::{
     preflight::{self, Output, PreflightError, Target},
     probes::{self, ProbeConfig, Probes},
     profile::{self, AccountOptions},
-    render::{self, pprof, report, summary, svg},
+    render::{self, html, pprof, report, summary, svg},
     snapshot, symbolize,
     targets::{Selection, TargetSet},
     unwind::tables::UnwindTables,
@@ -145,6 +145,10 @@ fn diff(d: &DiffArgs) -> Result<()> {
         let path = write_output(output, "the report", |w| match format {
             ReportFormat::Markdown => render::diff::write_markdown(&report, &mut { w }),
             ReportFormat::Json => render::diff::write_json(&report, &mut { w }),
+            // `report_format` gives Markdown or JSON only.
+            ReportFormat::Html => Err(std::io::Error::other(
+                "the diff report is Markdown (.md) or JSON (.json)",
+            )),
         })?;
         eprintln!("profiler: wrote the report to {}", path.display());
     }
@@ -663,6 +667,7 @@ impl Outputs {
 enum ReportFormat {
     Markdown,
     Json,
+    Html,
 }
 
 fn open_outputs(
@@ -675,7 +680,12 @@ fn open_outputs(
     let report = match &out.report {
         None => None,
         Some(path) => {
-            let format = report_format(path)?;
+            let format = match path.extension().and_then(|e| e.to_str()) {
+                Some("md") => ReportFormat::Markdown,
+                Some("json") => ReportFormat::Json,
+                Some("html" | "htm") => ReportFormat::Html,
+                _ => return Err(PreflightError::ReportExtension(path.clone())),
+            };
             Some((preflight::open_output("the report", path)?, format))
         }
     };
@@ -745,7 +755,8 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
     let svg_path = outputs.svg.path.clone();
     write_folded(&folded, outputs.folded)?;
     let subtitle = summary::subtitle(profile, &folded);
-    write_svg(&folded, outputs.svg, title.clone(), subtitle, false)?;
+    let graph = render_svg(&folded, title.clone(), subtitle.clone(), false)?;
+    write_svg(&graph, outputs.svg, false)?;
     if outputs.wakers_svg.is_some() || outputs.wakers_folded.is_some() {
         let chains = fold::fold_wakers(profile, names, &fold_opts);
         write_folded(&chains, outputs.wakers_folded)?;
@@ -754,7 +765,8 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
                 "blocked stack above --, waker's stack below it · {} · unit: µs of blocked time each waker ended",
                 summary::secs(profile.window.len_ns())
             );
-            write_svg(&chains, out, format!("{title} — wakeups"), subtitle, true)?;
+            let graph = render_svg(&chains, format!("{title} — wakeups"), subtitle, true)?;
+            write_svg(&graph, out, true)?;
         }
     }
     let report = report::build(&report::ReportInput {
@@ -766,6 +778,15 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
         let path = write_output(output, "the report", |w| match format {
             ReportFormat::Markdown => report::write_markdown(&report, &mut { w }),
             ReportFormat::Json => report::write_json(&report, &mut { w }),
+            ReportFormat::Html => html::write_html(
+                &html::HtmlInput {
+                    report: &report,
+                    title: &title,
+                    subtitle: &subtitle,
+                    flame_graph: &graph,
+                },
+                &mut { w },
+            ),
         })?;
         eprintln!("profiler: wrote the report to {}", path.display());
     }
@@ -821,19 +842,25 @@ fn write_folded(folded: &Folded, out: Option<Output>) -> Result<()> {
     Ok(())
 }
 
-fn write_svg(
+/// The flame graph of `folded`, as SVG text.
+fn render_svg(
     folded: &Folded,
-    out: Output,
     title: String,
     subtitle: String,
     wakeup_palette: bool,
-) -> Result<()> {
+) -> Result<String> {
     let opts = svg::SvgOptions {
         title,
         subtitle,
         wakeup_palette,
     };
-    let path = write_output(out, "the flame graph", |w| svg::write_svg(folded, &opts, w))?;
+    let mut bytes = Vec::new();
+    svg::write_svg(folded, &opts, &mut bytes).context("cannot draw the flame graph")?;
+    String::from_utf8(bytes).context("the flame graph is not UTF-8")
+}
+
+fn write_svg(graph: &str, out: Output, wakeup_palette: bool) -> Result<()> {
+    let path = write_output(out, "the flame graph", |w| w.write_all(graph.as_bytes()))?;
     if wakeup_palette {
         eprintln!("profiler: wrote wakeup graph to {}", path.display());
     }

@@ -135,8 +135,9 @@ pub struct OutputArgs {
     #[arg(long)]
     pub wakers: bool,
 
-    /// Write the report here too: Markdown (`.md`) or JSON (`.json`, schema in
-    /// docs/report.schema.json).
+    /// Write the report here too: Markdown (`.md`), JSON (`.json`, schema in
+    /// docs/report.schema.json) or one self-contained HTML page (`.html`) with the flame graph,
+    /// state bars and latency charts.
     #[arg(long, value_name = "PATH")]
     pub report: Option<PathBuf>,
 

@@ -36,7 +36,7 @@ pub enum PreflightError {
     NotCgroup(PathBuf, String),
     #[error("there is no process in {0} to profile")]
     EmptyCgroup(PathBuf),
-    #[error("the report path {0} must end in .md (Markdown) or .json")]
+    #[error("the report path {0} must end in .md (Markdown), .json or .html")]
     ReportExtension(PathBuf),
     // The io error is part of the sentence, not a `source`: the message stays one sentence.
     #[error("cannot write {what} to {path}: {error}")]

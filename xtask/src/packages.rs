@@ -37,6 +37,11 @@ pub const TEST_PACKAGES: &[Package] = &[
         name: "wrk",
         why: "the whole-service test puts nginx under load",
     },
+    Package {
+        binary: "/usr/bin/chromium",
+        name: "chromium",
+        why: "the HTML report test opens --report x.html in headless Chromium",
+    },
 ];
 
 /// Installs whichever of `packages` is missing.

@@ -242,7 +242,10 @@ impl Profile {
                 name: self
                     .processes
                     .get(&pid)
-                    .map_or_else(|| t.name.clone(), |i| i.name.clone()),
+                    .map(|i| i.name.clone())
+                    .filter(|n| !n.is_empty())
+                    .or_else(|| self.threads.get(&pid).map(|main| main.name.clone()))
+                    .unwrap_or_else(|| t.name.clone()),
                 ..Default::default()
             });
             p.threads += 1;

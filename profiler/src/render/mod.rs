@@ -1,7 +1,8 @@
-//! Render: the folded profile → what users read (SVG flame graph, the end-of-run summary), and
-//! the capture as pprof for other tools.
+//! Render: the folded profile → what users read (SVG flame graph, the end-of-run summary, the
+//! report as text, Markdown, JSON or one HTML page), and the capture as pprof for other tools.
 
 pub mod diff;
+pub mod html;
 pub mod pprof;
 pub mod report;
 pub mod summary;

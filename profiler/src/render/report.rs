@@ -96,7 +96,10 @@ pub struct ProcessRow {
     /// CPU time over the window ÷ its length: CPUs it kept busy on average.
     pub cpus: f64,
     pub on_cpu_s: f64,
-    /// Shares of all its threads' time.
+    /// All its threads' time in the window (a thread alive throughout adds the window's
+    /// length): the denominator of its shares.
+    pub thread_s: f64,
+    /// Shares of `thread_s`, as for a thread.
     pub running_pct: f64,
     pub runnable_pct: f64,
     pub sleep_pct: f64,
@@ -141,6 +144,19 @@ pub struct Latency {
     pub p99_ms: Option<f64>,
     pub min_ms: f64,
     pub max_ms: f64,
+    /// The in-kernel histogram's non-empty buckets, shortest first (absent where none was
+    /// kept): what the percentiles were read from, and what the HTML report draws.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub histogram: Vec<HistBucket>,
+}
+
+/// One bucket of an in-kernel latency histogram: `count` waits in `[from_ns, to_ns)`.
+#[derive(Clone, Debug, Serialize)]
+pub struct HistBucket {
+    pub from_ns: u64,
+    /// The last bucket is open-ended in the kernel: here it ends at the exact maximum.
+    pub to_ns: u64,
+    pub count: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -282,7 +298,28 @@ impl Hist {
             p99_ms: self.quantile_ns(0.99).map(ms),
             min_ms: ms(self.min_ns as f64),
             max_ms: ms(self.max_ns as f64),
+            histogram: self.histogram(),
         })
+    }
+
+    fn histogram(&self) -> Vec<HistBucket> {
+        self.buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, &count)| {
+                let (from_ns, to_ns) = hist_bucket_bounds(i);
+                HistBucket {
+                    from_ns,
+                    to_ns: if to_ns > from_ns {
+                        to_ns
+                    } else {
+                        self.max_ns.max(from_ns)
+                    },
+                    count,
+                }
+            })
+            .collect()
     }
 }
 
@@ -461,6 +498,7 @@ fn process_rows(profile: &Profile) -> Vec<ProcessRow> {
                 threads: p.threads,
                 cpus: round3(p.on_cpu_ns as f64 / window_ns as f64),
                 on_cpu_s: secs(p.on_cpu_ns),
+                thread_s: secs(p.thread_ns()),
                 running_pct: pct(p.running_ns()),
                 runnable_pct: pct(p.runnable_ns()),
                 sleep_pct: pct(p.off(WaitState::Sleep)),
