@@ -568,6 +568,7 @@ mod tests {
                 blocked_at_start: 0,
                 wakers: Vec::new(),
                 lost_seeds: 0,
+                tables_at_end: Default::default(),
             },
             names,
         }
