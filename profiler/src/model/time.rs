@@ -17,7 +17,8 @@ pub enum Kind {
 /// Time of one thread in one stack and kind.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
-    /// The thread's process.
+    /// The thread's process (0 in captures saved before processes were recorded).
+    #[serde(default)]
     pub pid: u32,
     pub tid: u32,
     pub user_stack: u64,
@@ -65,7 +66,8 @@ impl Entry {
 /// Where one thread's time went.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadTime {
-    /// Its process.
+    /// Its process (0 in captures saved before processes were recorded).
+    #[serde(default)]
     pub pid: u32,
     pub name: String,
     pub samples: u64,
