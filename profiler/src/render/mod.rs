@@ -5,3 +5,4 @@ pub mod pprof;
 pub mod report;
 pub mod summary;
 pub mod svg;
+pub mod verdict;
