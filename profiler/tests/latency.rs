@@ -19,23 +19,6 @@ fn capture_report(workload: &Workload, name: &str, extra: &[&str]) -> (Value, Ou
     (json, out)
 }
 
-fn validate_against_schema(report: &Value) {
-    let schema_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/report.schema.json");
-    let schema: Value =
-        serde_json::from_str(&std::fs::read_to_string(schema_path).expect("read the schema"))
-            .expect("schema is JSON");
-    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
-    let errors: Vec<String> = validator
-        .iter_errors(report)
-        .map(|e| format!("{e} at {}", e.instance_path))
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "report does not match docs/report.schema.json:\n{}",
-        errors.join("\n")
-    );
-}
-
 /// Blocking sites whose stack contains `frame`.
 fn sites_with<'a>(report: &'a Value, frame: &str) -> Vec<&'a Value> {
     report["top_blocking_sites"]

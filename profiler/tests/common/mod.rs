@@ -135,6 +135,7 @@ impl Workload {
                 | Some(&"accuracy")
                 | Some(&"sleeps")
                 | Some(&"sites")
+                | Some(&"service")
         ) {
             // Wait until every thread exists.
             let stdout = child.stdout.take().expect("piped stdout");
@@ -394,4 +395,22 @@ pub fn prompt() {
     unsafe {
         libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param);
     }
+}
+
+/// The JSON report validates against docs/report.schema.json.
+pub fn validate_against_schema(report: &serde_json::Value) {
+    let schema_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/report.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path).expect("read the schema"))
+            .expect("schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(report)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "report does not match docs/report.schema.json:\n{}",
+        errors.join("\n")
+    );
 }
