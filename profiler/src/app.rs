@@ -12,6 +12,7 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
+    analysis,
     capture::{EndReason, Tick, Waiter},
     cli::{Args, Cli, Command, DiffArgs, OutputArgs, ReplayArgs, Unwind},
     diff, drain,
@@ -732,7 +733,7 @@ fn default_svg_name(meta: &CaptureMeta, mode: Mode) -> PathBuf {
     )
 }
 
-/// Fold, then write every output and print the summary.
+/// Analyse (idle threads, groups), fold, then write every output and print the summary.
 fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()> {
     let SavedCapture {
         meta,
@@ -740,10 +741,21 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
         names,
         ..
     } = saved;
+    let analysis = analysis::analyze(profile, names, &meta.target);
     let fold_opts = FoldOptions {
         process: meta.target.clone(),
         per_process: out.per_process,
         per_thread: out.per_thread,
+        hide_sleep_of: if out.hide_idle {
+            analysis
+                .threads
+                .iter()
+                .filter(|(_, c)| c.idle)
+                .map(|(&tid, _)| tid)
+                .collect()
+        } else {
+            Default::default()
+        },
     };
     let folded = fold::fold(profile, names, &fold_opts);
     let mode_words = match profile.mode {
@@ -773,6 +785,7 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
         profile,
         names,
         meta,
+        analysis: &analysis,
     });
     if let Some((output, format)) = outputs.report {
         let path = write_output(output, "the report", |w| match format {
@@ -807,7 +820,7 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
         eprintln!("profiler: wrote the pprof profile to {}", path.display());
     }
     let mut stdout = std::io::stdout().lock();
-    summary::write_summary(&mut stdout, profile, meta)?;
+    summary::write_summary(&mut stdout, profile, &analysis, meta)?;
     report::write_text(&report, &mut stdout, profile.mode)?;
     writeln!(
         stdout,

@@ -130,6 +130,12 @@ pub struct OutputArgs {
     #[arg(long)]
     pub per_process: bool,
 
+    /// Leave the sleep of idle threads (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep: pool
+    /// workers waiting for work, a main thread in join) out of the flame graph and the folded
+    /// stacks; the subtitle says how much was left out. Off by default.
+    #[arg(long)]
+    pub hide_idle: bool,
+
     /// Also write the wakeup chains (`waiter stack;--;waker stack`) as `<output>.wakers.svg`
     /// (and `<folded>.wakers.folded`); when recording, take the wakers' stacks.
     #[arg(long)]
@@ -307,6 +313,7 @@ mod tests {
         assert_eq!(args.max_stacks, DEFAULT_MAX_STACKS);
         assert_eq!(args.unwind, Unwind::Dwarf);
         assert!(!args.out.per_thread);
+        assert!(!args.out.hide_idle);
         assert_eq!(args.save, None);
     }
 

@@ -2,7 +2,9 @@
 //! `<process>;[<thread>-<tid>;]<user root→leaf>;<kernel root→leaf>[;[off-cpu:<state>]] <count>`.
 //! Counts are samples in `--mode cpu` and microseconds otherwise.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use profiler_common::WaitState;
 
 use crate::model::{
     Kind, Mode, Profile, StackNames, named::sanitize, stack_frames, waker_frames, waker_identity,
@@ -16,6 +18,8 @@ pub struct FoldOptions {
     /// than per program.
     pub per_process: bool,
     pub per_thread: bool,
+    /// Threads whose sleep is left out (`--hide-idle`: the idle threads' waits for work).
+    pub hide_sleep_of: BTreeSet<u32>,
 }
 
 impl FoldOptions {
@@ -57,6 +61,9 @@ pub struct Folded {
     pub lines: BTreeMap<String, u64>,
     /// Per frame name: (on-CPU, off-CPU) counts of the lines it appears in, for colouring.
     pub frame_split: HashMap<String, (u64, u64)>,
+    /// Sleep left out by `hide_sleep_of`, in nanoseconds, and of how many threads.
+    pub hidden_ns: u64,
+    pub hidden_threads: usize,
 }
 
 impl Folded {
@@ -85,7 +92,14 @@ pub fn fold(profile: &Profile, names: &StackNames, opts: &FoldOptions) -> Folded
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
     let mut frame_split: HashMap<String, (u64, u64)> = HashMap::new();
     let mut frames: Vec<String> = Vec::with_capacity(64);
+    let mut hidden_ns = 0;
+    let mut hidden: BTreeSet<u32> = BTreeSet::new();
     for entry in &profile.entries {
+        if entry.kind == Kind::Off(WaitState::Sleep) && opts.hide_sleep_of.contains(&entry.tid) {
+            hidden_ns += entry.time_ns;
+            hidden.insert(entry.tid);
+            continue;
+        }
         let count = match unit {
             Unit::Samples => entry.samples,
             Unit::Micros => (entry.time_ns + 500) / 1_000,
@@ -120,6 +134,8 @@ pub fn fold(profile: &Profile, names: &StackNames, opts: &FoldOptions) -> Folded
         unit,
         lines,
         frame_split,
+        hidden_ns,
+        hidden_threads: hidden.len(),
     }
 }
 
@@ -157,6 +173,8 @@ pub fn fold_wakers(profile: &Profile, names: &StackNames, opts: &FoldOptions) ->
         unit: Unit::Micros,
         lines,
         frame_split: HashMap::new(),
+        hidden_ns: 0,
+        hidden_threads: 0,
     }
 }
 
@@ -243,6 +261,7 @@ mod tests {
                 per_process: false,
                 process: "app".into(),
                 per_thread: false,
+                hide_sleep_of: BTreeSet::new(),
             },
         );
         assert_eq!(f.unit, Unit::Samples);
@@ -269,6 +288,7 @@ mod tests {
                 per_process: false,
                 process: "app".into(),
                 per_thread: true,
+                hide_sleep_of: BTreeSet::new(),
             },
         );
         let lines: Vec<(String, u64)> = f.lines.into_iter().collect();
@@ -300,6 +320,7 @@ mod tests {
                 per_process: false,
                 process: "a;b".into(),
                 per_thread: false,
+                hide_sleep_of: BTreeSet::new(),
             },
         );
         let keys: Vec<&str> = f.lines.keys().map(String::as_str).collect();
@@ -311,5 +332,31 @@ mod tests {
                 "a:b;main;LFoo:::bar;[kernel stack unavailable]",
             ]
         );
+    }
+
+    #[test]
+    fn hidden_threads_lose_their_sleep_only() {
+        let p = profile(
+            Mode::Wall,
+            vec![
+                entry(11, 2, 9, Kind::Off(WaitState::Sleep), 0, 2_000_000),
+                entry(11, 2, 9, Kind::Off(WaitState::RunqueueWoken), 0, 3_000),
+                entry(11, 1, 0, Kind::OnCpu, 1, 4_000),
+                entry(12, 2, 9, Kind::Off(WaitState::Sleep), 0, 5_000),
+            ],
+        );
+        let f = fold(
+            &p,
+            &names(),
+            &FoldOptions {
+                per_process: false,
+                process: "app".into(),
+                per_thread: false,
+                hide_sleep_of: [11].into_iter().collect(),
+            },
+        );
+        assert_eq!((f.hidden_ns, f.hidden_threads), (2_000_000, 1));
+        let total: u64 = f.lines.values().sum();
+        assert_eq!(total, 3 + 4 + 5, "{:?}", f.lines);
     }
 }

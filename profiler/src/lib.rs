@@ -2,6 +2,7 @@
 //! The binary (`main.rs`) is a thin shell around [`app::run`]; the fuzz targets and tests use
 //! the pure stages directly.
 
+pub mod analysis;
 pub mod app;
 pub mod capture;
 pub mod cli;

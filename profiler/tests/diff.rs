@@ -84,6 +84,7 @@ fn synthetic(mode: Mode, dir: &Path) -> PathBuf {
             blocked_at_start: 0,
             wakers: Vec::new(),
             lost_seeds: 0,
+            tables_at_end: Default::default(),
         },
         names,
     };

@@ -7,3 +7,4 @@ pub mod pprof;
 pub mod report;
 pub mod summary;
 pub mod svg;
+pub mod verdict;

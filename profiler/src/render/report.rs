@@ -19,8 +19,12 @@ use profiler_common::{
 };
 use serde::Serialize;
 
-use crate::model::{
-    CaptureMeta, Kind, Mode, Profile, StackNames, stack_frames, waker_frames, waker_identity,
+use crate::{
+    analysis::{self, Analysis, SiteId},
+    model::{
+        CaptureMeta, Kind, Mode, Profile, StackNames, stack_frames, waker_frames, waker_identity,
+    },
+    render::verdict,
 };
 
 /// Version of the JSON layout (docs/report.schema.json).
@@ -33,11 +37,24 @@ const TOP_WAKERS: usize = 3;
 pub struct Report {
     pub schema_version: u32,
     pub capture: Capture,
-    /// One sentence naming the dominant state and site.
+    /// The busiest active group, its dominant wait and run-queue share; then the next group
+    /// and the idle threads (render/verdict.rs).
     pub verdict: String,
     /// Each process's threads summed, busiest first.
     pub processes: Vec<ProcessRow>,
+    /// How threads are classified idle or active.
+    pub idle_rule: &'static str,
+    /// Frames that make a wait an idle wait (waiting for work) in any thread: not ranked among
+    /// blocking sites, never a group's dominant wait.
+    pub idle_wait_frames: &'static [&'static str],
+    /// Frames that make a wait an event wait (an event loop waiting for its next event): ranked
+    /// after blocking sites, named apart in the verdict.
+    pub event_wait_frames: &'static [&'static str],
     pub threads: Vec<ThreadRow>,
+    /// Threads grouped into pools, active groups busiest first.
+    pub groups: Vec<GroupRow>,
+    /// Idle threads, by process and wait site.
+    pub idle_threads: Vec<IdleRow>,
     pub top_on_cpu_functions: Vec<FunctionRow>,
     pub top_blocking_sites: Vec<SiteRow>,
     pub run_queue: RunQueue,
@@ -114,6 +131,10 @@ pub struct ThreadRow {
     /// Its process.
     pub pid: u32,
     pub name: String,
+    /// `idle` or `active` (see `idle_rule`).
+    pub class: &'static str,
+    /// The label of its group (`groups[].name`).
+    pub group: String,
     /// On the CPU, the profiler's own programs left out.
     pub running_pct: f64,
     pub runnable_pct: f64,
@@ -186,11 +207,85 @@ pub struct SiteRow {
     pub total_s: f64,
     /// % of all threads' time in the capture.
     pub share_pct: f64,
+    /// Of the total, the time of active threads (what sites are ranked by) …
+    pub active_s: f64,
+    /// … as % of all active threads' time …
+    pub active_pct: f64,
+    /// … and the time of idle threads.
+    pub idle_s: f64,
+    /// A wait for any of many events (epoll, poll, select): ranked after the blocking sites.
+    pub event_wait: bool,
     pub waits: u64,
     pub latency: Option<Latency>,
     /// Time the site's threads then waited for a CPU after being woken.
     pub runnable_after_wakeup_s: f64,
     pub wakers: Vec<WakerRow>,
+}
+
+/// A pool: threads of processes of the same name whose names are equal once digits are
+/// stripped.
+#[derive(Debug, Serialize)]
+pub struct GroupRow {
+    /// `redis-server (main thread)`, `workload (worker-* pool, 4 threads)`.
+    pub name: String,
+    pub process: String,
+    /// The thread name with digit runs as `*`.
+    pub pattern: String,
+    pub thread_count: usize,
+    pub idle_threads: usize,
+    /// Up to 5 of its threads, `name-tid`.
+    pub threads: Vec<String>,
+    /// Time per state as % of its active threads' time (of all its threads when all are
+    /// idle).
+    pub running_pct: f64,
+    pub runnable_pct: f64,
+    pub sleep_pct: f64,
+    pub io_pct: f64,
+    pub other_pct: f64,
+    /// Of its sleep, waits for work by their stack (`idle_wait_frames`: the Go scheduler
+    /// parking a thread with nothing to run), never its dominant wait.
+    pub idle_wait_pct: f64,
+    /// Running, runnable and io (what the load average counts), in seconds: the busiest
+    /// active group comes first.
+    pub busy_s: f64,
+    /// Its largest wait that is not an event wait or idle wait.
+    pub dominant_wait: Option<GroupWait>,
+    /// Its largest event wait (`event_wait_frames`: epoll, poll, select): an event loop
+    /// waiting for its next request or reply.
+    pub event_wait: Option<GroupWait>,
+}
+
+/// A group's largest wait site.
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupWait {
+    pub state: &'static str,
+    /// As in `top_blocking_sites[].site`.
+    pub site: String,
+    /// The group's threads' time there, as % of the time the group's percentages refer to.
+    pub share_pct: f64,
+    pub total_s: f64,
+    /// The site's latency over all its threads.
+    pub p99_ms: Option<f64>,
+    /// The site's first waker (`name-tid`, or `[interrupt]`, `[timer interrupt]`) and its share
+    /// of the wakeups.
+    pub woken_by: Option<String>,
+}
+
+/// Idle threads of one process waiting at the same site.
+#[derive(Debug, Serialize)]
+pub struct IdleRow {
+    pub process: String,
+    pub pid: u32,
+    pub state: Option<&'static str>,
+    /// Their wait site, as in `top_blocking_sites[].site` (null: no wait recorded).
+    pub site: Option<String>,
+    pub thread_count: usize,
+    /// Up to 8 of them, `name-tid`.
+    pub threads: Vec<String>,
+    /// Their time asleep.
+    pub sleep_s: f64,
+    /// % of all threads' time.
+    pub share_pct: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -222,6 +317,7 @@ pub struct ReportInput<'a> {
     pub profile: &'a Profile,
     pub names: &'a StackNames,
     pub meta: &'a CaptureMeta,
+    pub analysis: &'a Analysis,
 }
 
 /// Merged waits: exact count, total, minimum and maximum, and (where kept) their histogram.
@@ -383,12 +479,37 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         .map(|t| t.on_cpu_ns + t.off_ns.iter().sum::<u64>())
         .sum::<u64>()
         .max(1);
-    let threads = thread_rows(profile);
+    let analysis = input.analysis;
+    let threads = thread_rows(profile, analysis);
     let processes = process_rows(profile);
     let functions = function_rows(profile, names);
-    let sites = site_rows(profile, names, all_thread_ns);
+    let all_sites = site_rows(profile, names, analysis, all_thread_ns);
+    let groups = group_rows(profile, analysis, &all_sites);
+    let idle_threads = idle_rows(profile, analysis, &all_sites, all_thread_ns);
+    let mut sites: Vec<SiteRow> = all_sites.into_values().collect();
+    sites.sort_by(|a, b| {
+        (a.active_s == 0.0)
+            .cmp(&(b.active_s == 0.0))
+            .then(a.event_wait.cmp(&b.event_wait))
+            .then(b.active_s.total_cmp(&a.active_s))
+            .then(b.total_s.total_cmp(&a.total_s))
+            .then(a.site.cmp(&b.site))
+    });
+    sites.truncate(TOP_SITES);
+    for (i, s) in sites.iter_mut().enumerate() {
+        s.rank = i + 1;
+    }
     let run_queue = run_queue(profile);
-    let verdict = verdict(profile, all_thread_ns, &functions, &sites, &run_queue);
+    let verdict = verdict::verdict(&verdict::VerdictInput {
+        mode: profile.mode,
+        threads: profile.threads.len(),
+        all_thread_ns,
+        by_state: state_totals(profile),
+        functions: &functions,
+        groups: &groups,
+        idle: &idle_threads,
+        run_queue: &run_queue,
+    });
     let lost = profile
         .lost()
         .into_iter()
@@ -431,7 +552,12 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         },
         verdict,
         processes,
+        idle_rule: analysis::IDLE_RULE,
+        idle_wait_frames: analysis::IDLE_WAIT_FRAMES,
+        event_wait_frames: analysis::EVENT_WAIT_FRAMES,
         threads,
+        groups,
+        idle_threads,
         top_on_cpu_functions: functions,
         top_blocking_sites: sites,
         run_queue,
@@ -441,7 +567,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
 }
 
 /// Per thread, where its time went, busiest first.
-fn thread_rows(profile: &Profile) -> Vec<ThreadRow> {
+fn thread_rows(profile: &Profile, analysis: &Analysis) -> Vec<ThreadRow> {
     let window_ns = profile.window.len_ns().max(1);
     let mut run_queue_per_thread: HashMap<u32, Hist> = HashMap::new();
     for e in &profile.entries {
@@ -461,6 +587,16 @@ fn thread_rows(profile: &Profile) -> Vec<ThreadRow> {
             tid,
             pid: if t.pid == 0 { tid } else { t.pid },
             name: t.name.clone(),
+            class: if analysis.is_idle(tid) {
+                "idle"
+            } else {
+                "active"
+            },
+            group: analysis
+                .threads
+                .get(&tid)
+                .and_then(|c| analysis.groups.get(c.group))
+                .map_or_else(String::new, |g| g.label(profile)),
             running_pct: pct(t.running_ns()),
             runnable_pct: pct(t.runnable_ns()),
             sleep_pct: pct(t.off(WaitState::Sleep)),
@@ -565,6 +701,7 @@ fn function_rows(profile: &Profile, names: &StackNames) -> Vec<FunctionRow> {
 struct Site {
     hist: Hist,
     time_ns: u64,
+    active_ns: u64,
     threads: BTreeSet<u32>,
     /// Each full stack of the site with its time: the largest is shown.
     stacks: HashMap<Vec<String>, u64>,
@@ -576,28 +713,29 @@ struct Site {
 /// The frames that identify a site: its user stack, or all of it for a kernel thread.
 pub(crate) type SiteFrames = Vec<String>;
 
-/// The top blocking sites, most blocked time first.
-fn site_rows(profile: &Profile, names: &StackNames, all_thread_ns: u64) -> Vec<SiteRow> {
+/// Every blocking site, by its identity (ranked and cut by the caller).
+fn site_rows(
+    profile: &Profile,
+    names: &StackNames,
+    analysis: &Analysis,
+    all_thread_ns: u64,
+) -> BTreeMap<SiteId, SiteRow> {
     // Stack pair → (full frames, site frames): computed once per pair.
-    let mut frames_of: HashMap<(u64, u64), (Vec<String>, SiteFrames)> = HashMap::new();
+    let mut frames_of: HashMap<(u64, u64), (Vec<String>, Vec<String>)> = HashMap::new();
     let mut lookup = |user: u64, kernel: u64| {
         frames_of
             .entry((user, kernel))
             .or_insert_with(|| {
-                let all = stack_frames(user, kernel, names);
-                let user_frames = stack_frames(user, stack_id::EMPTY, names);
-                let key = if user_frames.is_empty() {
-                    all.clone()
-                } else {
-                    user_frames
-                };
-                (all, key)
+                (
+                    stack_frames(user, kernel, names),
+                    analysis::site_frames(user, kernel, names),
+                )
             })
             .clone()
     };
-    let mut sites: BTreeMap<(&'static str, SiteFrames), Site> = BTreeMap::new();
+    let mut sites: BTreeMap<SiteId, Site> = BTreeMap::new();
     let mut hists_added: BTreeSet<KernelSite> = BTreeSet::new();
-    let mut runnable_after: Vec<(SiteFrames, u64)> = Vec::new();
+    let mut runnable_after: Vec<(Vec<String>, u64)> = Vec::new();
     for e in &profile.entries {
         let Kind::Off(state) = e.kind else { continue };
         let (frames, key) = lookup(e.user_stack, e.kernel_stack);
@@ -610,9 +748,13 @@ fn site_rows(profile: &Profile, names: &StackNames, all_thread_ns: u64) -> Vec<S
             }
             s => s,
         };
+        let idle_wait = analysis::is_idle_wait(&key);
         let site = sites.entry((state.label(), key)).or_default();
         site.hist.add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
         site.time_ns += e.time_ns;
+        if !analysis.is_idle(e.tid) && !idle_wait {
+            site.active_ns += e.time_ns;
+        }
         site.threads.insert(e.tid);
         *site.stacks.entry(frames).or_default() += e.time_ns;
         // The kernel keeps one histogram per stack pair, shared by its threads.
@@ -653,27 +795,129 @@ fn site_rows(profile: &Profile, names: &StackNames, all_thread_ns: u64) -> Vec<S
             entry.1 = stack;
         }
     }
+    let active_ns: u64 = profile
+        .threads
+        .iter()
+        .filter(|(tid, _)| !analysis.is_idle(**tid))
+        .map(|(_, t)| analysis::StateTimes::of(t).total())
+        .sum::<u64>()
+        .max(1);
     let labels = distinct_labels(sites.keys());
-    let mut rows: Vec<SiteRow> = sites
+    sites
         .into_iter()
         .zip(labels)
-        .map(|(((state, _), site), label)| site_row(profile, state, label, site, all_thread_ns))
-        .collect();
-    rows.sort_by(|a, b| b.total_s.total_cmp(&a.total_s).then(a.site.cmp(&b.site)));
-    rows.truncate(TOP_SITES);
-    for (i, s) in rows.iter_mut().enumerate() {
-        s.rank = i + 1;
-    }
-    rows
+        .map(|((id, site), label)| {
+            let mut row = site_row(profile, id.0, label, site, all_thread_ns, active_ns);
+            row.event_wait = analysis.event_sites.contains(&id);
+            (id, row)
+        })
+        .collect()
+}
+
+/// The groups, as `analysis` ranked them.
+fn group_rows(
+    profile: &Profile,
+    analysis: &Analysis,
+    sites: &BTreeMap<SiteId, SiteRow>,
+) -> Vec<GroupRow> {
+    analysis
+        .groups
+        .iter()
+        .map(|g| {
+            let t = &g.time;
+            let pct = |ns: u64| round1(t.pct(ns));
+            GroupRow {
+                name: g.label(profile),
+                process: g.process.clone(),
+                pattern: g.pattern.clone(),
+                thread_count: g.tids.len(),
+                idle_threads: g.idle,
+                threads: g
+                    .tids
+                    .iter()
+                    .take(5)
+                    .map(|tid| thread_name(profile, *tid))
+                    .collect(),
+                running_pct: pct(t.running),
+                runnable_pct: pct(t.runnable),
+                sleep_pct: pct(t.sleep),
+                io_pct: pct(t.io),
+                other_pct: pct(t.other),
+                idle_wait_pct: pct(g.idle_wait_ns),
+                busy_s: secs(t.busy()),
+                dominant_wait: g
+                    .dominant_wait
+                    .as_ref()
+                    .and_then(|w| group_wait(w, sites, &pct)),
+                event_wait: g
+                    .event_wait
+                    .as_ref()
+                    .and_then(|w| group_wait(w, sites, &pct)),
+            }
+        })
+        .collect()
+}
+
+fn group_wait(
+    (id, ns): &(SiteId, u64),
+    sites: &BTreeMap<SiteId, SiteRow>,
+    pct: &dyn Fn(u64) -> f64,
+) -> Option<GroupWait> {
+    let site = sites.get(id)?;
+    Some(GroupWait {
+        state: site.state,
+        site: site.site.clone(),
+        share_pct: pct(*ns),
+        total_s: secs(*ns),
+        p99_ms: site.latency.as_ref().and_then(|l| l.p99_ms),
+        woken_by: site
+            .wakers
+            .first()
+            .map(|w| wakers_text(std::slice::from_ref(w))),
+    })
+}
+
+fn thread_name(profile: &Profile, tid: u32) -> String {
+    let name = profile.threads.get(&tid).map_or("?", |t| t.name.as_str());
+    format!("{name}-{tid}")
+}
+
+/// The idle threads, as `analysis` gathered them.
+fn idle_rows(
+    profile: &Profile,
+    analysis: &Analysis,
+    sites: &BTreeMap<SiteId, SiteRow>,
+    all_thread_ns: u64,
+) -> Vec<IdleRow> {
+    analysis
+        .idle
+        .iter()
+        .map(|set| {
+            let site = set.site.as_ref().and_then(|id| sites.get(id));
+            IdleRow {
+                process: set.process.clone(),
+                pid: set.pid,
+                state: site.map(|s| s.state),
+                site: site.map(|s| s.site.clone()),
+                thread_count: set.tids.len(),
+                threads: set
+                    .tids
+                    .iter()
+                    .take(8)
+                    .map(|tid| thread_name(profile, *tid))
+                    .collect(),
+                sleep_s: secs(set.sleep_ns),
+                share_pct: round1(100.0 * set.sleep_ns as f64 / all_thread_ns as f64),
+            }
+        })
+        .collect()
 }
 
 /// Labels for the sites, in their order: the blocking call and its caller, or as many more
 /// callers as it takes for two sites in the same state not to read alike.
-pub(crate) fn distinct_labels<'a>(
-    keys: impl Iterator<Item = &'a (&'static str, SiteFrames)> + Clone,
-) -> Vec<String> {
+pub(crate) fn distinct_labels<'a>(keys: impl Iterator<Item = &'a SiteId> + Clone) -> Vec<String> {
     const MAX_CALLERS: usize = 8;
-    let keys: Vec<&(&str, SiteFrames)> = keys.collect();
+    let keys: Vec<&SiteId> = keys.collect();
     let mut depth = vec![1usize; keys.len()];
     loop {
         let labels: Vec<String> = keys
@@ -706,6 +950,7 @@ fn site_row(
     label: String,
     site: Site,
     all_thread_ns: u64,
+    active_ns: u64,
 ) -> SiteRow {
     let total_wakeups: u64 = site.wakers.values().map(|v| v.0).sum();
     let mut wakers: Vec<WakerRow> = site
@@ -726,10 +971,7 @@ fn site_row(
         .threads
         .iter()
         .take(5)
-        .map(|tid| {
-            let name = profile.threads.get(tid).map_or("?", |t| t.name.as_str());
-            format!("{name}-{tid}")
-        })
+        .map(|tid| thread_name(profile, *tid))
         .collect();
     let paths = site.stacks.len();
     let stack = site
@@ -749,6 +991,10 @@ fn site_row(
         thread_count: site.threads.len(),
         total_s: secs(site.time_ns),
         share_pct: round1(100.0 * site.time_ns as f64 / all_thread_ns as f64),
+        active_s: secs(site.active_ns),
+        active_pct: round1(100.0 * site.active_ns as f64 / active_ns as f64),
+        idle_s: secs(site.time_ns - site.active_ns),
+        event_wait: false,
         waits: site.hist.count,
         latency: site.hist.latency(),
         wakers,
@@ -837,101 +1083,17 @@ fn notes(profile: &Profile) -> Vec<String> {
     notes
 }
 
-/// One sentence: the dominant state over all threads' time, and where it happens.
-fn verdict(
-    profile: &Profile,
-    all_thread_ns: u64,
-    functions: &[FunctionRow],
-    sites: &[SiteRow],
-    run_queue: &RunQueue,
-) -> String {
-    let mut by_state: [(&str, u64); 5] = [
-        ("running", 0),
-        ("runnable", 0),
-        ("sleep", 0),
-        ("io", 0),
-        ("other", 0),
-    ];
+/// Time per state over all threads: running, runnable, sleep, io, other.
+fn state_totals(profile: &Profile) -> [u64; 5] {
+    let mut by_state = [0u64; 5];
     for t in profile.threads.values() {
-        by_state[0].1 += t.on_cpu_ns;
-        by_state[1].1 += t.off(WaitState::RunqueuePreempted) + t.off(WaitState::RunqueueWoken);
-        by_state[2].1 += t.off(WaitState::Sleep);
-        by_state[3].1 += t.off(WaitState::Io);
-        by_state[4].1 += t.off(WaitState::Other);
+        by_state[0] += t.on_cpu_ns;
+        by_state[1] += t.runnable_ns();
+        by_state[2] += t.off(WaitState::Sleep);
+        by_state[3] += t.off(WaitState::Io);
+        by_state[4] += t.off(WaitState::Other);
     }
-    let share = |ns: u64| 100.0 * ns as f64 / all_thread_ns as f64;
-    let Some(&(state, ns)) = by_state.iter().max_by_key(|s| s.1) else {
-        return "Nothing was recorded.".into();
-    };
-    if ns == 0 {
-        return "Nothing was recorded.".into();
-    }
-    let runnable = share(by_state[1].1);
-    let starved = if state != "runnable" && runnable >= 5.0 {
-        format!("; {runnable:.0} % of it was spent runnable, waiting for a CPU")
-    } else {
-        String::new()
-    };
-    let threads = profile.threads.len();
-    let (whose, their) = if threads == 1 {
-        ("The thread", "its")
-    } else {
-        ("Threads", "their")
-    };
-    match state {
-        "running" => match functions.first() {
-            Some(f) => format!(
-                "{whose} spent most of {their} time ({:.0} %) running on the CPU, most of it in {} ({:.0} % of CPU time self, {:.0} % total){starved}.",
-                share(ns),
-                f.function,
-                f.self_pct,
-                f.total_pct
-            ),
-            None => format!(
-                "{whose} spent most of {their} time ({:.0} %) running on the CPU{starved}.",
-                share(ns)
-            ),
-        },
-        "runnable" => format!(
-            "{whose} spent most of {their} time ({:.0} %) runnable but waiting for a CPU: the CPU is the bottleneck (run-queue delay p99 {} after preemption, {} after wakeup).",
-            share(ns),
-            run_queue
-                .preempted
-                .as_ref()
-                .and_then(|l| l.p99_ms)
-                .map_or("-".into(), |p| format!("{p:.2} ms")),
-            run_queue
-                .after_wakeup
-                .as_ref()
-                .and_then(|l| l.p99_ms)
-                .map_or("-".into(), |p| format!("{p:.2} ms")),
-        ),
-        _ => {
-            let word = match state {
-                "sleep" => "sleeping",
-                "io" => "in uninterruptible I/O",
-                _ => "stopped or traced",
-            };
-            match sites.iter().find(|s| s.state == state) {
-                Some(s) => format!(
-                    "{whose} spent most of {their} time ({:.0} %) {word}, most of it in {} ({:.0} % of all thread time{}){starved}.",
-                    share(ns),
-                    s.site,
-                    s.share_pct,
-                    s.latency
-                        .as_ref()
-                        .and_then(|l| Some((l.p50_ms?, l.p99_ms?)))
-                        .map_or(String::new(), |(p50, p99)| format!(
-                            ", waits p50 {p50:.2} ms, p99 {p99:.2} ms"
-                        ))
-                ),
-                None => format!(
-                    "{whose} spent most of {their} time ({:.0} %) {word}{starved}.",
-                    share(ns)
-                ),
-            }
-        }
-    }
+    by_state
 }
 
 pub fn write_json(report: &Report, out: &mut impl Write) -> io::Result<()> {
@@ -947,16 +1109,16 @@ fn lat(l: &Option<Latency>) -> [String; 4] {
     }
 }
 
-/// ` (3 stacks)` when a site groups several.
+/// ` (3 kernel paths)` when a site groups several (its stacks differ below the call).
 fn paths(s: &SiteRow) -> String {
     if s.stacks > 1 {
-        format!(" ({} stacks)", s.stacks)
+        format!(" ({} kernel paths)", s.stacks)
     } else {
         String::new()
     }
 }
 
-fn wakers_text(wakers: &[WakerRow]) -> String {
+pub(crate) fn wakers_text(wakers: &[WakerRow]) -> String {
     wakers
         .iter()
         .map(|w| {
@@ -1089,6 +1251,64 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
         "\nRunning is CPU time as the scheduler charges it (the thread's schedstat), the \
          profiler's own programs left out (column *profiler*)."
     )?;
+    if !r.groups.is_empty() {
+        writeln!(out, "\n## Groups\n")?;
+        writeln!(
+            out,
+            "Threads named alike once digits are stripped, in processes of the same name; % of \
+             the time of the group's active threads (of all of them when all are idle), busiest \
+             first.\n"
+        )?;
+        writeln!(
+            out,
+            "| group | threads | idle | running | runnable | sleep | io | other | dominant wait | share | p99 | woken by |"
+        )?;
+        writeln!(
+            out,
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"
+        )?;
+        for g in &r.groups {
+            let (site, share, p99, by) = g.dominant_wait.as_ref().map_or(
+                (
+                    "-".to_string(),
+                    "-".to_string(),
+                    "-".to_string(),
+                    "-".to_string(),
+                ),
+                |w| {
+                    (
+                        format!("{} `{}`", w.state, w.site),
+                        format!("{:.1} %", w.share_pct),
+                        w.p99_ms.map_or("-".into(), |p| format!("{p:.2} ms")),
+                        w.woken_by.clone().unwrap_or_else(|| "-".into()),
+                    )
+                },
+            );
+            writeln!(
+                out,
+                "| {} | {} | {} | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {site} | {share} | {p99} | {by} |",
+                g.name,
+                g.thread_count,
+                g.idle_threads,
+                g.running_pct,
+                g.runnable_pct,
+                g.sleep_pct,
+                g.io_pct,
+                g.other_pct
+            )?;
+        }
+    }
+    if !r.idle_threads.is_empty() {
+        writeln!(out, "\n## Idle threads\n")?;
+        writeln!(
+            out,
+            "Rule: {}. Idle threads are not ranked among blocking sites.\n",
+            r.idle_rule
+        )?;
+        for i in &r.idle_threads {
+            writeln!(out, "- {}", idle_text(i))?;
+        }
+    }
     for n in &r.notes {
         writeln!(out, "\n> {n}")?;
     }
@@ -1096,24 +1316,32 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
         writeln!(out, "\n## Top blocking sites\n")?;
         writeln!(
             out,
-            "| # | state | site | threads | total | share | waits | p50 | p90 | p99 | max | woken by |"
+            "Ranked by the time of active threads (% of all active threads' time), event waits \
+             (epoll, poll, select: marked *event*) after the others; idle threads' time at the \
+             same site apart.\n"
         )?;
         writeln!(
             out,
-            "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+            "| # | state | site | threads | active | % of active | idle | waits | p50 | p90 | p99 | max | woken by |"
+        )?;
+        writeln!(
+            out,
+            "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
         )?;
         for s in &r.top_blocking_sites {
             let [p50, p90, p99, max] = lat(&s.latency);
             writeln!(
                 out,
-                "| {} | {} | `{}`{} | {} | {:.2} s | {:.1} % | {} | {p50} | {p90} | {p99} | {max} | {} |",
+                "| {} | {}{} | `{}`{} | {} | {:.2} s | {:.1} % | {:.2} s | {} | {p50} | {p90} | {p99} | {max} | {} |",
                 s.rank,
                 s.state,
+                if s.event_wait { " (event)" } else { "" },
                 s.site,
                 paths(s),
                 s.thread_count,
-                s.total_s,
-                s.share_pct,
+                s.active_s,
+                s.active_pct,
+                s.idle_s,
                 s.waits,
                 wakers_text(&s.wakers)
             )?;
@@ -1167,23 +1395,43 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
 
 /// The end-of-run text on the terminal.
 pub fn write_text(r: &Report, out: &mut impl Write, mode: Mode) -> io::Result<()> {
-    if mode.traces_switches() && !r.top_blocking_sites.is_empty() {
-        writeln!(out, "  top blocking sites")?;
-        for s in r.top_blocking_sites.iter().take(5) {
+    if mode.traces_switches() {
+        write_groups_text(r, out)?;
+    }
+    let ranked: Vec<&SiteRow> = r
+        .top_blocking_sites
+        .iter()
+        .filter(|s| s.active_s > 0.0)
+        .take(5)
+        .collect();
+    if mode.traces_switches() && !ranked.is_empty() {
+        writeln!(
+            out,
+            "  top blocking sites of active threads (time of active threads, % of theirs; idle threads' time apart)"
+        )?;
+        for s in ranked {
             let [p50, _, p99, max] = lat(&s.latency);
             let woken = if s.wakers.is_empty() {
                 String::new()
             } else {
                 format!("  woken by {}", wakers_text(&s.wakers))
             };
+            let mut idle = if s.idle_s > 0.0 {
+                format!("  idle {:.2} s", s.idle_s)
+            } else {
+                String::new()
+            };
+            if s.event_wait {
+                idle.push_str("  (event wait)");
+            }
             writeln!(
                 out,
-                "  {:>2}. {:<5} {:<48} {:>8.2} s {:>5.1} %  {:>6} waits  p50 {p50}  p99 {p99}  max {max}{woken}",
+                "  {:>2}. {:<5} {:<48} {:>8.2} s {:>5.1} %{idle}  {:>6} waits  p50 {p50}  p99 {p99}  max {max}{woken}",
                 s.rank,
                 s.state,
                 truncate(&format!("{}{}", s.site, paths(s)), 48),
-                s.total_s,
-                s.share_pct,
+                s.active_s,
+                s.active_pct,
                 s.waits
             )?;
         }
@@ -1204,6 +1452,77 @@ pub fn write_text(r: &Report, out: &mut impl Write, mode: Mode) -> io::Result<()
         writeln!(out, "  note     {n}")?;
     }
     writeln!(out, "  verdict  {}", r.verdict)
+}
+
+/// Groups (the five busiest) and idle threads, on the terminal.
+fn write_groups_text(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    if r.groups.iter().any(|g| g.idle_threads < g.thread_count) {
+        write_active_groups_text(r, out)?;
+    }
+    if !r.idle_threads.is_empty() {
+        let n: usize = r.idle_threads.iter().map(|i| i.thread_count).sum();
+        writeln!(
+            out,
+            "  idle     {n} threads (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep), by process and wait, not ranked:"
+        )?;
+        for i in r.idle_threads.iter().take(5) {
+            writeln!(out, "           {}", idle_text(i))?;
+        }
+        if r.idle_threads.len() > 5 {
+            writeln!(out, "           … {} more", r.idle_threads.len() - 5)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_active_groups_text(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "  {:<40} {:>9} {:>8} {:>9} {:>8} {:>8}  dominant wait",
+        "group (% of its active threads' time)", "threads", "running", "runnable", "sleep", "io"
+    )?;
+    for g in r
+        .groups
+        .iter()
+        .filter(|g| g.idle_threads < g.thread_count)
+        .take(5)
+    {
+        let threads = if g.idle_threads > 0 {
+            format!("{} ({} idle)", g.thread_count, g.idle_threads)
+        } else {
+            g.thread_count.to_string()
+        };
+        let wait = g.dominant_wait.as_ref().map_or(String::new(), |w| {
+            format!("{:>5.1} % {} {}", w.share_pct, w.state, w.site)
+        });
+        writeln!(
+            out,
+            "  {:<40} {:>9} {:>7.1}% {:>8.1}% {:>7.1}% {:>7.1}%  {wait}",
+            truncate(&g.name, 40),
+            threads,
+            g.running_pct,
+            g.runnable_pct,
+            g.sleep_pct,
+            g.io_pct
+        )?;
+    }
+    Ok(())
+}
+
+/// `4 × workload: worker-0-12, worker-1-13, … in pthread_cond_wait ← park (20.00 s, 57.1 %)`
+fn idle_text(i: &IdleRow) -> String {
+    let mut names = i.threads.join(", ");
+    if i.thread_count > i.threads.len() {
+        names.push_str(", …");
+    }
+    let site = i
+        .site
+        .as_ref()
+        .map_or(String::new(), |s| format!(" in {s}"));
+    format!(
+        "{} × {}: {names}{site} (asleep {:.2} s, {:.1} % of all thread time)",
+        i.thread_count, i.process, i.sleep_s, i.share_pct
+    )
 }
 
 fn truncate(s: &str, n: usize) -> String {

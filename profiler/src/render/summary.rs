@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use profiler_common::{Counter, WaitState};
 
 use crate::{
+    analysis::Analysis,
     fold::Folded,
     model::{CaptureMeta, Kind, Mode, Profile},
 };
@@ -61,6 +62,13 @@ pub fn subtitle(profile: &Profile, folded: &Folded) -> String {
         parts.push(format!("{name} {}", secs(ns)));
     }
     parts.push(format!("{} lost", profile.total_lost()));
+    if folded.hidden_threads > 0 {
+        parts.push(format!(
+            "hidden (--hide-idle): {} asleep of {} idle threads",
+            secs(folded.hidden_ns),
+            folded.hidden_threads
+        ));
+    }
     parts.push(format!("unit: {}", folded.unit.name()));
     parts.join(" · ")
 }
@@ -68,6 +76,7 @@ pub fn subtitle(profile: &Profile, folded: &Folded) -> String {
 pub fn write_summary(
     out: &mut impl Write,
     profile: &Profile,
+    analysis: &Analysis,
     meta: &CaptureMeta,
 ) -> io::Result<()> {
     let mode = match profile.mode {
@@ -127,7 +136,7 @@ pub fn write_summary(
     }
     if profile.mode.traces_switches() {
         write_process_table(out, profile)?;
-        write_thread_table(out, profile)?;
+        write_thread_table(out, profile, analysis)?;
     }
     Ok(())
 }
@@ -171,21 +180,25 @@ fn write_process_table(out: &mut impl Write, profile: &Profile) -> io::Result<()
 /// Busiest threads by where their time went, as % of the capture: what `top -H` cannot say.
 /// Running is CPU time as the scheduler charges it (schedstat), the profiler's own programs
 /// shown apart.
-fn write_thread_table(out: &mut impl Write, profile: &Profile) -> io::Result<()> {
+fn write_thread_table(
+    out: &mut impl Write,
+    profile: &Profile,
+    analysis: &Analysis,
+) -> io::Result<()> {
     const SHOWN: usize = 10;
     let window = profile.window.len_ns().max(1) as f64;
     let mut threads: Vec<_> = profile.threads.iter().collect();
     threads.sort_by_key(|(tid, t)| (std::cmp::Reverse(t.on_cpu_ns), **tid));
     writeln!(
         out,
-        "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9}",
+        "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9}  class",
         "thread", "running", "runnable", "sleep", "io", "other", "profiler"
     )?;
     let pct = |ns: u64| format!("{:.1}%", 100.0 * ns as f64 / window);
     for (tid, t) in threads.iter().take(SHOWN) {
         writeln!(
             out,
-            "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9}",
+            "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9}  {}",
             format!("{}-{tid}", t.name),
             pct(t.running_ns()),
             pct(t.runnable_ns()),
@@ -193,6 +206,11 @@ fn write_thread_table(out: &mut impl Write, profile: &Profile) -> io::Result<()>
             pct(t.off(WaitState::Io)),
             pct(t.off(WaitState::Other)),
             pct(t.overhead_ns),
+            if analysis.is_idle(**tid) {
+                "idle"
+            } else {
+                "active"
+            },
         )?;
     }
     if threads.len() > SHOWN {

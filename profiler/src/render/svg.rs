@@ -171,6 +171,8 @@ mod tests {
             unit: Unit::Micros,
             lines,
             frame_split,
+            hidden_ns: 0,
+            hidden_threads: 0,
         };
         let mut svg = Vec::new();
         write_svg(
@@ -236,6 +238,8 @@ mod tests {
             unit: Unit::Samples,
             lines: BTreeMap::new(),
             frame_split: HashMap::new(),
+            hidden_ns: 0,
+            hidden_threads: 0,
         };
         let mut svg = Vec::new();
         let opts = SvgOptions {

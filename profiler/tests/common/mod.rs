@@ -135,6 +135,7 @@ impl Workload {
                 | Some(&"accuracy")
                 | Some(&"sleeps")
                 | Some(&"sites")
+                | Some(&"service")
         ) {
             // Wait until every thread exists.
             let stdout = child.stdout.take().expect("piped stdout");

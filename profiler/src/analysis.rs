@@ -1,0 +1,637 @@
+//! Analysis: the time model with named stacks → what the threads were doing as a whole. Each
+//! thread is idle or active ([`IDLE_RULE`]); threads with the same name once digits are
+//! stripped, in processes of the same name, are one group (a pool); each group gets its time
+//! per state and its dominant wait (idle waits, [`IDLE_WAIT_FRAMES`], apart); idle threads
+//! are gathered by process and wait. Pure; the
+//! report and the verdict render it, fold uses it for `--hide-idle`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use profiler_common::{WaitState, stack_id};
+
+use crate::model::{Kind, Profile, StackNames, ThreadTime, stack_frames};
+
+/// Idle: on the CPU at most this share of the thread's time in the window …
+pub const IDLE_MAX_ON_CPU_PCT: f64 = 1.0;
+/// … in uninterruptible I/O (or stopped) at most this share …
+pub const IDLE_MAX_IO_PCT: f64 = 1.0;
+/// … and asleep at least this share (the rest: waiting for a CPU after its wakeups).
+pub const IDLE_MIN_SLEEP_PCT: f64 = 90.0;
+/// The rule, as the report and the README state it.
+pub const IDLE_RULE: &str = "a thread is idle when, over its time in the capture window, it \
+     was on the CPU at most 1 % of the time, in uninterruptible I/O or stopped at most 1 %, and \
+     in interruptible sleep (a futex, poll, read, nanosleep … wait) at least 90 % (the rest is \
+     waiting for a CPU after its wakeups); every other thread is active (in --mode cpu, \
+     without off-CPU states, every thread counts as active)";
+
+/// Frames that mean a wait is for work, wherever it happens: the Go scheduler parking a
+/// thread that has no goroutine to run (`runtime.stopm`, `runtime.findRunnable` polling the
+/// network for one), its monitor thread and its spare-thread keeper. A thread pool's worker
+/// waits for work too, but only its name says so, not its stack: those threads are caught
+/// by [`IDLE_RULE`] instead.
+pub const IDLE_WAIT_FRAMES: &[&str] = &[
+    "runtime.stopm",
+    "runtime.findRunnable",
+    "runtime.findrunnable",
+    "runtime.sysmon",
+    "runtime.templateThread",
+];
+
+/// Whether a site's frames make its waits idle waits ([`IDLE_WAIT_FRAMES`]).
+pub fn is_idle_wait(frames: &[String]) -> bool {
+    frames
+        .iter()
+        .any(|f| IDLE_WAIT_FRAMES.contains(&f.as_str()))
+}
+
+/// Frames of a wait for any of many events — epoll, poll, select — in the kernel, or (without
+/// kernel stacks) in libc or the Go runtime: an event loop waiting for its next request or
+/// reply. Such a site is an event wait: the verdict names it apart from the wait that
+/// blocks a thread on one thing (a disk flush, a lock, a read), and blocking sites rank first.
+pub const EVENT_WAIT_FRAMES: &[&str] = &[
+    "do_epoll_wait_[k]",
+    "do_sys_poll_[k]",
+    "do_select_[k]",
+    "core_sys_select_[k]",
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "poll",
+    "__poll",
+    "ppoll",
+    "select",
+    "__select",
+    "pselect",
+    "runtime.epollwait",
+];
+
+/// Whether a wait with these frames (user then kernel) is an event wait
+/// ([`EVENT_WAIT_FRAMES`]).
+pub fn is_event_wait(frames: &[String]) -> bool {
+    frames
+        .iter()
+        .any(|f| EVENT_WAIT_FRAMES.contains(&f.as_str()))
+}
+
+/// A blocking site: its state and the frames that name it (the user stack, or all frames of
+/// a thread without one). Kernel paths that differ below the call are the same site.
+pub type SiteId = (&'static str, Vec<String>);
+
+/// The frames that identify the site of a wait in these stacks.
+pub fn site_frames(user_stack: u64, kernel_stack: u64, names: &StackNames) -> Vec<String> {
+    let user = stack_frames(user_stack, stack_id::EMPTY, names);
+    if user.is_empty() {
+        stack_frames(user_stack, kernel_stack, names)
+    } else {
+        user
+    }
+}
+
+/// Time per state of a thread or of several.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateTimes {
+    /// On the CPU, the profiler's programs left out.
+    pub running: u64,
+    pub profiler: u64,
+    pub runnable: u64,
+    pub sleep: u64,
+    pub io: u64,
+    pub other: u64,
+}
+
+impl StateTimes {
+    pub fn of(t: &ThreadTime) -> Self {
+        Self {
+            running: t.running_ns(),
+            profiler: t.overhead_ns,
+            runnable: t.runnable_ns(),
+            sleep: t.off(WaitState::Sleep),
+            io: t.off(WaitState::Io),
+            other: t.off(WaitState::Other),
+        }
+    }
+
+    fn add(&mut self, o: &Self) {
+        self.running += o.running;
+        self.profiler += o.profiler;
+        self.runnable += o.runnable;
+        self.sleep += o.sleep;
+        self.io += o.io;
+        self.other += o.other;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.running + self.profiler + self.runnable + self.sleep + self.io + self.other
+    }
+
+    /// On the CPU, waiting for one, or in uninterruptible I/O: what Linux's load average
+    /// counts. The measure of how busy a group is.
+    pub fn busy(&self) -> u64 {
+        self.running + self.profiler + self.runnable + self.io
+    }
+
+    /// `ns` as a percentage of this time.
+    pub fn pct(&self, ns: u64) -> f64 {
+        100.0 * ns as f64 / self.total().max(1) as f64
+    }
+}
+
+/// Whether a thread with these times is idle by [`IDLE_RULE`].
+pub fn is_idle(t: &StateTimes) -> bool {
+    t.total() > 0
+        && t.pct(t.running + t.profiler) <= IDLE_MAX_ON_CPU_PCT
+        && t.pct(t.io + t.other) <= IDLE_MAX_IO_PCT
+        && t.pct(t.sleep) >= IDLE_MIN_SLEEP_PCT
+}
+
+#[derive(Clone, Debug)]
+pub struct ThreadClass {
+    pub idle: bool,
+    /// Index into [`Analysis::groups`].
+    pub group: usize,
+    /// The thread's largest wait (sleep, io or other) and its time.
+    pub dominant_wait: Option<(SiteId, u64)>,
+}
+
+/// Threads of one pool: processes of the same name, thread names equal once digit runs are
+/// replaced by `*`.
+#[derive(Clone, Debug)]
+pub struct Group {
+    pub process: String,
+    /// The thread name with digit runs as `*` (`worker-*`).
+    pub pattern: String,
+    /// Its threads, by tid.
+    pub tids: Vec<u32>,
+    /// Its processes, by pid.
+    pub pids: Vec<u32>,
+    pub idle: usize,
+    /// Time per state of its active threads (of all its threads when all are idle).
+    pub time: StateTimes,
+    /// The largest wait site of those threads that is not an idle wait, with their time in
+    /// it.
+    pub dominant_wait: Option<(SiteId, u64)>,
+    /// Their time in idle waits ([`IDLE_WAIT_FRAMES`]).
+    pub idle_wait_ns: u64,
+    /// Their largest event wait ([`EVENT_WAIT_FRAMES`]), never the dominant wait.
+    pub event_wait: Option<(SiteId, u64)>,
+}
+
+impl Group {
+    pub fn active(&self) -> usize {
+        self.tids.len() - self.idle
+    }
+
+    /// `redis-server (main thread)`, `workload (syncer)`, `workload (worker-* pool, 4
+    /// threads)`, `postgres (6 threads)`.
+    pub fn label(&self, profile: &Profile) -> String {
+        let name = |tid: &u32| profile.threads.get(tid).map_or("?", |t| t.name.as_str());
+        let procs = if self.pids.len() > 1 {
+            format!(", {} processes", self.pids.len())
+        } else {
+            String::new()
+        };
+        match self.tids.as_slice() {
+            [tid] if self.pids.first() == Some(tid) => format!("{} (main thread)", self.process),
+            [tid] => format!("{} ({})", self.process, name(tid)),
+            tids if self.pids.len() == tids.len() => {
+                format!("{} ({} processes)", self.process, tids.len())
+            }
+            tids if self.pattern == self.process => {
+                format!("{} ({} threads{procs})", self.process, tids.len())
+            }
+            tids => format!(
+                "{} ({} pool, {} threads{procs})",
+                self.process,
+                self.pattern,
+                tids.len()
+            ),
+        }
+    }
+}
+
+/// Idle threads of one process that wait at the same site.
+#[derive(Clone, Debug)]
+pub struct IdleSet {
+    pub process: String,
+    pub pid: u32,
+    pub site: Option<SiteId>,
+    pub tids: Vec<u32>,
+    /// Their time asleep.
+    pub sleep_ns: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Analysis {
+    pub threads: BTreeMap<u32, ThreadClass>,
+    /// Active groups busiest first, then groups whose threads are all idle.
+    pub groups: Vec<Group>,
+    /// Idle threads by process and wait, most threads first.
+    pub idle: Vec<IdleSet>,
+    /// Whether threads could be classified (off-CPU states were traced).
+    pub classified: bool,
+    /// Sites that are event waits ([`EVENT_WAIT_FRAMES`]).
+    pub event_sites: std::collections::HashSet<SiteId>,
+}
+
+impl Analysis {
+    pub fn is_idle(&self, tid: u32) -> bool {
+        self.threads.get(&tid).is_some_and(|c| c.idle)
+    }
+
+    pub fn idle_threads(&self) -> usize {
+        self.threads.values().filter(|c| c.idle).count()
+    }
+
+    /// Active groups, busiest first.
+    pub fn active_groups(&self) -> impl Iterator<Item = &Group> {
+        self.groups.iter().filter(|g| g.active() > 0)
+    }
+}
+
+/// `worker-12` → `worker-*`, `http-nio-8080-exec-3` → `http-nio-*-exec-*`.
+pub fn pattern(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut in_digits = false;
+    for c in name.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('*');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    out
+}
+
+/// `fallback` names the process of a thread whose process is unknown.
+pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysis {
+    let classified = profile.mode.traces_switches();
+    // Per thread, time per wait site.
+    let mut frames_of: HashMap<(u64, u64), Vec<String>> = HashMap::new();
+    let mut waits: HashMap<u32, HashMap<SiteId, u64>> = HashMap::new();
+    let mut event_sites = std::collections::HashSet::new();
+    for e in &profile.entries {
+        let Kind::Off(state @ (WaitState::Sleep | WaitState::Io | WaitState::Other)) = e.kind
+        else {
+            continue;
+        };
+        let frames = frames_of
+            .entry((e.user_stack, e.kernel_stack))
+            .or_insert_with(|| {
+                let site = site_frames(e.user_stack, e.kernel_stack, names);
+                if is_event_wait(&stack_frames(e.user_stack, e.kernel_stack, names)) {
+                    event_sites.insert((state.label(), site.clone()));
+                }
+                site
+            });
+        *waits
+            .entry(e.tid)
+            .or_default()
+            .entry((state.label(), frames.clone()))
+            .or_default() += e.time_ns;
+    }
+    let largest = |sites: Option<&HashMap<SiteId, u64>>| -> Option<(SiteId, u64)> {
+        sites?
+            .iter()
+            .filter(|(_, ns)| **ns > 0)
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map(|(k, ns)| (k.clone(), *ns))
+    };
+    let process_of = |t: &ThreadTime| -> String {
+        profile
+            .processes
+            .get(&t.pid)
+            .map(|p| p.name.clone())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| fallback.to_string())
+    };
+
+    let mut by_key: BTreeMap<(String, String), Vec<u32>> = BTreeMap::new();
+    let mut threads = BTreeMap::new();
+    for (&tid, t) in &profile.threads {
+        let times = StateTimes::of(t);
+        threads.insert(
+            tid,
+            ThreadClass {
+                idle: classified && is_idle(&times),
+                group: 0,
+                dominant_wait: largest(waits.get(&tid)),
+            },
+        );
+        by_key
+            .entry((process_of(t), pattern(&t.name)))
+            .or_default()
+            .push(tid);
+    }
+
+    let mut groups: Vec<Group> = by_key
+        .into_iter()
+        .map(|((process, pattern), tids)| {
+            let idle = tids.iter().filter(|t| threads[*t].idle).count();
+            let counted: Vec<u32> = tids
+                .iter()
+                .copied()
+                .filter(|t| idle == tids.len() || !threads[t].idle)
+                .collect();
+            let mut time = StateTimes::default();
+            let mut sites: HashMap<SiteId, u64> = HashMap::new();
+            let mut events: HashMap<SiteId, u64> = HashMap::new();
+            let mut idle_wait_ns = 0;
+            for tid in &counted {
+                time.add(&StateTimes::of(&profile.threads[tid]));
+                for (site, ns) in waits.get(tid).into_iter().flatten() {
+                    if is_idle_wait(&site.1) {
+                        idle_wait_ns += ns;
+                    } else if event_sites.contains(site) {
+                        *events.entry(site.clone()).or_default() += ns;
+                    } else {
+                        *sites.entry(site.clone()).or_default() += ns;
+                    }
+                }
+            }
+            let mut pids: Vec<u32> = tids.iter().map(|t| profile.threads[t].pid).collect();
+            pids.sort_unstable();
+            pids.dedup();
+            Group {
+                process,
+                pattern,
+                tids,
+                pids,
+                idle,
+                time,
+                dominant_wait: largest(Some(&sites)),
+                idle_wait_ns,
+                event_wait: largest(Some(&events)),
+            }
+        })
+        .collect();
+    groups.sort_by(|a, b| {
+        (b.active() > 0)
+            .cmp(&(a.active() > 0))
+            .then(b.time.busy().cmp(&a.time.busy()))
+            .then(b.time.running.cmp(&a.time.running))
+            .then(b.tids.len().cmp(&a.tids.len()))
+            .then(a.tids.cmp(&b.tids))
+    });
+    for (i, g) in groups.iter().enumerate() {
+        for tid in &g.tids {
+            if let Some(c) = threads.get_mut(tid) {
+                c.group = i;
+            }
+        }
+    }
+
+    let mut idle_sets: BTreeMap<(u32, Option<SiteId>), IdleSet> = BTreeMap::new();
+    for (&tid, c) in threads.iter().filter(|(_, c)| c.idle) {
+        let t = &profile.threads[&tid];
+        let site = c.dominant_wait.as_ref().map(|(s, _)| s.clone());
+        let set = idle_sets
+            .entry((t.pid, site.clone()))
+            .or_insert_with(|| IdleSet {
+                process: process_of(t),
+                pid: t.pid,
+                site,
+                tids: Vec::new(),
+                sleep_ns: 0,
+            });
+        set.tids.push(tid);
+        set.sleep_ns += t.off(WaitState::Sleep);
+    }
+    let mut idle: Vec<IdleSet> = idle_sets.into_values().collect();
+    idle.sort_by(|a, b| {
+        b.tids
+            .len()
+            .cmp(&a.tids.len())
+            .then(b.sleep_ns.cmp(&a.sleep_ns))
+            .then(a.tids.cmp(&b.tids))
+    });
+    Analysis {
+        threads,
+        groups,
+        idle,
+        classified,
+        event_sites,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::HashMap, sync::Arc};
+
+    use super::*;
+    use crate::model::{Counters, Entry, Mode, Name, ProcessInfo, Window};
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn thread(
+        pid: u32,
+        name: &str,
+        running: u64,
+        runnable: u64,
+        sleep: u64,
+        io: u64,
+    ) -> ThreadTime {
+        let mut t = ThreadTime {
+            pid,
+            name: name.into(),
+            on_cpu_ns: running,
+            on_cpu_exact: true,
+            ..ThreadTime::default()
+        };
+        t.off_ns[WaitState::Sleep as usize - 1] = sleep;
+        t.off_ns[WaitState::RunqueuePreempted as usize - 1] = runnable;
+        t.off_ns[WaitState::Io as usize - 1] = io;
+        t
+    }
+
+    fn wait(tid: u32, user: u64, state: WaitState, ns: u64) -> Entry {
+        let mut e = Entry::new(1, tid, user, 0, Kind::Off(state));
+        e.time_ns = ns;
+        e
+    }
+
+    fn profile(threads: Vec<(u32, ThreadTime)>, entries: Vec<Entry>) -> Profile {
+        let mut processes = std::collections::BTreeMap::new();
+        processes.insert(
+            1,
+            ProcessInfo {
+                name: "srv".into(),
+                ..ProcessInfo::default()
+            },
+        );
+        Profile {
+            mode: Mode::Wall,
+            window: Window {
+                start_ns: 0,
+                stop_ns: 10 * SEC,
+            },
+            period_ns: 10_101_010,
+            entries,
+            threads: threads.into_iter().collect(),
+            processes,
+            stacks: HashMap::new(),
+            stack_generations: HashMap::new(),
+            counters: Counters::default(),
+            site_hists: HashMap::new(),
+            runqueue_hists: Default::default(),
+            open_waits: 0,
+            blocked_at_start: 0,
+            wakers: Vec::new(),
+            lost_seeds: 0,
+            tables_at_end: Default::default(),
+        }
+    }
+
+    fn names() -> StackNames {
+        let n = |v: &[&str]| v.iter().map(|s| Arc::from(*s)).collect::<Vec<Name>>();
+        let mut names = StackNames::default();
+        names
+            .user
+            .insert(1, n(&["start", "worker_park", "pthread_cond_wait"]));
+        names.user.insert(2, n(&["main", "flush", "fdatasync"]));
+        names
+            .user
+            .insert(3, n(&["main", "poll_loop", "epoll_wait"]));
+        names.user.insert(4, n(&["main", "pthread_join"]));
+        names
+    }
+
+    #[test]
+    fn digit_runs_make_one_pattern() {
+        assert_eq!(pattern("http-nio-8080-exec-12"), "http-nio-*-exec-*");
+        assert_eq!(pattern("pool-3-thread-7"), "pool-*-thread-*");
+        assert_eq!(pattern("bio_aof"), "bio_aof");
+        assert_eq!(pattern("worker-0"), pattern("worker-11"));
+    }
+
+    #[test]
+    fn the_idle_rule_is_asleep_and_off_the_cpu() {
+        let t = |running, runnable, sleep, io| StateTimes {
+            running,
+            runnable,
+            sleep,
+            io,
+            ..StateTimes::default()
+        };
+        assert!(is_idle(&t(0, 0, 100, 0)));
+        assert!(is_idle(&t(1, 0, 99, 0)));
+        assert!(
+            is_idle(&t(0, 8, 92, 0)),
+            "waiting for a CPU after each wakeup"
+        );
+        assert!(!is_idle(&t(2, 0, 98, 0)), "2 % on the CPU is work");
+        assert!(!is_idle(&t(0, 0, 98, 2)), "uninterruptible I/O is not idle");
+        assert!(!is_idle(&t(0, 11, 89, 0)), "starved, not idle");
+        assert!(!is_idle(&t(0, 0, 0, 0)), "no time at all says nothing");
+    }
+
+    #[test]
+    fn pools_are_one_group_and_the_busiest_active_group_comes_first() {
+        let ten = 10 * SEC;
+        let p = profile(
+            vec![
+                (1, thread(1, "srv", 0, 0, ten, 0)),
+                (2, thread(1, "worker-0", 0, 0, ten, 0)),
+                (3, thread(1, "worker-1", SEC / 100, 0, ten - SEC / 100, 0)),
+                (4, thread(1, "flusher", 5 * SEC, SEC, SEC, 3 * SEC)),
+                (5, thread(1, "poller", 2 * SEC, 0, 8 * SEC, 0)),
+            ],
+            vec![
+                wait(1, 4, WaitState::Sleep, ten),
+                wait(2, 1, WaitState::Sleep, ten),
+                wait(3, 1, WaitState::Sleep, ten - SEC / 100),
+                wait(4, 2, WaitState::Io, 3 * SEC),
+                wait(4, 3, WaitState::Sleep, SEC),
+                wait(5, 3, WaitState::Sleep, 8 * SEC),
+            ],
+        );
+        let a = analyze(&p, &names(), "?");
+        assert!(a.is_idle(1) && a.is_idle(2) && a.is_idle(3));
+        assert!(!a.is_idle(4) && !a.is_idle(5));
+        let labels: Vec<String> = a.groups.iter().map(|g| g.label(&p)).collect();
+        assert_eq!(
+            labels,
+            [
+                "srv (flusher)",
+                "srv (poller)",
+                "srv (worker-* pool, 2 threads)",
+                "srv (main thread)"
+            ]
+        );
+        let flusher = &a.groups[0];
+        let (site, ns) = flusher.dominant_wait.clone().unwrap();
+        assert_eq!(
+            (site.0, site.1.last().unwrap().as_str(), ns),
+            ("io", "fdatasync", 3 * SEC)
+        );
+        assert_eq!(a.threads[&2].group, a.threads[&3].group);
+        // The poller's epoll_wait is an event wait: named apart, not its dominant wait.
+        let poller = &a.groups[1];
+        assert!(poller.dominant_wait.is_none(), "{poller:?}");
+        let (site, ns) = poller.event_wait.clone().unwrap();
+        assert_eq!(
+            (site.1.last().unwrap().as_str(), ns),
+            ("epoll_wait", 8 * SEC)
+        );
+        // The idle threads by process and wait: the pool together, main apart.
+        let sets: Vec<(usize, String)> = a
+            .idle
+            .iter()
+            .map(|s| {
+                (
+                    s.tids.len(),
+                    s.site.clone().unwrap().1.last().unwrap().clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            sets,
+            [(2, "pthread_cond_wait".into()), (1, "pthread_join".into())]
+        );
+    }
+
+    #[test]
+    fn go_scheduler_parking_is_an_idle_wait_not_the_dominant_one() {
+        let mut n = names();
+        let go = |v: &[&str]| v.iter().map(|s| Arc::from(*s)).collect::<Vec<Name>>();
+        n.user.insert(
+            5,
+            go(&[
+                "runtime.mcall",
+                "runtime.park_m",
+                "runtime.schedule",
+                "runtime.findRunnable",
+                "runtime.stopm",
+                "runtime.notesleep",
+                "runtime.futex",
+            ]),
+        );
+        n.user.insert(6, go(&["main.handler", "syscall.fsync"]));
+        let p = profile(
+            vec![(7, thread(1, "srv", 3 * SEC, 0, 6 * SEC, SEC))],
+            vec![
+                wait(7, 5, WaitState::Sleep, 6 * SEC),
+                wait(7, 6, WaitState::Io, SEC),
+            ],
+        );
+        let a = analyze(&p, &n, "?");
+        let g = &a.groups[0];
+        assert_eq!(g.idle_wait_ns, 6 * SEC);
+        let (site, ns) = g.dominant_wait.clone().unwrap();
+        assert_eq!(
+            (site.1.last().unwrap().as_str(), ns),
+            ("syscall.fsync", SEC)
+        );
+    }
+
+    #[test]
+    fn without_off_cpu_states_nothing_is_idle() {
+        let mut p = profile(vec![(2, thread(1, "worker-0", 0, 0, 10 * SEC, 0))], vec![]);
+        p.mode = Mode::Cpu;
+        let a = analyze(&p, &names(), "?");
+        assert!(!a.classified && !a.is_idle(2));
+    }
+}

@@ -1,0 +1,316 @@
+//! The verdict: the report's rows → the sentences an expert would write first. It follows the
+//! threads that do the work: the busiest active group (most time running, runnable or in
+//! uninterruptible I/O), how much of its time is on the CPU, its largest wait with latency and
+//! waker, and its run-queue share when it waits for a CPU, then its event-loop wait and its
+//! idle waits; then the next group; then the top on-CPU function; then how many
+//! threads were idle (waiting for work), which are not ranked. With every thread idle, or in
+//! `--mode cpu`, it names the dominant state over all threads.
+
+use crate::model::Mode;
+
+use super::report::{FunctionRow, GroupRow, IdleRow, RunQueue};
+
+/// A run-queue share at least this large is named.
+const RUNNABLE_NAMED_PCT: f64 = 5.0;
+/// A second group is named when it is at least this busy compared with the first.
+const NEXT_GROUP_SHARE: f64 = 0.25;
+
+pub struct VerdictInput<'a> {
+    pub mode: Mode,
+    pub threads: usize,
+    pub all_thread_ns: u64,
+    /// Time over all threads: running (CPU), runnable, sleep, io, other.
+    pub by_state: [u64; 5],
+    pub functions: &'a [FunctionRow],
+    pub groups: &'a [GroupRow],
+    pub idle: &'a [IdleRow],
+    pub run_queue: &'a RunQueue,
+}
+
+pub fn verdict(v: &VerdictInput<'_>) -> String {
+    if v.by_state.iter().all(|&ns| ns == 0) {
+        return "Nothing was recorded.".into();
+    }
+    if !v.mode.traces_switches() {
+        return on_cpu_only(v);
+    }
+    let active: Vec<&GroupRow> = v
+        .groups
+        .iter()
+        .filter(|g| g.idle_threads < g.thread_count)
+        .collect();
+    let Some(first) = active.first() else {
+        return all_idle(v);
+    };
+    let mut text = group_sentence(first, v.run_queue);
+    if let Some(next) = active
+        .get(1)
+        .filter(|g| g.busy_s >= NEXT_GROUP_SHARE * first.busy_s && g.busy_s > 0.0)
+    {
+        text.push_str(" Next: ");
+        text.push_str(&group_sentence(next, v.run_queue));
+    }
+    let wait = first.dominant_wait.as_ref().map_or(0.0, |w| w.share_pct);
+    if let Some(f) = v.functions.first()
+        && first.running_pct + first.runnable_pct > wait
+    {
+        text.push_str(&format!(
+            " Most CPU time of all threads is in {} ({:.0} % self, {:.0} % total).",
+            f.function, f.self_pct, f.total_pct
+        ));
+    }
+    let idle: usize = v.idle.iter().map(|i| i.thread_count).sum();
+    if idle > 0 {
+        text.push_str(&format!(
+            " {idle} of {} threads were idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep) and are listed apart, not ranked.",
+            v.threads
+        ));
+    }
+    text
+}
+
+/// `X is on the CPU 60 % of the time; 32 % is spent in … (io, p99 0.20 ms, woken by …).`
+fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
+    let active = g.thread_count - g.idle_threads;
+    let subject = if active > 1 {
+        format!(
+            "{}: its {active} active threads are on the CPU {:.0} % of their time",
+            g.name, g.running_pct
+        )
+    } else {
+        format!(
+            "{} is on the CPU {:.0} % of the time",
+            g.name, g.running_pct
+        )
+    };
+    let wait = g
+        .dominant_wait
+        .as_ref()
+        .filter(|w| w.share_pct >= 0.5)
+        .map(|w| {
+            let mut detail = vec![w.state.to_string()];
+            if let Some(p99) = w.p99_ms {
+                detail.push(format!("p99 {}", ms_text(p99)));
+            }
+            if let Some(by) = &w.woken_by {
+                detail.push(format!("woken by {by}"));
+            }
+            (
+                w.share_pct,
+                format!(
+                    "{:.0} % is spent in {} ({})",
+                    w.share_pct,
+                    w.site,
+                    detail.join(", ")
+                ),
+            )
+        });
+    let runnable = (g.runnable_pct >= RUNNABLE_NAMED_PCT).then(|| {
+        let p99 = |l: &Option<super::report::Latency>| {
+            l.as_ref()
+                .and_then(|l| l.p99_ms)
+                .map_or("-".into(), ms_text)
+        };
+        (
+            g.runnable_pct,
+            format!(
+                "{:.0} % waiting for a CPU (run-queue delay p99 {} after preemption, {} after wakeup)",
+                g.runnable_pct,
+                p99(&run_queue.preempted),
+                p99(&run_queue.after_wakeup)
+            ),
+        )
+    });
+    let mut parts = vec![subject];
+    let events = g
+        .event_wait
+        .as_ref()
+        .filter(|w| w.share_pct >= RUNNABLE_NAMED_PCT)
+        .map(|w| {
+            let by = w
+                .woken_by
+                .as_ref()
+                .map_or(String::new(), |by| format!(", woken by {by}"));
+            format!(
+                "{:.0} % waiting for events in {} ({}{by})",
+                w.share_pct, w.site, w.state
+            )
+        });
+    match (wait, runnable) {
+        (Some(w), Some(r)) if r.0 > w.0 => {
+            parts.push(format!("{}: the CPU is the bottleneck", r.1));
+            parts.push(w.1);
+        }
+        (None, Some(r)) if r.0 >= g.running_pct.min(g.idle_wait_pct) => {
+            parts.push(format!("{}: the CPU is the bottleneck", r.1));
+        }
+        (w, r) => parts.extend(w.map(|w| w.1).into_iter().chain(r.map(|r| r.1))),
+    }
+    parts.extend(events);
+    if g.idle_wait_pct >= RUNNABLE_NAMED_PCT {
+        parts.push(format!(
+            "{:.0} % parked with nothing to run (the Go scheduler's idle waits)",
+            g.idle_wait_pct
+        ));
+    }
+    format!("{}.", parts.join("; "))
+}
+
+fn ms_text(ms: f64) -> String {
+    if ms >= 10.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{ms:.2} ms")
+    }
+}
+
+/// Every thread idle: where they waited.
+fn all_idle(v: &VerdictInput<'_>) -> String {
+    let share = 100.0 * v.by_state[2] as f64 / v.all_thread_ns.max(1) as f64;
+    let mut text = format!(
+        "Every thread was idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep): {share:.0} % of all thread time asleep"
+    );
+    if let Some(i) = v.idle.iter().max_by(|a, b| a.sleep_s.total_cmp(&b.sleep_s))
+        && let Some(site) = &i.site
+    {
+        text.push_str(&format!(
+            ", most in {site} ({} thread{}, {:.0} % of all thread time)",
+            i.thread_count,
+            if i.thread_count == 1 { "" } else { "s" },
+            i.share_pct
+        ));
+    }
+    text.push('.');
+    text
+}
+
+/// `--mode cpu`: samples only.
+fn on_cpu_only(v: &VerdictInput<'_>) -> String {
+    let (whose, their) = if v.threads == 1 {
+        ("The thread", "its")
+    } else {
+        ("Threads", "their")
+    };
+    match v.functions.first() {
+        Some(f) => format!(
+            "{whose} spent {their} sampled time on the CPU most in {} ({:.0} % of CPU time self, {:.0} % total); without off-CPU tracing no thread is classified idle.",
+            f.function, f.self_pct, f.total_pct
+        ),
+        None => format!("{whose} were not seen on the CPU."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::report::GroupWait;
+
+    fn group(name: &str, running: f64, runnable: f64, wait: Option<(f64, &str)>) -> GroupRow {
+        GroupRow {
+            name: name.into(),
+            process: "srv".into(),
+            pattern: name.into(),
+            thread_count: 1,
+            idle_threads: 0,
+            threads: vec![],
+            running_pct: running,
+            runnable_pct: runnable,
+            sleep_pct: 0.0,
+            io_pct: wait.map_or(0.0, |w| w.0),
+            other_pct: 0.0,
+            idle_wait_pct: 0.0,
+            event_wait: None,
+            busy_s: (running + runnable + wait.map_or(0.0, |w| w.0)) / 10.0,
+            dominant_wait: wait.map(|(share, site)| GroupWait {
+                state: "io",
+                site: site.into(),
+                share_pct: share,
+                total_s: share / 10.0,
+                p99_ms: Some(0.2),
+                woken_by: Some("[interrupt] (97 %)".into()),
+            }),
+        }
+    }
+
+    fn input<'a>(
+        groups: &'a [GroupRow],
+        idle: &'a [IdleRow],
+        rq: &'a RunQueue,
+    ) -> VerdictInput<'a> {
+        VerdictInput {
+            mode: Mode::Wall,
+            threads: groups.len() + idle.iter().map(|i| i.thread_count).sum::<usize>(),
+            all_thread_ns: 1,
+            by_state: [1, 0, 0, 0, 0],
+            functions: &[],
+            groups,
+            idle,
+            run_queue: rq,
+        }
+    }
+
+    fn rq() -> RunQueue {
+        RunQueue {
+            preempted_s: 0.0,
+            preempted: None,
+            after_wakeup_s: 0.0,
+            after_wakeup: None,
+        }
+    }
+
+    #[test]
+    fn the_busiest_group_its_wait_and_the_idle_count() {
+        let groups = [group(
+            "redis-server (main thread)",
+            60.0,
+            2.0,
+            Some((32.0, "fdatasync ← flushAppendOnlyFile")),
+        )];
+        let idle = [IdleRow {
+            process: "redis-server".into(),
+            pid: 1,
+            state: Some("sleep"),
+            site: Some("pthread_cond_wait ← bioProcessBackgroundJobs".into()),
+            thread_count: 3,
+            threads: vec![],
+            sleep_s: 30.0,
+            share_pct: 75.0,
+        }];
+        let rq = rq();
+        assert_eq!(
+            verdict(&input(&groups, &idle, &rq)),
+            "redis-server (main thread) is on the CPU 60 % of the time; 32 % is spent in \
+             fdatasync ← flushAppendOnlyFile (io, p99 0.20 ms, woken by [interrupt] (97 %)). \
+             3 of 4 threads were idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep) and are \
+             listed apart, not ranked."
+        );
+    }
+
+    #[test]
+    fn a_larger_run_queue_share_comes_first_and_says_so() {
+        let groups = [group("w (spinner)", 40.0, 55.0, Some((5.0, "fsync ← f")))];
+        let rq = rq();
+        let v = verdict(&input(&groups, &[], &rq));
+        assert!(
+            v.starts_with(
+                "w (spinner) is on the CPU 40 % of the time; 55 % waiting for a CPU (run-queue \
+                 delay p99 - after preemption, - after wakeup): the CPU is the bottleneck; 5 % \
+                 is spent in fsync ← f"
+            ),
+            "{v}"
+        );
+    }
+
+    #[test]
+    fn the_next_group_is_named_when_it_is_busy_too() {
+        let groups = [
+            group("a (x)", 50.0, 0.0, Some((50.0, "fsync ← f"))),
+            group("a (y)", 60.0, 0.0, Some((40.0, "nanosleep ← g"))),
+            group("a (z)", 2.0, 0.0, None),
+        ];
+        let rq = rq();
+        let v = verdict(&input(&groups, &[], &rq));
+        assert!(v.contains(" Next: a (y) is on the CPU 60 %"), "{v}");
+        assert!(!v.contains("a (z)"), "{v}");
+    }
+}
