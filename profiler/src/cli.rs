@@ -34,7 +34,7 @@ pub enum Unwind {
     Dwarf,
 }
 
-/// Where every thread of one process spends its time: on the CPU, asleep, in I/O, or waiting
+/// Where every thread of a process, a process tree or a cgroup spends its time: on the CPU, asleep, in I/O, or waiting
 /// for a CPU, as one flame graph.
 #[derive(Debug, Parser)]
 #[command(
