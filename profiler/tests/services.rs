@@ -392,10 +392,11 @@ fn process_churn_leaves_the_kernel_tables_bounded() {
         serde_json::from_value(report["capture"]["tables_at_end"].clone()).unwrap();
     assert_eq!(tables.len(), 3, "{tables:?}");
     for (map, n) in &tables {
-        // The parent and the children of the last tick or two (entries are freed five times
-        // a second), not the hundreds that came and went.
+        // The parent and the children of the last tick or so (entries are freed five times
+        // a second: at ~500 forks a second that is ~100), not the thousands that came and
+        // went; none was refused (procs_full, threads_full above).
         assert!(
-            *n <= 100 && *n * 10 < seen,
+            *n * 5 < seen,
             "{map}: {n} entries left after {seen} processes"
         );
     }
