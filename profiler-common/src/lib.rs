@@ -1132,8 +1132,8 @@ impl Counter {
         Counter::KernelMemoHits,
         Counter::KernelMemoMisses,
         Counter::SiteHistsFull,
-        Counter::MemoDisagreements,
         Counter::ProcsFull,
+        Counter::MemoDisagreements,
     ];
 }
 
