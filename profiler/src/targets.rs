@@ -260,6 +260,13 @@ impl TargetSet {
                 reload.insert(pid);
                 Target::new(pid)
             });
+            if reload.contains(&pid) && event.exited_ns == 0 {
+                // The fork handler set its bit with a plain read-modify-write: two forks on
+                // two CPUs into the same word can lose one. Setting it again repairs that.
+                if let Err(e) = probes.set_target(pid, true) {
+                    log::warn!("process {pid}, forked from a target, cannot be added: {e}");
+                }
+            }
             if event.parent != 0 {
                 target.parent = Some(event.parent);
                 target.forked_ns = target.forked_ns.or(Some(event.forked_ns));
