@@ -169,9 +169,13 @@ fn sleeps_of_1_5_20_and_100_ms_read_as_that_long() {
                 .unwrap_or_else(|| panic!("{k} of {function}: {lat}"))
         };
         let (p50, min, max) = (get("p50_ms"), get("min_ms"), get("max_ms"));
-        // Timer slack is 1 ns: a sleep blocks for its length plus the timer interrupt's latency.
+        // Timer slack is 1 ns: a sleep blocks for its length plus the timer interrupt's
+        // latency, which in a VM under load is tens of µs (CI saw p50 1.037 ms for 1 ms, with
+        // the histogram's own buckets agreeing). So: never shorter than asked beyond the
+        // histogram's resolution (1.6 % at 1 ms), and longer by at most 3 % + 60 µs. A
+        // percentile read off the wrong bucket, or interpolated ±12 % inside one, fails.
         assert!(
-            (p50 - ms).abs() / ms <= 0.03,
+            p50 >= ms * 0.985 && p50 <= ms * 1.03 + 0.060,
             "{function}: p50 {p50} ms, asked {ms} ms: {lat}"
         );
         assert!(min <= p50 && p50 <= max, "{function}: {lat}");
