@@ -906,6 +906,32 @@ pub mod unwind {
         pub const UNSUPPORTED: u8 = 5;
         /// No FDE covers this address (a gap between functions): frame pointers.
         pub const NO_INFO: u8 = 6;
+        /// HotSpot's template interpreter (rows made from the JVM's code cache, not a file):
+        /// an rbp-linked frame (caller's rbp at [rbp], return address at [rbp + 8]) whose
+        /// `Method*` sits at rbp + `cfa_offset` and whose caller's stack pointer (the
+        /// "sender sp") at rbp + `rbp_offset` (0: rbp + 16), the interpreter's frame layout
+        /// read from the JVM's vmStructs. The frame is recorded as
+        /// [`super::java_method_frame`] of that `Method*` instead of its pc, so user space can
+        /// name the Java method.
+        pub const HOTSPOT_INTERPRETER: u8 = 7;
+    }
+
+    /// Top 16 bits of a user frame that is a HotSpot `Method*`, not a pc (an interpreted
+    /// Java frame). User addresses on x86_64 stay below 2^47, so no pc carries them.
+    pub const JAVA_METHOD_TAG: u64 = 0x4a56 << 48;
+
+    /// The frame recorded for an interpreted Java frame running `method`.
+    pub const fn java_method_frame(method: u64) -> u64 {
+        JAVA_METHOD_TAG | (method & 0x0000_ffff_ffff_ffff)
+    }
+
+    /// The `Method*` of a frame made by [`java_method_frame`].
+    pub const fn java_method_of(frame: u64) -> Option<u64> {
+        if frame & 0xffff_0000_0000_0000 == JAVA_METHOD_TAG {
+            Some(frame & 0x0000_ffff_ffff_ffff)
+        } else {
+            None
+        }
     }
 
     /// Where the caller's rbp is.

@@ -28,7 +28,7 @@ use profiler_common::{
     HASH_SEED, MAX_STACK_DEPTH, hash_finish, hash_step,
     unwind::{
         ExecMapping, MAX_MAPPINGS, ProcMappings, ROWS_PER_CHUNK, RowChunk, UC_RBP, UC_RIP, UC_RSP,
-        UnwindRow, cfa_kind, rbp_kind,
+        UnwindRow, cfa_kind, java_method_frame, rbp_kind,
     },
 };
 
@@ -373,6 +373,7 @@ fn frame(walk: &mut Walk, frames: &mut [u64; MAX_STACK_DEPTH], slot: u64) -> i64
     };
     *out = walk.ip;
     walk.n = slot + 1;
+    let hash_before = walk.hash;
     walk.hash = hash_step(walk.hash, walk.ip);
 
     // Every frame but the first holds a return address: look up the call instruction.
@@ -396,6 +397,9 @@ fn frame(walk: &mut Walk, frames: &mut [u64; MAX_STACK_DEPTH], slot: u64) -> i64
                 (walk.sp + 8 + extra, row)
             }
             cfa_kind::SIGNAL_FRAME => return signal_frame(walk),
+            cfa_kind::HOTSPOT_INTERPRETER => {
+                return interpreted_frame(walk, out, hash_before, &row);
+            }
             _ => return frame_pointer_step(walk),
         },
         None => return frame_pointer_step(walk),
@@ -414,6 +418,41 @@ fn frame(walk: &mut Walk, frames: &mut [u64; MAX_STACK_DEPTH], slot: u64) -> i64
     }
     walk.sp = cfa;
     walk.ip = ra;
+    0
+}
+
+/// A HotSpot interpreter frame (`cfa_kind::HOTSPOT_INTERPRETER`). It is named by the method it
+/// interprets, not by the interpreter's code: the `Method*` at rbp + `cfa_offset` takes the
+/// frame's slot (read through the memo like any other word, so a remembered stack is only
+/// replayed for the same methods). The frame is rbp-linked; the caller's stack pointer is the
+/// sender sp saved at rbp + `rbp_offset`, not rbp + 16, because an adapter between compiled
+/// code and the interpreter may have extended the caller's stack with arguments.
+#[inline(always)]
+fn interpreted_frame(walk: &mut Walk, out: &mut u64, hash_before: u64, row: &UnwindRow) -> i64 {
+    use_bp(walk);
+    let fp = walk.bp;
+    if let Some(method) = read_recorded(walk, fp.wrapping_add(row.cfa_offset as i64 as u64))
+        && method != 0
+    {
+        let frame = java_method_frame(method);
+        *out = frame;
+        walk.hash = hash_step(hash_before, frame);
+    }
+    let sender_sp = if row.rbp_offset != 0 {
+        read_recorded(walk, fp.wrapping_add(row.rbp_offset as i64 as u64))
+    } else {
+        None
+    };
+    if frame_pointer_step(walk) != 0 {
+        return 1;
+    }
+    // Within 1 MiB above the frame, or it is not a stack pointer of this stack.
+    if let Some(sp) = sender_sp
+        && sp >= fp + 16
+        && sp - fp < 1 << 20
+    {
+        walk.sp = sp;
+    }
     0
 }
 

@@ -223,6 +223,7 @@ async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
         kernel: kernel::release(),
         ended_early: reason.note().map(str::to_string),
         started_unix_ns: unix_time_of(window.start_ns),
+        notes: targets.jit_notes(),
     };
     let opts = AccountOptions {
         processes: targets
@@ -242,7 +243,7 @@ async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
     // going unheard. The outputs are still temporary files; they are removed.
     let temp_paths = outputs.temp_paths();
     let work = tokio::task::spawn_blocking(move || -> Result<bool> {
-        let saved = post_process(drained, seeds, &opts, meta, &targets);
+        let saved = post_process(drained, seeds, &opts, meta, &mut targets);
         let empty = saved.profile.entries.is_empty();
         render(&saved, &out, outputs)?;
         Ok(empty)
@@ -329,7 +330,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
         follow_children: !args.no_children,
     };
     // A command's process exists only once launched, after the programs are attached.
-    let targets = if command.is_some() {
+    let mut targets = if command.is_some() {
         TargetSet::empty()
     } else {
         TargetSet::resolve(&selection)?
@@ -620,10 +621,12 @@ fn post_process(
     seeds: Seeds,
     opts: &AccountOptions,
     meta: CaptureMeta,
-    targets: &TargetSet,
+    targets: &mut TargetSet,
 ) -> SavedCapture {
     let profile = profile::account(drained, seeds, opts);
+    let jit = targets.jit_names(&profile);
     let spaces = symbolize::Spaces {
+        jit,
         layouts: &targets.layouts,
         processes: targets
             .processes

@@ -13,13 +13,20 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use profiler_common::{Thread, unwind::ProcMappings};
+use profiler_common::{
+    Thread,
+    unwind::{ProcMappings, java_method_of},
+};
 
 use crate::{
-    model::ProcessInfo,
+    model::{ProcessInfo, Profile},
     preflight::{self, PreflightError},
     probes::{ProbeError, Probes},
-    symbolize::procmap::ProcessMaps,
+    hotspot::HotSpot,
+    symbolize::{
+        perfmap::PerfMap,
+        procmap::{MappingKind, ProcessMaps},
+    },
     unwind::tables::UnwindTables,
 };
 
@@ -54,6 +61,8 @@ pub struct Target {
     pub execs: u32,
     /// Reaped: no longer in /proc, its kernel tables freed.
     gone: bool,
+    /// A HotSpot JVM's code cache, followed (found when its mappings show libjvm.so).
+    pub hotspot: Option<HotSpot>,
 }
 
 impl Target {
@@ -67,6 +76,20 @@ impl Target {
             exited_ns: None,
             execs: 0,
             gone: false,
+            hotspot: None,
+        }
+    }
+
+    /// After its mappings were (re)read: a JVM is found; a JVM's code cache is read again
+    /// when due. Whether its JIT rows changed (its mapping table must be uploaded).
+    fn follow_jit(&mut self, tables: &mut UnwindTables, mappings_read: bool) -> bool {
+        if mappings_read && self.hotspot.is_none() && self.maps.mappings().iter().any(is_libjvm)
+        {
+            self.hotspot = HotSpot::attach(self.pid);
+        }
+        match self.hotspot.as_mut().and_then(HotSpot::refresh) {
+            Some(update) => tables.set_jit(self.pid, update.base, update.end, &update.rows),
+            None => false,
         }
     }
 
@@ -168,9 +191,10 @@ impl TargetSet {
 
     /// Builds the unwind rows of every file the set maps (before the programs load: their
     /// number sizes the kernel's row array).
-    pub fn build_rows(&self, tables: &mut UnwindTables) {
-        for target in self.processes.values() {
+    pub fn build_rows(&mut self, tables: &mut UnwindTables) {
+        for target in self.processes.values_mut() {
             tables.update(&target.maps);
+            target.follow_jit(tables, true);
         }
     }
 
@@ -275,6 +299,10 @@ impl TargetSet {
                 target.execs = event.execs;
                 // A new program: its own layout, its own name.
                 target.maps = ProcessMaps::new(pid);
+                target.hotspot = None;
+                if let Some(tables) = tables.as_deref_mut() {
+                    tables.forget_jit(pid);
+                }
                 target.name = comm(pid).unwrap_or_else(|| target.name.clone());
                 reload.insert(pid);
             }
@@ -321,6 +349,17 @@ impl TargetSet {
                 rows_changed |= tables.update(&target.maps);
             }
         }
+        // JVMs' code caches: new code unwinds once its rows are in, named from then on.
+        if let Some(tables) = tables.as_deref_mut() {
+            let mut jit_changed = Vec::new();
+            for target in self.processes.values_mut().filter(|t| !t.gone) {
+                if target.follow_jit(tables, reload.contains(&target.pid)) {
+                    jit_changed.push(target.pid);
+                }
+            }
+            rows_changed |= !jit_changed.is_empty();
+            reload.extend(jit_changed);
+        }
         if rows_changed
             && let Some(tables) = tables.as_deref_mut()
             && let Err(e) = probes.upload_rows(tables)
@@ -338,6 +377,9 @@ impl TargetSet {
             if !target.gone && !Path::new(&format!("/proc/{}", target.pid)).exists() {
                 target.gone = true;
                 probes.forget_process(target.pid);
+                if let Some(tables) = tables.as_deref_mut() {
+                    tables.forget_jit(target.pid);
+                }
                 gone.insert(target.pid);
             }
         }
@@ -348,10 +390,90 @@ impl TargetSet {
         tick
     }
 
+    /// Names of JVMs' JIT code and of the Java methods in their interpreted frames, by
+    /// process, for the symbolizer (read while the processes still run).
+    pub fn jit_names(&mut self, profile: &Profile) -> HashMap<u32, PerfMap> {
+        let mut methods: HashMap<u32, BTreeSet<u64>> = HashMap::new();
+        let stacks_of = profile
+            .entries
+            .iter()
+            .map(|e| (e.pid, e.user_stack))
+            .chain(profile.wakers.iter().map(|w| (w.waker_pid, w.waker_user_stack)))
+            .chain(profile.wakers.iter().map(|w| {
+                let wakee = profile.threads.get(&w.tid).map_or(0, |t| t.pid);
+                (wakee, w.user_stack)
+            }));
+        for (pid, stack) in stacks_of {
+            if self
+                .processes
+                .get(&pid)
+                .is_none_or(|t| t.hotspot.is_none())
+            {
+                continue;
+            }
+            if let Some(frames) = profile.stacks.get(&stack) {
+                methods.entry(pid).or_default().extend(
+                    frames
+                        .iter()
+                        .copied()
+                        .filter(|&f| java_method_of(f).is_some()),
+                );
+            }
+        }
+        self.processes
+            .iter_mut()
+            .filter_map(|(&pid, t)| {
+                let hotspot = t.hotspot.as_mut()?;
+                let names = hotspot.names(methods.remove(&pid).unwrap_or_default());
+                log::info!(
+                    "JVM {pid}: code cache read {} times ({:.3} s), {} code ranges reused{}",
+                    hotspot.reads,
+                    hotspot.read_secs,
+                    hotspot.reused,
+                    hotspot
+                        .error
+                        .as_ref()
+                        .map(|e| format!(", last read failed: {e}"))
+                        .unwrap_or_default()
+                );
+                Some((pid, names))
+            })
+            .collect()
+    }
+
+    /// What the report must say about JVMs' JIT names.
+    pub fn jit_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        for (pid, t) in &self.processes {
+            let Some(h) = &t.hotspot else { continue };
+            if h.reused > 0 {
+                notes.push(format!(
+                    "{}-{pid}: {} address{} of JIT code held one Java method and then another \
+                     during the capture; frames there carry the later name, which may be stale \
+                     for stacks taken before the JIT reused it.",
+                    t.name,
+                    h.reused,
+                    if h.reused == 1 { "" } else { "es" },
+                ));
+            }
+            if let Some(e) = &h.error {
+                notes.push(format!(
+                    "{}-{pid}: the JVM's code cache could not be read ({e}); JIT code compiled \
+                     after the last good read is unnamed and unwinds by frame pointers.",
+                    t.name
+                ));
+            }
+        }
+        notes
+    }
+
     /// After the window: the last look at each live process's mappings, for symbolization.
     pub fn finish(&mut self) {
         for target in self.processes.values_mut().filter(|t| !t.gone) {
             let _ = target.maps.refresh();
+            if let Some(h) = target.hotspot.as_mut() {
+                h.last_look();
+            }
         }
     }
 }
@@ -363,6 +485,11 @@ pub struct Tick {
     pub ended: Vec<(u32, String)>,
     /// No process of the set is left.
     pub all_gone: bool,
+}
+
+fn is_libjvm(mapping: &crate::symbolize::procmap::Mapping) -> bool {
+    matches!(&mapping.kind, MappingKind::File { path, .. }
+        if path.file_name().is_some_and(|n| n == "libjvm.so"))
 }
 
 fn alive(pid: u32) -> bool {

@@ -1,8 +1,8 @@
-//! End-to-end, privileged: a JIT runtime. A JVM run with `-XX:+PreserveFramePointer` keeps
-//! frame pointers in compiled Java code, which has no `.eh_frame`, and names it in
-//! `/tmp/perf-<pid>.map` when asked (`jcmd <pid> Compiler.perfmap`). Stacks must cross from
-//! the JVM's own C++ frames (unwound from `.eh_frame`) into interpreted and compiled Java
-//! frames (frame pointers) and end in the right Java method, on and off the CPU.
+//! End-to-end, privileged: a JIT runtime. Stacks must cross from the JVM's own C++ frames
+//! (unwound from `.eh_frame`) into interpreted and compiled Java frames and end in the right
+//! Java method, on and off the CPU: on a stock JVM (frames and names from the JVM's own
+//! structures) and on one run with `-XX:+PreserveFramePointer` whose perf map is written by
+//! hand (`jcmd <pid> Compiler.perfmap`).
 
 mod common;
 
@@ -52,8 +52,29 @@ impl Drop for PerfMap {
     }
 }
 
+/// With frame pointers kept in compiled code and the JVM's own perf map written by hand
+/// during the window: what worked before the JVM's structures were read (and must go on
+/// working).
 #[test]
 fn java_stacks_reach_thread_start_through_jit_and_interpreter_frames() {
+    java_stacks(Jvm::FramePointersAndPerfMap);
+}
+
+/// A stock JVM: no flags that help a profiler, no perf map, no agent. Compiled frames unwind
+/// by their code blob's frame size, interpreted frames by the interpreter's rbp chain and are
+/// named by their `Method*`, JIT code by the code cache — all read from the JVM's vmStructs.
+#[test]
+fn a_stock_jvm_has_whole_named_java_stacks() {
+    java_stacks(Jvm::Stock);
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Jvm {
+    FramePointersAndPerfMap,
+    Stock,
+}
+
+fn java_stacks(kind: Jvm) {
     require_root();
     let _serial = serial();
     assert!(
@@ -71,9 +92,12 @@ fn java_stacks_reach_thread_start_through_jit_and_interpreter_frames() {
         .expect("run javac");
     assert!(status.success(), "javac failed on {}", source.display());
 
-    let mut child = Command::new("java")
+    let mut java = Command::new("java");
+    if kind == Jvm::FramePointersAndPerfMap {
+        java.arg("-XX:+PreserveFramePointer");
+    }
+    let mut child = java
         .args([
-            "-XX:+PreserveFramePointer",
             "-XX:CompileCommand=quiet",
             // Keep leaf() and middle() as frames of their own.
             "-XX:CompileCommand=dontinline,JitWork::*",
@@ -94,21 +118,23 @@ fn java_stacks_reach_thread_start_through_jit_and_interpreter_frames() {
     let pid = jvm.pid().to_string();
     let _map = PerfMap(format!("/tmp/perf-{pid}.map"));
 
-    let out = outputs("jit");
+    let out = outputs(&format!("jit-{kind:?}"));
     let secs = SECS.to_string();
     let capturing = Capturing::start(&capture_args(&pid, &secs, &out));
     // The map is written inside the window, so methods the JIT compiled or moved up to now
     // are in it when the profiler symbolizes at the end.
     std::thread::sleep(Duration::from_secs(1));
-    let jcmd = Command::new("jcmd")
-        .args([&pid, "Compiler.perfmap"])
-        .output()
-        .expect("run jcmd");
-    assert!(
-        jcmd.status.success(),
-        "jcmd Compiler.perfmap failed: {}",
-        String::from_utf8_lossy(&jcmd.stderr)
-    );
+    if kind == Jvm::FramePointersAndPerfMap {
+        let jcmd = Command::new("jcmd")
+            .args([&pid, "Compiler.perfmap"])
+            .output()
+            .expect("run jcmd");
+        assert!(
+            jcmd.status.success(),
+            "jcmd Compiler.perfmap failed: {}",
+            String::from_utf8_lossy(&jcmd.stderr)
+        );
+    }
     let result = capturing.finish();
     assert_success(&result);
     let lines = read_folded(&out.folded);
@@ -146,6 +172,23 @@ fn java_stacks_reach_thread_start_through_jit_and_interpreter_frames() {
         whole as f64 >= 0.95 * on as f64,
         "spinner: {whole} of {on} µs on the CPU under start_thread → … → middle → leaf"
     );
+    // Read from the JVM itself, every Java frame has its name: spin() (interpreted, or
+    // compiled on stack replacement) is the caller of middle().
+    if kind == Jvm::Stock {
+        let named: u64 = spinner
+            .iter()
+            .filter(|l| {
+                l.state().is_none()
+                    && has_chain_containing(l, &["JitWork.spin", "JitWork.middle", "JitWork.leaf"])
+            })
+            .map(|l| l.count)
+            .sum();
+        assert!(
+            named as f64 >= 0.9 * on as f64,
+            "spinner: {named} of {on} µs on the CPU under spin → middle → leaf: {:#?}",
+            top(&spinner)
+        );
+    }
 
     // The sleeper: asleep nearly all the time (20 ms at a stretch; what is not sleep is the
     // run queue after each wakeup, a few % here, more when other work loads the CPUs) ...
@@ -181,10 +224,41 @@ fn java_stacks_reach_thread_start_through_jit_and_interpreter_frames() {
         under as f64 >= 0.95 * sleep as f64,
         "sleeper: {under} of {sleep} µs asleep under start_thread → … → Thread.sleep → JVM_Sleep"
     );
+    // sleepLoop() and nap() run interpreted (called 50 times a second, too few for the JIT):
+    // named by the method in their interpreter frame.
+    if kind == Jvm::Stock {
+        let named: u64 = sleeper
+            .iter()
+            .filter(|l| {
+                l.state() == Some("sleep")
+                    && has_chain_containing(
+                        l,
+                        &["JitWork.sleepLoop", "JitWork.nap", "java.lang.Thread.sleep"],
+                    )
+            })
+            .map(|l| l.count)
+            .sum();
+        assert!(
+            named as f64 >= 0.9 * sleep as f64,
+            "sleeper: {named} of {sleep} µs asleep under sleepLoop → nap → Thread.sleep: {:#?}",
+            top(&sleeper)
+        );
+    }
     for name in ["spinner", "sleeper"] {
         let us = *threads
             .get(name)
             .unwrap_or_else(|| panic!("no lines for thread {name}: {threads:?}"));
         assert_close(&format!("on+off of {name}"), us as f64, WINDOW_US, 0.03);
     }
+}
+
+/// The heaviest lines, for failure messages.
+fn top<'a>(lines: &[&'a Line]) -> Vec<(u64, String)> {
+    let mut v: Vec<(u64, String)> = lines
+        .iter()
+        .map(|l| (l.count, l.frames.join(";")))
+        .collect();
+    v.sort_by(|a, b| b.0.cmp(&a.0));
+    v.truncate(4);
+    v
 }

@@ -34,6 +34,9 @@ pub struct CaptureMeta {
     /// itself is on CLOCK_MONOTONIC). Absent from captures saved before it was recorded.
     #[serde(default)]
     pub started_unix_ns: Option<u64>,
+    /// What the capture itself found worth saying (JIT names that could be stale).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

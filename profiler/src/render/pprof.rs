@@ -519,6 +519,7 @@ mod tests {
                 kernel: "6.18".into(),
                 ended_early: None,
                 started_unix_ns: Some(1_700_000_000_000_000_000),
+                notes: Vec::new(),
             },
             profile: Profile {
                 mode,

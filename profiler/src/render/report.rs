@@ -561,7 +561,10 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         top_on_cpu_functions: functions,
         top_blocking_sites: sites,
         run_queue,
-        notes: notes(profile),
+        notes: notes(profile)
+            .into_iter()
+            .chain(meta.notes.iter().cloned())
+            .collect(),
         percentile_method: PERCENTILE_METHOD,
     }
 }

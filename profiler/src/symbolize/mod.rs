@@ -56,6 +56,8 @@ fn is_probe_plumbing(name: &str) -> bool {
 pub struct Spaces<'a> {
     pub layouts: &'a HashMap<u32, ProcessMaps>,
     pub processes: HashMap<u32, &'a ProcessMaps>,
+    /// JIT code named from JVMs' own structures (`hotspot`), by process.
+    pub jit: HashMap<u32, PerfMap>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -99,7 +101,11 @@ pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
             Space::Layout(g) => &spaces.layouts[&g],
             Space::Process(p) => spaces.processes.get(&p).copied().unwrap_or(&none),
         };
-        let symbolizer = Symbolizer::new(maps.clone(), PerfMap::load(pid));
+        let mut perf_map = PerfMap::load(pid);
+        if let Some(jit) = spaces.jit.get(&pid) {
+            perf_map = perf_map.merged(jit.clone());
+        }
+        let symbolizer = Symbolizer::new(maps.clone(), perf_map);
         let stacks = ids
             .iter()
             .filter_map(|id| profile.stacks.get(id).map(|s| (*id, s.as_slice())));
@@ -389,7 +395,14 @@ fn lookup_addresses(stack: &[u64]) -> impl DoubleEndedIterator<Item = u64> + '_ 
     stack
         .iter()
         .enumerate()
-        .map(|(i, &a)| if i == 0 { a } else { a.saturating_sub(1) })
+        // A Java method recorded for an interpreted frame is a name's key, not a pc.
+        .map(|(i, &a)| {
+            if i == 0 || profiler_common::unwind::java_method_of(a).is_some() {
+                a
+            } else {
+                a.saturating_sub(1)
+            }
+        })
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct PerfMap {
     /// (start, end, name), sorted by start.
     entries: Vec<(u64, u64, String)>,
@@ -11,7 +11,7 @@ pub struct PerfMap {
 
 impl PerfMap {
     pub fn parse(text: &str) -> Self {
-        let mut entries: Vec<(u64, u64, String)> = text
+        let entries: Vec<(u64, u64, String)> = text
             .lines()
             .filter_map(|line| {
                 let mut parts = line.splitn(3, ' ');
@@ -22,7 +22,12 @@ impl PerfMap {
                     .then(|| (start, start.saturating_add(size), name.to_string()))
             })
             .collect();
-        // Later lines win for the same start (code recompiled in place).
+        Self::from_entries(entries)
+    }
+
+    /// (start, end, name) entries in the order they were written: a later one wins for the
+    /// same start (code recompiled in place).
+    pub fn from_entries(mut entries: Vec<(u64, u64, String)>) -> Self {
         entries.sort_by_key(|e| e.0);
         entries.dedup_by(|later, earlier| {
             if later.0 == earlier.0 {
@@ -54,6 +59,13 @@ impl PerfMap {
             .find_map(|p| std::fs::read_to_string(p).ok())
             .map(|text| Self::parse(&text))
             .unwrap_or_default()
+    }
+
+    /// This map's entries and then `later`'s (which win for the same start).
+    pub fn merged(self, later: PerfMap) -> Self {
+        let mut entries = self.entries;
+        entries.extend(later.entries);
+        Self::from_entries(entries)
     }
 
     pub fn find(&self, addr: u64) -> Option<&str> {

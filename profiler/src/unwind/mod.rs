@@ -5,6 +5,7 @@
 //! [`rows`] turns one ELF file into its sorted rows; it parses files of untrusted processes
 //! as root, so it never panics and its time and memory are bounded by the input's size.
 
+pub mod jit;
 pub mod rows;
 pub mod tables;
 pub mod walk;

@@ -5,7 +5,10 @@
 //! Append-only: files seen later in the capture (dlopen, JIT-adjacent libraries) add rows at
 //! the end, so only the chunks that changed are uploaded again.
 
-use std::{collections::HashMap, time::Instant};
+use std::{
+    collections::{BTreeSet, HashMap},
+    time::Instant,
+};
 
 use object::{
     LittleEndian, elf,
@@ -52,7 +55,34 @@ pub struct UnwindTables {
     /// master) share one, so the kernel's per-CPU row cache and stack memos stay valid as
     /// their threads take turns on a CPU.
     layouts: HashMap<Vec<Placed>, u32>,
+    /// JVMs' code caches, by pid.
+    jit: HashMap<u32, JitRegion>,
+    /// Chunks below `uploaded` rewritten since the last upload (JIT regions).
+    dirty: BTreeSet<usize>,
+    /// Bumped by every JIT rewrite: a table with new JIT rows is a new layout even when its
+    /// entries look like an older one's (the two regions alternate).
+    jit_version: u64,
 }
+
+/// A JVM's code-cache rows. The cache changes as the JIT compiles and frees code, so its rows
+/// are rewritten rather than appended: into two regions of the global array in turn, the
+/// kernel reading one (through the mapping table) while the other is rewritten, and the
+/// table switching to it only once it is uploaded.
+#[derive(Debug)]
+struct JitRegion {
+    first_rows: [u32; 2],
+    capacity: u32,
+    /// Region the current rows are in.
+    active: usize,
+    rows: u32,
+    version: u64,
+    /// Runtime address of row pc 0, and the end of the code covered.
+    base: u64,
+    end: u64,
+}
+
+/// Rows a JIT region holds at least (a JVM's cache grows after start-up: room for it).
+const JIT_MIN_ROWS: usize = 16 * 1024;
 
 /// One mapping of a table as the layout key sees it: start, end, bias, first row, rows.
 type Placed = (u64, u64, u64, u32, u32);
@@ -124,13 +154,18 @@ impl UnwindTables {
         self.rows.len().div_ceil(ROWS_PER_CHUNK)
     }
 
-    /// Chunks not yet uploaded (the last partial one included), with their index.
+    /// Chunks not yet uploaded (the last partial one included) or rewritten since, with
+    /// their index.
     pub fn pending_chunks(&self) -> Vec<(u32, Box<RowChunk>)> {
-        if self.uploaded == self.rows.len() {
-            return Vec::new();
-        }
-        let first = self.uploaded / ROWS_PER_CHUNK;
-        (first..self.chunks_needed())
+        let appended = if self.uploaded == self.rows.len() {
+            self.chunks_needed()
+        } else {
+            self.uploaded / ROWS_PER_CHUNK
+        };
+        let mut chunks: BTreeSet<usize> = (appended..self.chunks_needed()).collect();
+        chunks.extend(self.dirty.iter().copied());
+        chunks
+            .into_iter()
             .map(|i| {
                 let mut chunk = Box::new(RowChunk {
                     rows: [UnwindRow::default(); ROWS_PER_CHUNK],
@@ -145,6 +180,65 @@ impl UnwindTables {
 
     pub fn mark_uploaded(&mut self) {
         self.uploaded = self.rows.len();
+        self.dirty.clear();
+    }
+
+    /// Replaces process `pid`'s code-cache rows (`unwind::jit`: rows relative to `base`,
+    /// covering up to `end`). Returns whether the kernel's rows need an upload. The process's
+    /// mapping table must be uploaded after the rows for the new ones to be used.
+    pub fn set_jit(&mut self, pid: u32, base: u64, end: u64, rows: &[UnwindRow]) -> bool {
+        if rows.is_empty() {
+            return self.jit.remove(&pid).is_some();
+        }
+        let fits = self
+            .jit
+            .get(&pid)
+            .is_some_and(|r| r.capacity as usize >= rows.len());
+        if !fits {
+            // A new pair of regions, twice the size needed: the old pair stays unused.
+            let capacity = (rows.len() * 2).max(JIT_MIN_ROWS);
+            let first = self.rows.len();
+            if u32::try_from(first + 2 * capacity).is_err() {
+                return false;
+            }
+            self.rows.resize(first + 2 * capacity, UnwindRow::default());
+            self.jit.insert(
+                pid,
+                JitRegion {
+                    first_rows: [first as u32, (first + capacity) as u32],
+                    capacity: capacity as u32,
+                    // The first rows go into region 0.
+                    active: 1,
+                    rows: 0,
+                    version: 0,
+                    base,
+                    end,
+                },
+            );
+        }
+        let Some(region) = self.jit.get_mut(&pid) else {
+            return false;
+        };
+        let next = 1 - region.active;
+        let first = region.first_rows[next] as usize;
+        self.rows[first..first + rows.len()].copy_from_slice(rows);
+        if first < self.uploaded {
+            let last = (first + rows.len() - 1).min(self.uploaded - 1);
+            self.dirty
+                .extend(first / ROWS_PER_CHUNK..=last / ROWS_PER_CHUNK);
+        }
+        self.jit_version += 1;
+        region.version = self.jit_version;
+        region.active = next;
+        region.rows = rows.len() as u32;
+        region.base = base;
+        region.end = end;
+        true
+    }
+
+    /// Forgets a process's code-cache rows (the process is gone).
+    pub fn forget_jit(&mut self, pid: u32) {
+        self.jit.remove(&pid);
     }
 
     /// The mapping table for `maps`: every executable mapping, sorted, with its file's rows.
@@ -168,11 +262,28 @@ impl UnwindTables {
             table.entries[n] = exec_mapping(mapping, file);
             n += 1;
         }
+        if let Some(jit) = self.jit.get(&maps.pid())
+            && n < MAX_MAPPINGS
+        {
+            // The code cache is anonymous memory, never overlapping a file's mapping.
+            table.entries[n] = ExecMapping {
+                start: jit.base,
+                end: jit.end,
+                bias: jit.base,
+                first_row: jit.first_rows[jit.active],
+                row_count: jit.rows,
+            };
+            n += 1;
+            table.entries[..n].sort_by_key(|e| e.start);
+        }
         table.count = n as u32;
-        let layout = table.entries[..n]
+        let mut layout: Vec<Placed> = table.entries[..n]
             .iter()
             .map(|e| (e.start, e.end, e.bias, e.first_row, e.row_count))
             .collect();
+        if let Some(jit) = self.jit.get(&maps.pid()) {
+            layout.push((u64::MAX, jit.version, 0, 0, 0));
+        }
         let next = self.generation.wrapping_add(1);
         // Exec churn gives every process a new (randomised) layout: forget old ones rather
         // than grow; a forgotten layout seen again just gets a fresh generation.
@@ -260,6 +371,53 @@ fn load_segments(bytes: &[u8]) -> Vec<(u64, u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unwind::jit::{JitCode, JitFrame, jit_rows};
+
+    #[test]
+    fn jit_rows_alternate_between_two_regions_and_each_rewrite_is_a_new_layout() {
+        let mut tables = UnwindTables::default();
+        let maps = ProcessMaps::new(4242);
+        let code = |size_words| {
+            jit_rows(&[JitCode {
+                start: 0x7000_0000,
+                end: 0x7000_0100,
+                frame: JitFrame::Fixed {
+                    complete: 0x7000_0010,
+                    size_words,
+                },
+            }])
+        };
+        let (base, end, rows) = code(4);
+        assert!(tables.set_jit(4242, base, end, &rows));
+        let first = tables.proc_mappings(&maps);
+        assert_eq!(first.count, 1);
+        let e = first.entries[0];
+        assert_eq!((e.start, e.end, e.bias), (0x7000_0000, 0x7000_0100, 0x7000_0000));
+        let row = tables.find_row(&first, 0x7000_0020).expect("a row");
+        assert_eq!(row.cfa_offset, 32);
+        tables.mark_uploaded();
+        assert!(tables.pending_chunks().is_empty());
+
+        // The cache changed: the other region is written (and its chunk re-uploaded) while
+        // the kernel may still read the first; the new table points at it.
+        let (base, end, rows) = code(6);
+        assert!(tables.set_jit(4242, base, end, &rows));
+        assert_eq!(tables.pending_chunks().len(), 1);
+        let second = tables.proc_mappings(&maps);
+        assert_ne!(second.entries[0].first_row, e.first_row);
+        assert_ne!(second.generation, first.generation);
+        assert_eq!(tables.find_row(&first, 0x7000_0020).expect("old").cfa_offset, 32);
+        assert_eq!(tables.find_row(&second, 0x7000_0020).expect("new").cfa_offset, 48);
+        // Back to the first region's rows, yet a new layout: cached lookups of the old one
+        // must not be used.
+        let (base, end, rows) = code(4);
+        tables.set_jit(4242, base, end, &rows);
+        let third = tables.proc_mappings(&maps);
+        assert_eq!(third.entries[0].first_row, e.first_row);
+        assert_ne!(third.generation, first.generation);
+        tables.forget_jit(4242);
+        assert_eq!(tables.proc_mappings(&maps).count, 0);
+    }
 
     #[test]
     fn a_mapping_gets_the_bias_of_its_segment() {

@@ -5,7 +5,7 @@
 
 use profiler_common::{
     MAX_STACK_DEPTH,
-    unwind::{ProcMappings, cfa_kind, rbp_kind},
+    unwind::{ProcMappings, cfa_kind, java_method_frame, rbp_kind},
 };
 
 use super::{
@@ -67,7 +67,22 @@ pub fn walk(
                 (ip, sp, bp) = (i, s, b);
                 continue;
             }
-            _ => {
+            other => {
+                // An interpreted Java frame is recorded as its method, as the kernel does,
+                // and its caller's stack pointer is the sender sp it saved.
+                let mut sender_sp = None;
+                if let Some((cfa_kind::HOTSPOT_INTERPRETER, r)) = other {
+                    if let Some(method) = read(bp.wrapping_add(r.cfa_offset as i64 as u64))
+                        && method != 0
+                        && let Some(last) = frames.last_mut()
+                    {
+                        *last = java_method_frame(method);
+                    }
+                    if r.rbp_offset != 0 {
+                        sender_sp = read(bp.wrapping_add(r.rbp_offset as i64 as u64))
+                            .filter(|&s| s >= bp + 16 && s - bp < 1 << 20);
+                    }
+                }
                 // Frame pointers: [rbp] is the caller's rbp, [rbp + 8] the return address.
                 if bp == 0 || bp & 7 != 0 || bp < sp {
                     break;
@@ -78,7 +93,7 @@ pub fn walk(
                 if ra == 0 {
                     break;
                 }
-                (ip, sp, bp) = (ra, bp + 16, next_bp);
+                (ip, sp, bp) = (ra, sender_sp.unwrap_or(bp + 16), next_bp);
                 continue;
             }
         };

@@ -1,0 +1,187 @@
+//! A JVM target's code cache, followed through the capture: rows for the in-kernel unwinder
+//! (`unwind::jit`) and names for the symbolizer, both from the JVM's own structures
+//! (`jvm`: vmStructs), so a stock JVM needs no flags, no agent and no restart.
+//!
+//! The cache is read when the JVM is found and then at most once a second while it changes;
+//! each read replaces the process's JIT rows and adds the names of the code it found to what
+//! was seen before, so code compiled, recompiled or freed during the capture stays named.
+//! What one read cannot see: code compiled and freed between two reads (its frames stay
+//! unnamed and are counted), and memory that held one method and then another (the later
+//! name wins; counted, the report says names could be stale).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    time::{Duration, Instant},
+};
+
+use profiler_common::unwind::{UnwindRow, java_method_of};
+
+use crate::{
+    jvm::{BlobKind, Jvm},
+    symbolize::perfmap::PerfMap,
+    unwind::jit::{JitCode, JitFrame, jit_rows},
+};
+
+/// Reads of an unchanged cache are skipped; a changing one is read at most this often.
+const READ_EVERY: Duration = Duration::from_secs(1);
+
+pub struct HotSpot {
+    jvm: Jvm,
+    /// Named code seen during the capture: start → (end, name).
+    code: BTreeMap<u64, (u64, String)>,
+    /// Starts whose code was seen under two different names.
+    pub reused: usize,
+    /// What the last read found, to tell whether the cache changed.
+    last: u64,
+    last_read: Option<Instant>,
+    pub reads: u32,
+    pub read_secs: f64,
+    /// The last read's failure, if any.
+    pub error: Option<String>,
+    /// `Method*` → name, resolved once.
+    methods: HashMap<u64, String>,
+}
+
+impl std::fmt::Debug for HotSpot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HotSpot")
+            .field("code", &self.code.len())
+            .field("reads", &self.reads)
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+/// New rows for the process: relative to `base`, covering `[base, end)`.
+pub struct JitUpdate {
+    pub base: u64,
+    pub end: u64,
+    pub rows: Vec<UnwindRow>,
+}
+
+impl HotSpot {
+    /// Whether `pid` runs a HotSpot JVM (maps `libjvm.so`); `None` also when its structures
+    /// cannot be read (said in the log: its Java frames then unwind as before, by frame
+    /// pointers).
+    pub fn attach(pid: u32) -> Option<Self> {
+        match Jvm::attach(pid) {
+            Ok(Some(jvm)) => Some(Self {
+                jvm,
+                code: BTreeMap::new(),
+                reused: 0,
+                last: 0,
+                last_read: None,
+                reads: 0,
+                read_secs: 0.0,
+                error: None,
+                methods: HashMap::new(),
+            }),
+            Ok(None) => None,
+            Err(e) => {
+                log::warn!("process {pid} maps libjvm.so but its structures are unreadable: {e}");
+                None
+            }
+        }
+    }
+
+    /// Reads the code cache if it is time to; the rows when they changed.
+    pub fn refresh(&mut self) -> Option<JitUpdate> {
+        if self
+            .last_read
+            .is_some_and(|at| at.elapsed() < READ_EVERY)
+        {
+            return None;
+        }
+        let started = Instant::now();
+        self.last_read = Some(started);
+        let blobs = match self.jvm.code_blobs() {
+            Ok(b) => b,
+            Err(e) => {
+                self.error = Some(e.to_string());
+                return None;
+            }
+        };
+        self.reads += 1;
+        let (interp_start, interp_end) = self.jvm.interpreter();
+        let method_offset = self.jvm.interpreter_method_offset_words() * 8;
+        let sender_sp_offset = (self.jvm.interpreter_sender_sp_offset_words() * 8) as i16;
+        let mut fingerprint = profiler_common::HASH_SEED;
+        let mut code = Vec::with_capacity(blobs.len() + 1);
+        if interp_end > interp_start {
+            code.push(JitCode {
+                start: interp_start,
+                end: interp_end,
+                frame: JitFrame::Interpreter {
+                    method_offset,
+                    sender_sp_offset,
+                },
+            });
+        }
+        for b in &blobs {
+            fingerprint = profiler_common::hash_step(fingerprint, b.start);
+            fingerprint = profiler_common::hash_step(fingerprint, b.end);
+            fingerprint = profiler_common::hash_step(fingerprint, u64::from(b.frame_size_words));
+            let frame = match b.kind {
+                // Covered by its own range above (the blob holds more than the templates).
+                BlobKind::Interpreter => continue,
+                _ if b.frame_size_words > 0 => JitFrame::Fixed {
+                    complete: b.frame_complete,
+                    size_words: b.frame_size_words,
+                },
+                _ => JitFrame::FramePointer,
+            };
+            code.push(JitCode {
+                start: b.start,
+                end: b.end,
+                frame,
+            });
+            if !b.name.is_empty() {
+                match self.code.insert(b.start, (b.end, b.name.clone())) {
+                    Some((_, old)) if old != b.name => self.reused += 1,
+                    _ => {}
+                }
+            }
+        }
+        self.read_secs += started.elapsed().as_secs_f64();
+        if fingerprint == self.last {
+            return None;
+        }
+        self.last = fingerprint;
+        let (base, end, rows) = jit_rows(&code);
+        Some(JitUpdate { base, end, rows })
+    }
+
+    /// One more read after the window, for the names of code compiled since the last one.
+    pub fn last_look(&mut self) {
+        self.last_read = None;
+        let _ = self.refresh();
+    }
+
+    /// Names for the symbolizer: the code seen, and the interpreted methods of `frames` (the
+    /// process's user frames; others are ignored). Unresolvable methods are left out.
+    pub fn names(&mut self, frames: impl IntoIterator<Item = u64>) -> PerfMap {
+        let mut entries: Vec<(u64, u64, String)> = self
+            .code
+            .iter()
+            .map(|(&start, (end, name))| (start, *end, name.clone()))
+            .collect();
+        for frame in frames {
+            let Some(method) = java_method_of(frame) else {
+                continue;
+            };
+            if !self.methods.contains_key(&method) {
+                match self.jvm.method_name(method) {
+                    Ok(name) => {
+                        self.methods.insert(method, name);
+                    }
+                    Err(e) => {
+                        log::debug!("method {method:#x} not named: {e}");
+                        continue;
+                    }
+                }
+            }
+            entries.push((frame, frame + 1, self.methods[&method].clone()));
+        }
+        PerfMap::from_entries(entries)
+    }
+}

@@ -1,0 +1,187 @@
+//! A HotSpot JVM's code cache → unwind rows, so compiled Java frames unwind without frame
+//! pointers and interpreted ones are named by their method. The JVM's own structures say
+//! where each piece of code is and how big its frame is (read by `crate::jvm`); here each
+//! piece becomes rows in the same format as a file's `.eh_frame` rows, so the kernel needs
+//! no HotSpot-specific search, only one rule for the interpreter.
+//!
+//! HotSpot's x86_64 frames (`frame_x86.cpp`, `sender_for_compiled_frame`):
+//! - compiled code (nmethods, runtime stubs) builds a fixed-size frame in its prologue:
+//!   `frame_size` words from the stack pointer to the caller's stack pointer, the return
+//!   address in the last word and the caller's rbp in the one below it, whether or not
+//!   `-XX:+PreserveFramePointer` also makes rbp a frame pointer. Before the frame is complete
+//!   (the verified entry, the stack bang) only the return address is on the stack.
+//! - the template interpreter links its frames through rbp, always, and keeps the `Method*`
+//!   it runs at a fixed slot below rbp.
+//! - everything else (the call stub, adapters, buffer blobs with several stubs inside) has no
+//!   single rule: frame pointers, as for code without rows.
+
+use profiler_common::unwind::{UnwindRow, cfa_kind, rbp_kind};
+
+/// One piece of the code cache as the unwinder needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JitCode {
+    pub start: u64,
+    pub end: u64,
+    pub frame: JitFrame,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JitFrame {
+    /// A fixed frame of `size_words` words, complete from `complete` on.
+    Fixed { complete: u64, size_words: u32 },
+    /// The template interpreter: the `Method*` at rbp + `method_offset` bytes, the caller's
+    /// stack pointer at rbp + `sender_sp_offset` bytes.
+    Interpreter {
+        method_offset: i32,
+        sender_sp_offset: i16,
+    },
+    /// No rule: frame pointers.
+    FramePointer,
+}
+
+/// Rows for `code` (any order; overlapping pieces are dropped), relative to the returned base
+/// (the lowest start), covering `[base, end)` with `NO_INFO` everywhere between pieces.
+/// Empty when nothing has a rule or the cache spans more than a row's 32-bit pc.
+pub fn jit_rows(code: &[JitCode]) -> (u64, u64, Vec<UnwindRow>) {
+    let mut code: Vec<&JitCode> = code
+        .iter()
+        .filter(|c| c.end > c.start && c.frame != JitFrame::FramePointer)
+        .collect();
+    code.sort_by_key(|c| c.start);
+    let (Some(first), Some(end)) = (code.first(), code.iter().map(|c| c.end).max()) else {
+        return (0, 0, Vec::new());
+    };
+    let base = first.start;
+    if end - base > u64::from(u32::MAX) {
+        return (0, 0, Vec::new());
+    }
+    let pc = |addr: u64| (addr - base) as u32;
+    let mut rows = Vec::with_capacity(code.len() * 3);
+    let mut covered_to = base;
+    for c in code {
+        if c.start < covered_to {
+            // Overlaps the previous piece: the cache changed while it was read.
+            continue;
+        }
+        match c.frame {
+            JitFrame::Interpreter {
+                method_offset,
+                sender_sp_offset,
+            } => rows.push(UnwindRow {
+                pc: pc(c.start),
+                cfa_offset: method_offset,
+                rbp_offset: sender_sp_offset,
+                cfa_kind: cfa_kind::HOTSPOT_INTERPRETER,
+                rbp_kind: rbp_kind::UNCHANGED,
+            }),
+            JitFrame::Fixed {
+                complete,
+                size_words,
+            } => {
+                // Frames beyond 2 GiB or without the two words of linkage are not frames.
+                let Ok(size) = i32::try_from(u64::from(size_words) * 8) else {
+                    continue;
+                };
+                if size < 16 {
+                    continue;
+                }
+                if complete > c.start {
+                    rows.push(UnwindRow {
+                        pc: pc(c.start),
+                        cfa_offset: 8,
+                        rbp_offset: 0,
+                        cfa_kind: cfa_kind::RSP,
+                        rbp_kind: rbp_kind::UNCHANGED,
+                    });
+                }
+                if complete < c.end {
+                    rows.push(UnwindRow {
+                        pc: pc(complete.max(c.start)),
+                        cfa_offset: size,
+                        rbp_offset: -16,
+                        cfa_kind: cfa_kind::RSP,
+                        rbp_kind: rbp_kind::AT_CFA_OFFSET,
+                    });
+                }
+            }
+            JitFrame::FramePointer => continue,
+        }
+        rows.push(UnwindRow {
+            pc: pc(c.end),
+            cfa_offset: 0,
+            rbp_offset: 0,
+            cfa_kind: cfa_kind::NO_INFO,
+            rbp_kind: rbp_kind::UNCHANGED,
+        });
+        covered_to = c.end;
+    }
+    (base, end, rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unwind::find_row;
+
+    #[test]
+    fn compiled_code_gets_its_frame_after_the_prologue_and_gaps_fall_back() {
+        let code = [
+            JitCode {
+                start: 0x2000,
+                end: 0x2100,
+                frame: JitFrame::Interpreter {
+                    method_offset: -24,
+                    sender_sp_offset: -8,
+                },
+            },
+            JitCode {
+                start: 0x1000,
+                end: 0x1080,
+                frame: JitFrame::Fixed {
+                    complete: 0x1010,
+                    size_words: 6,
+                },
+            },
+            JitCode {
+                start: 0x1100,
+                end: 0x1200,
+                frame: JitFrame::FramePointer,
+            },
+        ];
+        let (base, end, rows) = jit_rows(&code);
+        assert_eq!((base, end), (0x1000, 0x2100));
+        let at = |addr: u64| *find_row(&rows, (addr - base) as u32).expect("row");
+        assert_eq!(
+            (at(0x1000).cfa_kind, at(0x1000).cfa_offset),
+            (cfa_kind::RSP, 8)
+        );
+        let body = at(0x1040);
+        assert_eq!((body.cfa_kind, body.cfa_offset), (cfa_kind::RSP, 48));
+        assert_eq!((body.rbp_kind, body.rbp_offset), (rbp_kind::AT_CFA_OFFSET, -16));
+        assert_eq!(at(0x1080).cfa_kind, cfa_kind::NO_INFO);
+        assert_eq!(at(0x1150).cfa_kind, cfa_kind::NO_INFO);
+        let interp = at(0x20f0);
+        assert_eq!(
+            (interp.cfa_kind, interp.cfa_offset, interp.rbp_offset),
+            (cfa_kind::HOTSPOT_INTERPRETER, -24, -8)
+        );
+    }
+
+    #[test]
+    fn overlapping_or_frameless_pieces_are_left_to_frame_pointers() {
+        let fixed = |start, end, size_words| JitCode {
+            start,
+            end,
+            frame: JitFrame::Fixed {
+                complete: start,
+                size_words,
+            },
+        };
+        let (_, _, rows) = jit_rows(&[fixed(0x1000, 0x1100, 4), fixed(0x1080, 0x1200, 4)]);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        let (_, _, rows) = jit_rows(&[fixed(0x1000, 0x1100, 1)]);
+        assert!(rows.is_empty());
+        let (_, _, rows) = jit_rows(&[fixed(0x1000, 0x1000 + (1 << 33), 4), fixed(0, 8, 4)]);
+        assert!(rows.is_empty());
+    }
+}
