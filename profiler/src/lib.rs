@@ -9,6 +9,7 @@ pub mod cli;
 pub mod diff;
 pub mod drain;
 pub mod fold;
+pub mod jvm;
 pub mod kernel;
 pub mod launch;
 pub mod model;
