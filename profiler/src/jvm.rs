@@ -487,7 +487,7 @@ struct Layout {
     nmethod_test: NmethodTest,
     /// `nmethod::_method` (JDK 17: `CompiledMethod::_method`).
     nmethod_method: Field,
-    /// Bytes of a blob's header read to decode it.
+    /// Bytes of the header every blob has (an nmethod's `_method` lies beyond).
     blob_header: u64,
     method_const: Field,
     const_constants: Field,
@@ -528,17 +528,11 @@ impl Layout {
         let blob_size = f("CodeBlob", "_size")?;
         let blob_frame_complete = f("CodeBlob", "_frame_complete_offset")?;
         let blob_frame_size = f("CodeBlob", "_frame_size")?;
-        let mut blob_header = [
-            blob_name,
-            blob_size,
-            blob_frame_complete,
-            blob_frame_size,
-            nmethod_method,
-        ]
-        .iter()
-        .map(|f| f.end())
-        .max()
-        .unwrap_or(0);
+        let mut blob_header = [blob_name, blob_size, blob_frame_complete, blob_frame_size]
+            .iter()
+            .map(|f| f.end())
+            .max()
+            .unwrap_or(0);
         blob_header = blob_header.max(match blob_code {
             CodeRange::Pointers { begin, end } => begin.end().max(end.end()),
             CodeRange::Offsets { code, data } => code.end().max(data.end()),
@@ -641,7 +635,8 @@ pub struct CodeBlob {
     /// First instruction at which the frame is complete (`_frame_complete_offset` counts
     /// from the code's start). Blobs whose frame is never complete get `end`.
     pub frame_complete: u64,
-    /// Size of the blob's frame in 8-byte words, the return address included.
+    /// Size of the blob's frame in 8-byte words, the return address included; 0 where the
+    /// JVM records none (the interpreter, C1's frameless stubs).
     pub frame_size_words: u32,
     pub kind: BlobKind,
     /// The blob's name; for nmethods the Java method's (`JitWork.leaf`) when it could be read.
@@ -877,18 +872,27 @@ impl Jvm {
         } else {
             end
         };
-        let frame_size_words = u32::try_from(l.blob_frame_size.get(buf, at)?).ok()?;
+        // C1's frameless runtime stubs record -1.
+        let frame_size_words = u32::try_from(l.blob_frame_size.get(buf, at)?).unwrap_or(0);
         let name_ptr = l.blob_name.get(buf, at)? as u64;
         let is_nmethod_kind = match l.nmethod_test {
             NmethodTest::Kind { kind, nmethod } => Some(kind.get(buf, at)? == nmethod),
             NmethodTest::Name => None,
         };
-        let method = l.nmethod_method.get(buf, at)? as u64;
         let blob_name = self.blob_name(name_ptr);
         // JDK 17 names compiled Java methods "nmethod" and native method wrappers
         // "native nmethod"; both are nmethods with a Method*.
         let is_nmethod = is_nmethod_kind
             .unwrap_or_else(|| blob_name == "nmethod" || blob_name == "native nmethod");
+        // Only nmethods have the field, beyond the header every blob has.
+        let method = match self.layout.nmethod_method.get(&self.heap, at) {
+            Some(m)
+                if is_nmethod && at + self.layout.nmethod_method.end() as usize <= block_end =>
+            {
+                m as u64
+            }
+            _ => 0,
+        };
         let (kind, name) = if is_nmethod && method != 0 {
             // A method whose name cannot be read (being unloaded) keeps the blob's name.
             let name = self.method_name(method).unwrap_or(blob_name);
