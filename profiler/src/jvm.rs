@@ -661,7 +661,7 @@ pub struct Jvm {
     methods: HashMap<u64, String>,
     /// Blob names by the address of their C string (they are static strings in libjvm).
     blob_names: HashMap<u64, String>,
-    /// Buffers kept between calls to `code_blobs`.
+    /// Buffers kept between calls to `code_blobs` (segment map; block headers or heap span).
     segmap: Vec<u8>,
     heap: Vec<u8>,
 }
@@ -778,8 +778,10 @@ impl Jvm {
         Ok(blobs)
     }
 
-    /// The used blocks of one CodeHeap: its segment map says where blocks start, one read of
-    /// the heap's used span gives every header.
+    /// The used blocks of one CodeHeap. Its segment map (a byte per segment) says where
+    /// blocks may start; the headers there are gathered with a few `process_vm_readv` calls
+    /// (a thousand headers each), or, if that fails, read with the whole used span of the
+    /// heap. Each header's length then says where the next block starts.
     fn heap_blobs(&mut self, heap: u64, blobs: &mut Vec<CodeBlob>) -> Result<(), JvmError> {
         let l = &self.layout;
         let mut h = vec![0u8; l.heap_size as usize];
@@ -809,88 +811,155 @@ impl Jvm {
             return Ok(());
         };
         let used = ((last as u64 + 1) << log2) as usize;
-        self.heap.resize(used, 0);
-        for (i, chunk) in self.heap.chunks_mut(READ_CHUNK).enumerate() {
-            self.mem.read(low + (i * READ_CHUNK) as u64, chunk)?;
-        }
-
+        // A block starts where the map holds 0 (a large block may hold more zeros inside:
+        // its header's length skips them).
+        let starts: Vec<usize> = (0..=last).filter(|&s| self.segmap[s] == 0).collect();
         let (block_length, block_used, block_size) = (l.block_length, l.block_used, l.block_size);
-        let mut seg = 0usize;
-        while seg <= last {
-            if self.segmap[seg] != 0 {
-                // Free, or (in a map changing under us) the middle of a block.
-                seg += 1;
+        // Bytes read per block: the block header, the blob header, an nmethod's `_method`.
+        let header =
+            (block_size + l.blob_header.max(l.nmethod_method.end())).next_multiple_of(8) as usize;
+
+        let mut buf = std::mem::take(&mut self.heap);
+        let gathered = self.gather(low, log2, used, &starts, header, &mut buf);
+        if !gathered {
+            buf.resize(used, 0);
+            for (i, chunk) in buf.chunks_mut(READ_CHUNK).enumerate() {
+                if let Err(e) = self.mem.read(low + (i * READ_CHUNK) as u64, chunk) {
+                    self.heap = buf;
+                    return Err(e);
+                }
+            }
+        }
+        let mut next = 0usize;
+        for (k, &seg) in starts.iter().enumerate() {
+            if seg < next {
+                // Inside the previous block.
                 continue;
             }
             let at = seg << log2;
-            let length = block_length.get(&self.heap, at).unwrap_or(0) as usize;
-            let in_use = block_used.get(&self.heap, at).unwrap_or(0) != 0;
+            let block = if gathered {
+                &buf[k * header..(k + 1) * header]
+            } else {
+                &buf[at..used]
+            };
+            let length = block_length.get(block, 0).unwrap_or(0) as usize;
+            let in_use = block_used.get(block, 0).unwrap_or(0) != 0;
             if length == 0 || seg + length > last + 1 {
-                seg += 1;
+                // Torn by the JVM changing the heap: look at the next start.
                 continue;
             }
+            next = seg + length;
             if in_use {
-                let blob_at = at + block_size as usize;
-                let block_end = (seg + length) << log2;
-                if let Some(blob) = self.decode_blob(low, blob_at, block_end) {
+                let addr = low + (at as u64) + block_size;
+                let room = (length << log2) - block_size as usize;
+                if let Some(b) = block.get(block_size as usize..)
+                    && let Some(blob) = self.decode_blob(addr, b, room)
+                {
                     blobs.push(blob);
                 }
             }
-            seg += length;
         }
+        self.heap = buf;
         Ok(())
     }
 
-    /// The blob whose header is at `at` in the heap buffer (the heap starting at `low`), if
-    /// it fits its block.
-    fn decode_blob(&mut self, low: u64, at: usize, block_end: usize) -> Option<CodeBlob> {
+    /// Reads `header` bytes at each block start (a segment index) into `buf`, one after the
+    /// other, with `process_vm_readv` (up to 1024 pieces a call). False if a call fails or
+    /// reads short: the caller falls back to reading the whole span.
+    fn gather(
+        &self,
+        low: u64,
+        log2: i64,
+        used: usize,
+        starts: &[usize],
+        header: usize,
+        buf: &mut Vec<u8>,
+    ) -> bool {
+        const IOV_MAX: usize = 1024;
+        buf.clear();
+        buf.resize(starts.len() * header, 0);
+        for (batch, chunk) in starts.chunks(IOV_MAX).zip(buf.chunks_mut(IOV_MAX * header)) {
+            let mut local = Vec::with_capacity(batch.len());
+            let mut remote = Vec::with_capacity(batch.len());
+            let mut want = 0;
+            for (&seg, piece) in batch.iter().zip(chunk.chunks_mut(header)) {
+                let at = seg << log2;
+                // The last block may end closer than `header`: never read past the span.
+                let len = header.min(used - at);
+                local.push(libc::iovec {
+                    iov_base: piece.as_mut_ptr().cast(),
+                    iov_len: len,
+                });
+                remote.push(libc::iovec {
+                    iov_base: (low + at as u64) as *mut libc::c_void,
+                    iov_len: len,
+                });
+                want += len;
+            }
+            // SAFETY: every local iovec points into `chunk`, alive and exclusively borrowed
+            // for the call; the remote ones are only read by the kernel from the target.
+            let got = unsafe {
+                libc::process_vm_readv(
+                    self.pid as libc::pid_t,
+                    local.as_ptr(),
+                    local.len() as libc::c_ulong,
+                    remote.as_ptr(),
+                    remote.len() as libc::c_ulong,
+                    0,
+                )
+            };
+            if got < 0 || got as usize != want {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The blob at `addr`, its header at the start of `buf`, `room` bytes left in its block;
+    /// None if it does not fit its block.
+    fn decode_blob(&mut self, addr: u64, buf: &[u8], room: usize) -> Option<CodeBlob> {
         let l = &self.layout;
-        let buf = &self.heap;
-        if at + l.blob_header as usize > block_end {
+        if l.blob_header as usize > room {
             return None;
         }
-        let addr = low + at as u64;
-        let size = l.blob_size.get(buf, at)?;
-        if size <= 0 || at + size as usize > block_end {
+        let size = l.blob_size.get(buf, 0)?;
+        if size <= 0 || size as usize > room {
             return None;
         }
         let (start, end) = match l.blob_code {
             CodeRange::Pointers { begin, end } => {
-                (begin.get(buf, at)? as u64, end.get(buf, at)? as u64)
+                (begin.get(buf, 0)? as u64, end.get(buf, 0)? as u64)
             }
             CodeRange::Offsets { code, data } => (
-                addr.checked_add(code.get(buf, at)? as u64)?,
-                addr.checked_add(data.get(buf, at)? as u64)?,
+                addr.checked_add(code.get(buf, 0)? as u64)?,
+                addr.checked_add(data.get(buf, 0)? as u64)?,
             ),
         };
         if start < addr || end < start || end > addr + size as u64 {
             return None;
         }
-        let complete = l.blob_frame_complete.get(buf, at)?;
+        let complete = l.blob_frame_complete.get(buf, 0)?;
         let frame_complete = if complete >= 0 {
             (start + complete as u64).min(end)
         } else {
             end
         };
         // C1's frameless runtime stubs record -1.
-        let frame_size_words = u32::try_from(l.blob_frame_size.get(buf, at)?).unwrap_or(0);
-        let name_ptr = l.blob_name.get(buf, at)? as u64;
+        let frame_size_words = u32::try_from(l.blob_frame_size.get(buf, 0)?).unwrap_or(0);
+        let name_ptr = l.blob_name.get(buf, 0)? as u64;
         let is_nmethod_kind = match l.nmethod_test {
-            NmethodTest::Kind { kind, nmethod } => Some(kind.get(buf, at)? == nmethod),
+            NmethodTest::Kind { kind, nmethod } => Some(kind.get(buf, 0)? == nmethod),
             NmethodTest::Name => None,
         };
+        let method_field = l.nmethod_method;
         let blob_name = self.blob_name(name_ptr);
         // JDK 17 names compiled Java methods "nmethod" and native method wrappers
         // "native nmethod"; both are nmethods with a Method*.
         let is_nmethod = is_nmethod_kind
             .unwrap_or_else(|| blob_name == "nmethod" || blob_name == "native nmethod");
         // Only nmethods have the field, beyond the header every blob has.
-        let method = match self.layout.nmethod_method.get(&self.heap, at) {
-            Some(m)
-                if is_nmethod && at + self.layout.nmethod_method.end() as usize <= block_end =>
-            {
-                m as u64
-            }
+        let method = match method_field.get(buf, 0) {
+            Some(m) if is_nmethod && method_field.end() as usize <= room => m as u64,
             _ => 0,
         };
         let (kind, name) = if is_nmethod && method != 0 {
