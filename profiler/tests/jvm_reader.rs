@@ -106,6 +106,34 @@ fn perf_map(pid: u32) -> HashMap<u64, (u64, String)> {
         .collect()
 }
 
+/// The code before `frame_complete` allocates the frame `frame_size_words` says (x86_64
+/// prologue of C1 and C2: `push rbp; sub rsp, (size - 2) * 8`, or `sub rsp, (size - 1) * 8`
+/// and rbp stored in the frame): `frame_complete` counts from the code's start, and the size
+/// is the whole frame, return address included.
+fn builds_frame(pid: u32, b: &CodeBlob) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open the JVM's memory");
+    let mut code = vec![0u8; (b.frame_complete - b.start) as usize];
+    // Room for the windows to reach an instruction ending at frame_complete.
+    code.extend_from_slice(&[0; 6]);
+    let prologue = code.len() - 6;
+    mem.read_exact_at(&mut code[..prologue], b.start)
+        .expect("read the prologue");
+    let sizes = [
+        (b.frame_size_words as u64 - 2) * 8,
+        (b.frame_size_words as u64 - 1) * 8,
+    ];
+    code.windows(7).any(|w| {
+        // sub rsp, imm8 (48 83 ec ib) or sub rsp, imm32 (48 81 ec id)
+        let imm = match w {
+            [0x48, 0x83, 0xec, i, ..] => u64::from(*i),
+            [0x48, 0x81, 0xec, a, b, c, d] => u64::from(u32::from_le_bytes([*a, *b, *c, *d])),
+            _ => return false,
+        };
+        sizes.contains(&imm)
+    })
+}
+
 fn check(home: &str, version_prefix: &str) {
     let workload = start(home);
     let pid = workload.pid();
@@ -163,6 +191,10 @@ fn check(home: &str, version_prefix: &str) {
             assert!(
                 b.start < b.frame_complete && b.frame_complete < b.end,
                 "{b:x?}"
+            );
+            assert!(
+                builds_frame(pid, b),
+                "{b:x?}: no `sub rsp, (frame size - 1 or 2 words)` before frame_complete"
             );
         }
     }
