@@ -523,6 +523,14 @@ impl Layout {
             (Ok(kind), Some(&nmethod)) => NmethodTest::Kind { kind, nmethod },
             _ => NmethodTest::Name,
         };
+        let heap_size = vm.size_of(pid, "CodeHeap")?;
+        let block_size = vm.size_of(pid, "HeapBlock")?;
+        if heap_size > 64 << 10 || block_size > 64 {
+            return Err(JvmError::Invalid {
+                pid,
+                what: format!("sizeof(CodeHeap) {heap_size}, sizeof(HeapBlock) {block_size}"),
+            });
+        }
         let nmethod_method = f("nmethod", "_method").or_else(|_| f("CompiledMethod", "_method"))?;
         let blob_name = f("CodeBlob", "_name")?;
         let blob_size = f("CodeBlob", "_size")?;
@@ -563,13 +571,13 @@ impl Layout {
             heaps: vm.static_address(pid, "CodeCache", "_heaps")?,
             array_len: f("GrowableArrayBase", "_len")?,
             array_data: f("GrowableArray<int>", "_data")?,
-            heap_size: vm.size_of(pid, "CodeHeap")?,
+            heap_size,
             heap_memory: vm.entry(pid, "CodeHeap", "_memory")?.offset,
             heap_segmap: vm.entry(pid, "CodeHeap", "_segmap")?.offset,
             heap_log2_segment: f("CodeHeap", "_log2_segment_size")?,
             space_low_boundary: f("VirtualSpace", "_low_boundary")?,
             space_high: f("VirtualSpace", "_high")?,
-            block_size: vm.size_of(pid, "HeapBlock")?,
+            block_size,
             block_length: shifted(
                 f("HeapBlock::Header", "_length")?,
                 vm.entry(pid, "HeapBlock", "_header")?.offset,
@@ -755,12 +763,13 @@ impl Jvm {
             return Ok(Vec::new());
         }
         let mut buf = [0u8; 32];
-        self.mem.read(
-            array,
-            &mut buf[..l.array_len.end().max(l.array_data.end()) as usize],
-        )?;
-        let len = l.array_len.get(&buf, 0).unwrap_or(0);
-        let data = l.array_data.get(&buf, 0).unwrap_or(0) as u64;
+        let need = l.array_len.end().max(l.array_data.end()) as usize;
+        let buf = buf
+            .get_mut(..need)
+            .ok_or_else(|| self.mem.invalid("GrowableArray layout".into()))?;
+        self.mem.read(array, buf)?;
+        let len = l.array_len.get(buf, 0).unwrap_or(0);
+        let data = l.array_data.get(buf, 0).unwrap_or(0) as u64;
         if !(0..=64).contains(&len) || (len > 0 && data == 0) {
             return Err(self
                 .mem
@@ -851,8 +860,8 @@ impl Jvm {
             next = seg + length;
             if in_use {
                 let addr = low + (at as u64) + block_size;
-                let room = (length << log2) - block_size as usize;
-                if let Some(b) = block.get(block_size as usize..)
+                if let Some(room) = (length << log2).checked_sub(block_size as usize)
+                    && let Some(b) = block.get(block_size as usize..)
                     && let Some(blob) = self.decode_blob(addr, b, room)
                 {
                     blobs.push(blob);
