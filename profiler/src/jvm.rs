@@ -99,7 +99,11 @@ impl Memory {
     }
 }
 
+/// The little-endian integer of `size` (at most 8) bytes at `at`, if `buf` holds it.
 fn le(buf: &[u8], at: usize, size: usize) -> Option<u64> {
+    if size > 8 {
+        return None;
+    }
     let b = buf.get(at..at.checked_add(size)?)?;
     let mut v = [0u8; 8];
     v[..size].copy_from_slice(b);
@@ -204,7 +208,7 @@ impl Libjvm {
             .filter(|s| s.is_definition())
             .filter_map(|s| {
                 let name = s.name().ok()?;
-                (name.starts_with("gHotSpot") || name.starts_with("_ZTV"))
+                name.starts_with("gHotSpot")
                     .then(|| (name.to_string(), s.address().wrapping_add(bias)))
             })
             .collect();
