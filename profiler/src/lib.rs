@@ -10,6 +10,7 @@ pub mod diff;
 pub mod drain;
 pub mod fold;
 pub mod hotspot;
+pub mod jvm;
 pub mod kernel;
 pub mod launch;
 pub mod model;
