@@ -86,10 +86,7 @@ impl HotSpot {
 
     /// Reads the code cache if it is time to; the rows when they changed.
     pub fn refresh(&mut self) -> Option<JitUpdate> {
-        if self
-            .last_read
-            .is_some_and(|at| at.elapsed() < READ_EVERY)
-        {
+        if self.last_read.is_some_and(|at| at.elapsed() < READ_EVERY) {
             return None;
         }
         let started = Instant::now();

@@ -19,10 +19,10 @@ use profiler_common::{
 };
 
 use crate::{
+    hotspot::HotSpot,
     model::{ProcessInfo, Profile},
     preflight::{self, PreflightError},
     probes::{ProbeError, Probes},
-    hotspot::HotSpot,
     symbolize::{
         perfmap::PerfMap,
         procmap::{MappingKind, ProcessMaps},
@@ -83,8 +83,7 @@ impl Target {
     /// After its mappings were (re)read: a JVM is found; a JVM's code cache is read again
     /// when due. Whether its JIT rows changed (its mapping table must be uploaded).
     fn follow_jit(&mut self, tables: &mut UnwindTables, mappings_read: bool) -> bool {
-        if mappings_read && self.hotspot.is_none() && self.maps.mappings().iter().any(is_libjvm)
-        {
+        if mappings_read && self.hotspot.is_none() && self.maps.mappings().iter().any(is_libjvm) {
             self.hotspot = HotSpot::attach(self.pid);
         }
         match self.hotspot.as_mut().and_then(HotSpot::refresh) {
@@ -398,17 +397,18 @@ impl TargetSet {
             .entries
             .iter()
             .map(|e| (e.pid, e.user_stack))
-            .chain(profile.wakers.iter().map(|w| (w.waker_pid, w.waker_user_stack)))
+            .chain(
+                profile
+                    .wakers
+                    .iter()
+                    .map(|w| (w.waker_pid, w.waker_user_stack)),
+            )
             .chain(profile.wakers.iter().map(|w| {
                 let wakee = profile.threads.get(&w.tid).map_or(0, |t| t.pid);
                 (wakee, w.user_stack)
             }));
         for (pid, stack) in stacks_of {
-            if self
-                .processes
-                .get(&pid)
-                .is_none_or(|t| t.hotspot.is_none())
-            {
+            if self.processes.get(&pid).is_none_or(|t| t.hotspot.is_none()) {
                 continue;
             }
             if let Some(frames) = profile.stacks.get(&stack) {

@@ -253,12 +253,12 @@ fn java_stacks(kind: Jvm) {
 }
 
 /// The heaviest lines, for failure messages.
-fn top<'a>(lines: &[&'a Line]) -> Vec<(u64, String)> {
+fn top(lines: &[&Line]) -> Vec<(u64, String)> {
     let mut v: Vec<(u64, String)> = lines
         .iter()
         .map(|l| (l.count, l.frames.join(";")))
         .collect();
-    v.sort_by(|a, b| b.0.cmp(&a.0));
+    v.sort_by_key(|e| std::cmp::Reverse(e.0));
     v.truncate(4);
     v
 }

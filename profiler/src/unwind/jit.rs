@@ -157,7 +157,10 @@ mod tests {
         );
         let body = at(0x1040);
         assert_eq!((body.cfa_kind, body.cfa_offset), (cfa_kind::RSP, 48));
-        assert_eq!((body.rbp_kind, body.rbp_offset), (rbp_kind::AT_CFA_OFFSET, -16));
+        assert_eq!(
+            (body.rbp_kind, body.rbp_offset),
+            (rbp_kind::AT_CFA_OFFSET, -16)
+        );
         assert_eq!(at(0x1080).cfa_kind, cfa_kind::NO_INFO);
         assert_eq!(at(0x1150).cfa_kind, cfa_kind::NO_INFO);
         let interp = at(0x20f0);

@@ -392,7 +392,10 @@ mod tests {
         let first = tables.proc_mappings(&maps);
         assert_eq!(first.count, 1);
         let e = first.entries[0];
-        assert_eq!((e.start, e.end, e.bias), (0x7000_0000, 0x7000_0100, 0x7000_0000));
+        assert_eq!(
+            (e.start, e.end, e.bias),
+            (0x7000_0000, 0x7000_0100, 0x7000_0000)
+        );
         let row = tables.find_row(&first, 0x7000_0020).expect("a row");
         assert_eq!(row.cfa_offset, 32);
         tables.mark_uploaded();
@@ -406,8 +409,20 @@ mod tests {
         let second = tables.proc_mappings(&maps);
         assert_ne!(second.entries[0].first_row, e.first_row);
         assert_ne!(second.generation, first.generation);
-        assert_eq!(tables.find_row(&first, 0x7000_0020).expect("old").cfa_offset, 32);
-        assert_eq!(tables.find_row(&second, 0x7000_0020).expect("new").cfa_offset, 48);
+        assert_eq!(
+            tables
+                .find_row(&first, 0x7000_0020)
+                .expect("old")
+                .cfa_offset,
+            32
+        );
+        assert_eq!(
+            tables
+                .find_row(&second, 0x7000_0020)
+                .expect("new")
+                .cfa_offset,
+            48
+        );
         // Back to the first region's rows, yet a new layout: cached lookups of the old one
         // must not be used.
         let (base, end, rows) = code(4);
