@@ -2,8 +2,8 @@
 //! (`unwind::jit`) and names for the symbolizer, both from the JVM's own structures
 //! (`jvm`: vmStructs), so a stock JVM needs no flags, no agent and no restart.
 //!
-//! The cache is read when the JVM is found and then at most once a second while it changes;
-//! each read replaces the process's JIT rows and adds the names of the code it found to what
+//! The cache is read when the JVM is found and then every tick, or less often when a read is
+//! costly (at most 2 % of a CPU, at least every 2 s); each read replaces the process's JIT rows and adds the names of the code it found to what
 //! was seen before, so code compiled, recompiled or freed during the capture stays named.
 //! What one read cannot see: code compiled and freed between two reads (its frames stay
 //! unnamed and are counted), and memory that held one method and then another (the later
@@ -22,8 +22,12 @@ use crate::{
     unwind::jit::{JitCode, JitFrame, jit_rows},
 };
 
-/// Reads of an unchanged cache are skipped; a changing one is read at most this often.
-const READ_EVERY: Duration = Duration::from_secs(1);
+/// Code the JIT just compiled unwinds by frame pointers until the next read (a compiled
+/// frame then hides its caller), so the cache is read often — every tick (0.2 s) for a small
+/// JVM — but a read costs at most 2 % of a CPU: a cache that takes 20 ms to read (8 000
+/// blobs) is read once a second, and never less often than every `READ_AT_LEAST`.
+const READ_COST_SHARE: u32 = 50;
+const READ_AT_LEAST: Duration = Duration::from_secs(2);
 
 pub struct HotSpot {
     jvm: Jvm,
@@ -34,6 +38,8 @@ pub struct HotSpot {
     /// What the last read found, to tell whether the cache changed.
     last: u64,
     last_read: Option<Instant>,
+    /// How long the last read took.
+    last_cost: Duration,
     pub reads: u32,
     pub read_secs: f64,
     /// The last read's failure, if any.
@@ -71,6 +77,7 @@ impl HotSpot {
                 reused: 0,
                 last: 0,
                 last_read: None,
+                last_cost: Duration::ZERO,
                 reads: 0,
                 read_secs: 0.0,
                 error: None,
@@ -86,7 +93,8 @@ impl HotSpot {
 
     /// Reads the code cache if it is time to; the rows when they changed.
     pub fn refresh(&mut self) -> Option<JitUpdate> {
-        if self.last_read.is_some_and(|at| at.elapsed() < READ_EVERY) {
+        let every = (self.last_cost * READ_COST_SHARE).min(READ_AT_LEAST);
+        if self.last_read.is_some_and(|at| at.elapsed() < every) {
             return None;
         }
         let started = Instant::now();
@@ -139,7 +147,8 @@ impl HotSpot {
                 }
             }
         }
-        self.read_secs += started.elapsed().as_secs_f64();
+        self.last_cost = started.elapsed();
+        self.read_secs += self.last_cost.as_secs_f64();
         if fingerprint == self.last {
             return None;
         }
