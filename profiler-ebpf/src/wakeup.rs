@@ -25,6 +25,7 @@ use crate::{
     stack,
     switch::load,
     targets::is_target,
+    tgid_offset,
 };
 
 /// `TP_PROTO(struct task_struct *p)` for both tracepoints.
@@ -45,14 +46,14 @@ pub fn sched_wakeup_new(ctx: BtfTracePointContext) -> u32 {
 
 #[inline(always)]
 fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
-    let cfg = config();
     let task: *const u8 = ctx.arg(ARG_TASK);
     // SAFETY: `task` is a live task_struct; offsets come from this kernel's BTF.
-    let tgid: u32 = unsafe { load(task, cfg.task_tgid_offset) };
+    let tgid: u32 = unsafe { load(task, tgid_offset()) };
     // Wakeups of every task on the machine come here: foreign ones leave now.
     if !is_target(tgid) || capture_start().is_none() {
         return;
     }
+    let cfg = config();
     // SAFETY: as above.
     let tid: u32 = unsafe { load(task, cfg.task_pid_offset) };
     // SAFETY: no preconditions.
