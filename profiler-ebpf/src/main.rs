@@ -55,6 +55,18 @@ fn config() -> Config {
     CONFIG.load()
 }
 
+/// `CONFIG.task_tgid_offset` alone, for the PID filter that every event on the machine runs:
+/// [`config`] is a volatile copy of the whole struct (~20 loads and spills), which foreign
+/// events, the great majority, paid for one field.
+#[inline(always)]
+fn tgid_offset() -> u32 {
+    // `Global` is `repr(transparent)` over the value.
+    let config = core::ptr::from_ref(&CONFIG).cast::<Config>();
+    // SAFETY: a field of the initialised, load-time-frozen global; a volatile read like
+    // `Global::load`, so the loader's value is read, not the compile-time default.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*config).task_tgid_offset)) }
+}
+
 #[cfg(not(test))]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {

@@ -45,6 +45,7 @@ use crate::{
     },
     stack,
     targets::is_target,
+    tgid_offset,
 };
 
 /// `-EEXIST`: another CPU inserted the same key first.
@@ -59,21 +60,22 @@ const ARG_PREV_STATE: usize = 3;
 
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
-    let cfg = config();
     // `prev` is the current task. Plain loads from both task arguments, no helper call: this
     // runs for every context switch on the machine.
     let prev: *const u8 = ctx.arg(ARG_PREV);
     let next: *const u8 = ctx.arg(ARG_NEXT);
+    let tgid_offset = tgid_offset();
     // SAFETY: both are live task_structs; the offset comes from this kernel's BTF.
-    let prev_tgid: u32 = unsafe { load(prev, cfg.task_tgid_offset) };
+    let prev_tgid: u32 = unsafe { load(prev, tgid_offset) };
     let prev_is_target = is_target(prev_tgid);
     // SAFETY: as above.
-    let next_tgid: u32 = unsafe { load(next, cfg.task_tgid_offset) };
+    let next_tgid: u32 = unsafe { load(next, tgid_offset) };
     let next_is_target = is_target(next_tgid);
     // Every context switch on the machine comes here: foreign ones leave now.
     if !prev_is_target && !next_is_target {
         return 0;
     }
+    let cfg = config();
     let Some(start_ns) = capture_start() else {
         return 0;
     };

@@ -11,7 +11,8 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
         bpf_probe_read_kernel,
     },
-    macros::btf_tracepoint,
+    macros::{btf_tracepoint, map},
+    maps::PerCpuArray,
     programs::BtfTracePointContext,
 };
 use profiler_common::{
@@ -25,6 +26,7 @@ use crate::{
     stack,
     switch::load,
     targets::is_target,
+    tgid_offset,
 };
 
 /// `TP_PROTO(struct task_struct *p)` for both tracepoints.
@@ -45,14 +47,14 @@ pub fn sched_wakeup_new(ctx: BtfTracePointContext) -> u32 {
 
 #[inline(always)]
 fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
-    let cfg = config();
     let task: *const u8 = ctx.arg(ARG_TASK);
     // SAFETY: `task` is a live task_struct; offsets come from this kernel's BTF.
-    let tgid: u32 = unsafe { load(task, cfg.task_tgid_offset) };
+    let tgid: u32 = unsafe { load(task, tgid_offset()) };
     // Wakeups of every task on the machine come here: foreign ones leave now.
     if !is_target(tgid) || capture_start().is_none() {
         return;
     }
+    let cfg = config();
     // SAFETY: as above.
     let tid: u32 = unsafe { load(task, cfg.task_pid_offset) };
     // SAFETY: no preconditions.
@@ -223,6 +225,13 @@ fn waker_stacks(ctx: &BtfTracePointContext, cfg: &Config, context: u32) -> (u64,
     }
 }
 
+/// This CPU's `__preempt_count` address (0 until this CPU's first wakeup of a target finds it).
+/// It is fixed per CPU, so it is found once: finding it is two dependent reads through the
+/// current task, which were two thirds of what telling a thread from an interrupt cost on
+/// every wakeup of a target.
+#[map]
+static PREEMPT_COUNT_ADDR: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
 /// Where this wakeup runs, from this CPU's preempt count. There is no helper for it and this
 /// loader has no typed ksyms, so it is found through a per-CPU variable whose address the
 /// current task leads to: `current->se.cfs_rq->rq` is this CPU's `runqueues`, and the per-CPU
@@ -232,24 +241,41 @@ fn context(cfg: &Config) -> u32 {
     if cfg.flags & config_flags::PREEMPT_COUNT == 0 {
         return waker_context::UNKNOWN;
     }
+    let Some(slot) = PREEMPT_COUNT_ADDR.get_ptr_mut(0) else {
+        return waker_context::UNKNOWN;
+    };
+    // SAFETY: this CPU's slot; a program interrupting this one on the CPU could only write
+    // the same address.
+    let mut count = unsafe { *slot };
+    if count == 0 {
+        let Some(found) = preempt_count_addr(cfg) else {
+            return waker_context::UNKNOWN;
+        };
+        count = found;
+        // SAFETY: as above.
+        unsafe { *slot = found };
+    }
+    // SAFETY: the helper faults safely on a bad address.
+    match unsafe { bpf_probe_read_kernel(count as *const u32) } {
+        Ok(count) => waker_context::from_preempt_count(count),
+        Err(_) => waker_context::UNKNOWN,
+    }
+}
+
+/// This CPU's `__preempt_count` address, through the current task's run queue (which is this
+/// CPU's: the current task runs here).
+#[inline(always)]
+fn preempt_count_addr(cfg: &Config) -> Option<u64> {
     // SAFETY: the current task; the helper faults safely on a bad address.
     let task = unsafe { bpf_get_current_task() };
     let read = |addr: u64| -> Option<u64> {
         // SAFETY: as above.
         unsafe { bpf_probe_read_kernel(addr as *const u64) }.ok()
     };
-    let Some(cfs_rq) = read(task.wrapping_add(u64::from(cfg.task_cfs_rq_offset))) else {
-        return waker_context::UNKNOWN;
-    };
-    let Some(rq) = read(cfs_rq.wrapping_add(u64::from(cfg.cfs_rq_rq_offset))) else {
-        return waker_context::UNKNOWN;
-    };
-    let count = rq
-        .wrapping_sub(u64::from(cfg.percpu_runqueues))
-        .wrapping_add(u64::from(cfg.percpu_preempt_count));
-    // SAFETY: as above.
-    match unsafe { bpf_probe_read_kernel(count as *const u32) } {
-        Ok(count) => waker_context::from_preempt_count(count),
-        Err(_) => waker_context::UNKNOWN,
-    }
+    let cfs_rq = read(task.wrapping_add(u64::from(cfg.task_cfs_rq_offset)))?;
+    let rq = read(cfs_rq.wrapping_add(u64::from(cfg.cfs_rq_rq_offset)))?;
+    Some(
+        rq.wrapping_sub(u64::from(cfg.percpu_runqueues))
+            .wrapping_add(u64::from(cfg.percpu_preempt_count)),
+    )
 }

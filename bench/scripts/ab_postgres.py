@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Side by side on one PostgreSQL backend: two BPF tools attached at once, so both see the
+same events under the same load, bpf_stats giving each program's time (run_time_ns/run_cnt,
+two `bpftool prog show` snapshots around the window). Each pair runs in both attach orders
+(the one attached second runs ~15-30 % cheaper here: the first has warmed the caches); the
+summary is the geometric mean of B/A over all runs.
+
+usage (root): ab_postgres.py BIN_A BIN_B PAIRS SECS [extra profiler args...]
+  BIN_A/BIN_B: profiler binaries, or a path ending in `offcputime` (libbpf-tools, -p PID).
+  env B_TARGET=PID: B profiles that process instead (e.g. an idle `sleep`: B's filter floor).
+  env ALL_TARGET=PID: both do.
+Needs a cluster at /tmp/wc-pg, port 55432 (initdb -A trust; pg_ctl -o "-p 55432 -k /tmp/wc-pg
+-c listen_addresses='' -c synchronous_commit=on"; pgbench -i -s 10); runs its own
+`pgbench -c 4 -j 2` and profiles its first backend. "TOTAL/switch" is all of a tool's
+programs' time per context switch on the machine (its sched_switch count).
+"""
+import json, os, signal, subprocess, sys, time, math
+A, B, pairs, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+extra = sys.argv[5:]
+D = "/tmp/wc-pg"
+def q(sql):
+    return subprocess.run(["psql", "-h", D, "-p", "55432", "-U", "postgres", "-Atc", sql, "postgres"],
+                          capture_output=True, text=True).stdout
+load = subprocess.Popen(["pgbench", "-h", D, "-p", "55432", "-U", "postgres", "-c", "4", "-j", "2", "-T", "100000", "postgres"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+try:
+    for _ in range(100):
+        pids = sorted(int(x) for x in q("select pid from pg_stat_activity where application_name='pgbench'").split())
+        if len(pids) == 4: break
+        time.sleep(0.1)
+    backend = pids[0]
+    open("/proc/sys/kernel/bpf_stats_enabled", "w").write("1")
+    owners = {}
+    def ids_of(pid):
+        ids = set()
+        for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+            try:
+                for l in open(f"/proc/{pid}/fdinfo/{fd}"):
+                    if l.startswith("prog_id:"): ids.add(int(l.split()[1]))
+            except Exception: pass
+        return ids
+    def progs():
+        out = json.loads(subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True).stdout)
+        r = {}
+        for p in out:
+            if p["id"] in owners:
+                r[(owners[p["id"]], p["name"])] = (p.get("run_time_ns", 0), p.get("run_cnt", 0))
+        return r
+    def start(binary, i):
+        if binary.endswith("offcputime"):
+            p = subprocess.Popen([binary, "-p", str(backend), "3600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(3)
+            return p
+        tgt = os.environ.get("B_TARGET") if binary == B and os.environ.get("B_TARGET") else str(backend)
+        if os.environ.get("ALL_TARGET"): tgt = os.environ["ALL_TARGET"]
+        p = subprocess.Popen([binary, "--pid", tgt, "--secs", "3600", "-o", f"/tmp/wc/ab-{i}.svg"] + extra,
+                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        for line in p.stderr:
+            if "capturing" in line: break
+        return p
+    res = {"A": [], "B": []}
+    logs = []
+    for pair in range(pairs):
+        for a_first in (True, False):
+            order = [("A", A), ("B", B)] if a_first else [("B", B), ("A", A)]
+            procs = {}
+            for i, (k, b) in enumerate(order):
+                procs[k] = start(b, i)
+            time.sleep(1)
+            owners.clear()
+            for p in procs.values():
+                for i in ids_of(p.pid): owners[i] = p.pid
+            s0 = progs(); t0 = time.time()
+            time.sleep(secs)
+            s1 = progs(); dt = time.time() - t0
+            for p in procs.values(): p.send_signal(signal.SIGINT)
+            for p in procs.values():
+                try: p.communicate(timeout=120)
+                except Exception: p.kill()
+            row = {}
+            for k, p in procs.items():
+                per = {}
+                for (pid, name), (t1, c1) in s1.items():
+                    if pid != p.pid: continue
+                    t0_, c0_ = s0.get((pid, name), (0, 0))
+                    per[name] = (t1 - t0_, c1 - c0_)
+                sw = per.get("sched_switch", (0, 1))[1] or 1
+                tot = sum(t for t, c in per.values())
+                row[k] = {n: (t / c if c else 0, c / dt, t / 1e6 / dt) for n, (t, c) in per.items()}
+                row[k]["TOTAL/switch"] = (tot / sw, sw / dt, tot / 1e6 / dt)
+            res["A"].append(row["A"]); res["B"].append(row["B"])
+            names = sorted(set(row["A"]) | set(row["B"]))
+            print(f"pair {pair+1} {'A' if a_first else 'B'} first:", flush=True)
+            for n in names:
+                a = row["A"].get(n, (0, 0, 0)); b = row["B"].get(n, (0, 0, 0))
+                if a[1] < 5 and n != "TOTAL/switch": continue
+                print(f"  {n:22} A {a[0]:7.0f} ns ({a[1]:7.0f}/s {a[2]:5.2f} ms/s)  B {b[0]:7.0f} ns ({b[2]:5.2f} ms/s)  B/A {b[0]/a[0] if a[0] else float('nan'):.3f}", flush=True)
+    print("geomean B/A over runs:")
+    names = sorted(set(res["A"][0]))
+    for n in names:
+        rs = [rb[n][0] / ra[n][0] for ra, rb in zip(res["A"], res["B"]) if n in ra and n in rb and ra[n][0] > 0 and rb[n][0] > 0]
+        if not rs or res["A"][0].get(n, (0, 0))[1] < 5 and n != "TOTAL/switch": continue
+        m = sum(math.log(r) for r in rs) / len(rs)
+        print(f"  {n:22} {math.exp(m):.3f}  range {min(rs):.3f}-{max(rs):.3f}  (n={len(rs)})")
+finally:
+    load.terminate(); load.wait()
+    try: open("/proc/sys/kernel/bpf_stats_enabled", "w").write("0")
+    except Exception: pass
