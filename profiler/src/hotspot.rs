@@ -29,6 +29,9 @@ use crate::{
 const READ_COST_SHARE: u32 = 50;
 const READ_AT_LEAST: Duration = Duration::from_secs(2);
 
+/// Blobs whose code keeps the return address at rsp (`vtableStubs.cpp`, `sharedRuntime.cpp`).
+const FRAMELESS: [&str; 2] = ["vtable chunks", "I2C/C2I adapters"];
+
 pub struct HotSpot {
     jvm: Jvm,
     /// Named code seen during the capture: start → (end, name).
@@ -129,10 +132,21 @@ impl HotSpot {
             let frame = match b.kind {
                 // Covered by its own range above (the blob holds more than the templates).
                 BlobKind::Interpreter => continue,
+                // C1's runtime stubs open an rbp frame first (`StubFrame`: `enter()`), then
+                // save as many registers as the variant needs: rbp is exact, a size is not.
+                _ if b.name.ends_with("Runtime1 stub") => JitFrame::FramePointer,
+                // Runtime stubs are "never safe" to walk while they build their frame (reported
+                // as complete at their end), yet their body, where they call into the VM and
+                // where a stack passes through them, runs with the frame built.
                 _ if b.frame_size_words > 0 => JitFrame::Fixed {
-                    complete: b.frame_complete,
+                    complete: if b.frame_complete < b.end {
+                        b.frame_complete
+                    } else {
+                        b.start
+                    },
                     size_words: b.frame_size_words,
                 },
+                _ if FRAMELESS.contains(&b.name.as_str()) => JitFrame::Frameless,
                 _ => JitFrame::FramePointer,
             };
             code.push(JitCode {

@@ -12,8 +12,10 @@
 //!   (the verified entry, the stack bang) only the return address is on the stack.
 //! - the template interpreter links its frames through rbp, always, and keeps the `Method*`
 //!   it runs at a fixed slot below rbp.
-//! - everything else (the call stub, adapters, buffer blobs with several stubs inside) has no
-//!   single rule: frame pointers, as for code without rows.
+//! - vtable stubs only jump: no frame, the return address at rsp; so, for nearly all of
+//!   their length, do the adapters between compiled and interpreted code.
+//! - everything else (the call stub, buffer blobs with several stubs inside, most of which
+//!   build an rbp frame) has no single rule: frame pointers, as for code without rows.
 
 use profiler_common::unwind::{UnwindRow, cfa_kind, rbp_kind};
 
@@ -35,6 +37,9 @@ pub enum JitFrame {
         method_offset: i32,
         sender_sp_offset: i16,
     },
+    /// No frame at all: the return address at rsp (vtable stubs, which only jump; the
+    /// adapters between compiled and interpreted code, nearly all of their length).
+    Frameless,
     /// No rule: frame pointers.
     FramePointer,
 }
@@ -104,6 +109,13 @@ pub fn jit_rows(code: &[JitCode]) -> (u64, u64, Vec<UnwindRow>) {
                     });
                 }
             }
+            JitFrame::Frameless => rows.push(UnwindRow {
+                pc: pc(c.start),
+                cfa_offset: 8,
+                rbp_offset: 0,
+                cfa_kind: cfa_kind::RSP,
+                rbp_kind: rbp_kind::UNCHANGED,
+            }),
             JitFrame::FramePointer => continue,
         }
         rows.push(UnwindRow {
