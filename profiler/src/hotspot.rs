@@ -129,6 +129,13 @@ impl HotSpot {
             fingerprint = profiler_common::hash_step(fingerprint, b.start);
             fingerprint = profiler_common::hash_step(fingerprint, b.end);
             fingerprint = profiler_common::hash_step(fingerprint, u64::from(b.frame_size_words));
+            // The interpreter too: a frame whose Method* cannot be read keeps its pc.
+            if !b.name.is_empty() {
+                match self.code.insert(b.start, (b.end, b.name.clone())) {
+                    Some((_, old)) if old != b.name => self.reused += 1,
+                    _ => {}
+                }
+            }
             let frame = match b.kind {
                 // Covered by its own range above (the blob holds more than the templates).
                 BlobKind::Interpreter => continue,
@@ -154,12 +161,6 @@ impl HotSpot {
                 end: b.end,
                 frame,
             });
-            if !b.name.is_empty() {
-                match self.code.insert(b.start, (b.end, b.name.clone())) {
-                    Some((_, old)) if old != b.name => self.reused += 1,
-                    _ => {}
-                }
-            }
         }
         self.last_cost = started.elapsed();
         self.read_secs += self.last_cost.as_secs_f64();
