@@ -686,6 +686,21 @@ pub struct Jvm {
     heap: Vec<u8>,
 }
 
+/// A hidden class's name without the address the JVM appends to it (`JitWork$$Lambda+0x…`,
+/// `Foo$$Lambda$12/0x…`): the same lambda is one frame name across runs and captures, so
+/// `profiler diff` lines it up.
+fn stable_class_name(class: &str) -> &str {
+    for sep in ["+0x", ".0x"] {
+        if let Some((head, tail)) = class.rsplit_once(sep)
+            && !tail.is_empty()
+            && tail.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return head;
+        }
+    }
+    class
+}
+
 impl Jvm {
     /// Reads the JVM's tables and resolves the offsets used. `Ok(None)` when the process
     /// maps no libjvm.so.
@@ -1045,7 +1060,7 @@ impl Jvm {
         let class = self.ptr(holder, l.klass_name)?;
         let class = self.symbol(class)?.replace('/', ".");
         let name = self.symbol(name)?;
-        let full = format!("{class}.{name}");
+        let full = format!("{}.{name}", stable_class_name(&class));
         self.methods.insert(method, full.clone());
         Ok(full)
     }
@@ -1096,6 +1111,20 @@ impl Jvm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hidden_classes_lose_their_address() {
+        assert_eq!(
+            stable_class_name("JitWork$$Lambda+0x0000000054040210"),
+            "JitWork$$Lambda"
+        );
+        assert_eq!(
+            stable_class_name("Foo$$Lambda$12.0x00007f00"),
+            "Foo$$Lambda$12"
+        );
+        assert_eq!(stable_class_name("java.lang.Thread"), "java.lang.Thread");
+        assert_eq!(stable_class_name("a.b+0xzz"), "a.b+0xzz");
+    }
 
     #[test]
     fn jvm_not_a_jvm_is_none() {
