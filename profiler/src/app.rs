@@ -624,6 +624,8 @@ fn post_process(
     targets: &mut TargetSet,
 ) -> SavedCapture {
     let profile = profile::account(drained, seeds, opts);
+    let mut meta = meta;
+    meta.notes.extend(targets.jit_partial_notes(&profile));
     let jit = targets.jit_names(&profile);
     let spaces = symbolize::Spaces {
         jit,

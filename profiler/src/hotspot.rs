@@ -49,6 +49,8 @@ pub struct HotSpot {
     pub error: Option<String>,
     /// `Method*` → name, resolved once.
     methods: HashMap<u64, String>,
+    /// The code cache's extent as last read (every blob, the interpreter included).
+    range: (u64, u64),
 }
 
 impl std::fmt::Debug for HotSpot {
@@ -85,6 +87,7 @@ impl HotSpot {
                 read_secs: 0.0,
                 error: None,
                 methods: HashMap::new(),
+                range: (0, 0),
             }),
             Ok(None) => None,
             Err(e) => {
@@ -162,6 +165,12 @@ impl HotSpot {
                 frame,
             });
         }
+        if let (Some(lo), Some(hi)) = (
+            blobs.iter().map(|b| b.start).min(),
+            blobs.iter().map(|b| b.end).max(),
+        ) {
+            self.range = (lo, hi);
+        }
         self.last_cost = started.elapsed();
         self.read_secs += self.last_cost.as_secs_f64();
         if fingerprint == self.last {
@@ -170,6 +179,15 @@ impl HotSpot {
         self.last = fingerprint;
         let (base, end, rows) = jit_rows(&code);
         Some(JitUpdate { base, end, rows })
+    }
+
+    /// Whether a user stack (leaf first) ends inside Java code: the walk stopped there (code
+    /// compiled since the last read, a stub without a frame rule, or the depth limit), so the
+    /// stack is partial.
+    pub fn ends_in_java(&self, stack: &[u64]) -> bool {
+        stack.last().is_some_and(|&outer| {
+            java_method_of(outer).is_some() || (self.range.0..self.range.1).contains(&outer)
+        })
     }
 
     /// One more read after the window, for the names of code compiled since the last one.

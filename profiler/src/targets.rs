@@ -20,7 +20,7 @@ use profiler_common::{
 
 use crate::{
     hotspot::HotSpot,
-    model::{ProcessInfo, Profile},
+    model::{Kind, ProcessInfo, Profile},
     preflight::{self, PreflightError},
     probes::{ProbeError, Probes},
     symbolize::{
@@ -81,14 +81,17 @@ impl Target {
     }
 
     /// After its mappings were (re)read: a JVM is found; a JVM's code cache is read again
-    /// when due. Whether its JIT rows changed (its mapping table must be uploaded).
-    fn follow_jit(&mut self, tables: &mut UnwindTables, mappings_read: bool) -> bool {
+    /// when due (for its names even with `--unwind fp`). Whether its JIT rows changed (its
+    /// mapping table must be uploaded).
+    fn follow_jit(&mut self, tables: Option<&mut UnwindTables>, mappings_read: bool) -> bool {
         if mappings_read && self.hotspot.is_none() && self.maps.mappings().iter().any(is_libjvm) {
             self.hotspot = HotSpot::attach(self.pid);
         }
-        match self.hotspot.as_mut().and_then(HotSpot::refresh) {
-            Some(update) => tables.set_jit(self.pid, update.base, update.end, &update.rows),
-            None => false,
+        match (self.hotspot.as_mut().and_then(HotSpot::refresh), tables) {
+            (Some(update), Some(tables)) => {
+                tables.set_jit(self.pid, update.base, update.end, &update.rows)
+            }
+            _ => false,
         }
     }
 
@@ -193,7 +196,7 @@ impl TargetSet {
     pub fn build_rows(&mut self, tables: &mut UnwindTables) {
         for target in self.processes.values_mut() {
             tables.update(&target.maps);
-            target.follow_jit(tables, true);
+            target.follow_jit(Some(tables), true);
         }
     }
 
@@ -349,16 +352,14 @@ impl TargetSet {
             }
         }
         // JVMs' code caches: new code unwinds once its rows are in, named from then on.
-        if let Some(tables) = tables.as_deref_mut() {
-            let mut jit_changed = Vec::new();
-            for target in self.processes.values_mut().filter(|t| !t.gone) {
-                if target.follow_jit(tables, reload.contains(&target.pid)) {
-                    jit_changed.push(target.pid);
-                }
+        let mut jit_changed = Vec::new();
+        for target in self.processes.values_mut().filter(|t| !t.gone) {
+            if target.follow_jit(tables.as_deref_mut(), reload.contains(&target.pid)) {
+                jit_changed.push(target.pid);
             }
-            rows_changed |= !jit_changed.is_empty();
-            reload.extend(jit_changed);
         }
+        rows_changed |= !jit_changed.is_empty();
+        reload.extend(jit_changed);
         if rows_changed
             && let Some(tables) = tables.as_deref_mut()
             && let Err(e) = probes.upload_rows(tables)
@@ -463,6 +464,55 @@ impl TargetSet {
                     t.name
                 ));
             }
+        }
+        notes
+    }
+
+    /// JVMs whose threads' stacks stopped inside Java code for more than 1 % of their on-CPU
+    /// or off-CPU time: that share is said, not hidden (their callers are missing).
+    pub fn jit_partial_notes(&self, profile: &Profile) -> Vec<String> {
+        let mut notes = Vec::new();
+        for (pid, t) in &self.processes {
+            let Some(h) = &t.hotspot else { continue };
+            // (total, partial) on the CPU and off it.
+            let mut on = (0u64, 0u64);
+            let mut off = (0u64, 0u64);
+            for e in profile.entries.iter().filter(|e| e.pid == *pid) {
+                let sum = if e.kind == Kind::OnCpu {
+                    &mut on
+                } else {
+                    &mut off
+                };
+                sum.0 += e.time_ns;
+                // Or at an address no code is mapped at: a return address read where the frame
+                // was not (an epilogue, an unwound stub).
+                if profile.stacks.get(&e.user_stack).is_some_and(|s| {
+                    h.ends_in_java(s) || s.last().is_some_and(|&a| t.maps.find(a).is_none())
+                }) {
+                    sum.1 += e.time_ns;
+                }
+            }
+            let share = |(total, partial): (u64, u64)| {
+                (total > 0 && partial * 100 > total).then(|| 100.0 * partial as f64 / total as f64)
+            };
+            let (on, off) = (share(on), share(off));
+            if on.is_none() && off.is_none() {
+                continue;
+            }
+            let part =
+                |what: &str, s: Option<f64>| s.map(|s| format!("{s:.1} % of its {what} time"));
+            let parts: Vec<String> = [part("on-CPU", on), part("off-CPU", off)]
+                .into_iter()
+                .flatten()
+                .collect();
+            notes.push(format!(
+                "{}-{pid}: {} had stacks that stop inside Java code or at an unmapped address \
+                 (code the JIT compiled since the profiler last read the code cache, a stub with \
+                 no frame rule, a method's epilogue): their callers are missing. A warmed-up JVM \
+                 has fewer.",
+                t.name,
+                parts.join(" and ")
+            ));
         }
         notes
     }
