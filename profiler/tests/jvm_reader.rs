@@ -7,9 +7,8 @@ mod common;
 
 use std::{
     collections::HashMap,
-    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -34,44 +33,18 @@ impl Drop for PerfMap {
 /// JitWork compiled once per test binary (class files run on any newer JVM).
 fn classes() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = scratch_dir().join(format!("jvm-reader-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).expect("create the Java build directory");
-            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/JitWork.java");
-            let status = Command::new(format!("{JDK17}/bin/javac"))
-                .arg("-d")
-                .arg(&dir)
-                .arg(&source)
-                .status()
-                .expect("run javac");
-            assert!(status.success(), "javac failed on {}", source.display());
-            dir
-        })
-        .clone()
+    BUILT.get_or_init(|| javac(Some(JDK17), "JitWork")).clone()
 }
 
 /// Starts JitWork on the JVM in `home` and returns once it printed "ready".
 fn start(home: &str) -> Workload {
-    let mut child = Command::new(format!("{home}/bin/java"))
-        .args([
-            "-XX:CompileCommand=quiet",
-            // Keep leaf() and middle() nmethods of their own.
-            "-XX:CompileCommand=dontinline,JitWork::*",
-            "-cp",
-        ])
-        .arg(classes())
-        .arg("JitWork")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start java");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let jvm = Workload { child };
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("read the JVM's ready line");
-    assert_eq!(line.trim(), "ready");
+    let args = [
+        "-XX:CompileCommand=quiet",
+        // Keep leaf() and middle() nmethods of their own.
+        "-XX:CompileCommand=dontinline,JitWork::*",
+    ];
+    let (jvm, ready) = start_java(Some(home), &args, &classes(), "JitWork");
+    assert_eq!(ready, "ready");
     jvm
 }
 

@@ -414,3 +414,49 @@ pub fn validate_against_schema(report: &serde_json::Value) {
         errors.join("\n")
     );
 }
+
+/// `tool` (`javac`, `java`) of the JDK at `jdk`, or the one on PATH.
+fn jdk_tool(jdk: Option<&str>, tool: &str) -> String {
+    jdk.map_or_else(|| tool.to_string(), |home| format!("{home}/bin/{tool}"))
+}
+
+/// Compiles `tests/fixtures/CLASS.java` into a scratch directory of its own; returns it (the
+/// class path).
+pub fn javac(jdk: Option<&str>, class: &str) -> PathBuf {
+    let dir = scratch_dir().join(format!("java-{class}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the Java build directory");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{class}.java"));
+    let status = Command::new(jdk_tool(jdk, "javac"))
+        .arg("-d")
+        .arg(&dir)
+        .arg(&source)
+        .status()
+        .expect("run javac (`cargo xtask test` installs openjdk-17-jdk-headless when run as root)");
+    assert!(status.success(), "javac failed on {}", source.display());
+    dir
+}
+
+/// Starts `java ARGS -cp CLASSPATH CLASS` and returns it with the first line it printed (the
+/// fixtures print one when they are ready).
+pub fn start_java(
+    jdk: Option<&str>,
+    args: &[&str],
+    classpath: &Path,
+    class: &str,
+) -> (Workload, String) {
+    let mut child = Command::new(jdk_tool(jdk, "java"))
+        .args(args)
+        .arg("-cp")
+        .arg(classpath)
+        .arg(class)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start java");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let jvm = Workload { child };
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read the JVM's first line");
+    (jvm, line.trim().to_string())
+}
