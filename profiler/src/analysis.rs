@@ -419,10 +419,10 @@ pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysi
 
 #[cfg(test)]
 mod tests {
-    use std::{collections::HashMap, sync::Arc};
+    use std::sync::Arc;
 
     use super::*;
-    use crate::model::{Counters, Entry, Mode, Name, ProcessInfo, Window};
+    use crate::model::{Entry, Mode, Name, ProcessInfo, Window};
 
     const SEC: u64 = 1_000_000_000;
 
@@ -462,26 +462,15 @@ mod tests {
                 ..ProcessInfo::default()
             },
         );
+        let window = Window {
+            start_ns: 0,
+            stop_ns: 10 * SEC,
+        };
         Profile {
-            mode: Mode::Wall,
-            window: Window {
-                start_ns: 0,
-                stop_ns: 10 * SEC,
-            },
-            period_ns: 10_101_010,
             entries,
             threads: threads.into_iter().collect(),
             processes,
-            stacks: HashMap::new(),
-            stack_generations: HashMap::new(),
-            counters: Counters::default(),
-            site_hists: HashMap::new(),
-            runqueue_hists: Default::default(),
-            open_waits: 0,
-            blocked_at_start: 0,
-            wakers: Vec::new(),
-            lost_seeds: 0,
-            tables_at_end: Default::default(),
+            ..Profile::empty(Mode::Wall, window, 10_101_010)
         }
     }
 

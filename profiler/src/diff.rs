@@ -480,9 +480,7 @@ mod tests {
     use profiler_common::{WaitHist, hist_bucket};
 
     use super::*;
-    use crate::model::{
-        CaptureMeta, Counters, Entry, Name, ThreadTime, Window, saved::SAVED_FORMAT,
-    };
+    use crate::model::{CaptureMeta, Entry, Name, ThreadTime, Window, saved::SAVED_FORMAT};
 
     const MS: u64 = 1_000_000;
 
@@ -551,25 +549,17 @@ mod tests {
                 ..CaptureMeta::default()
             },
             profile: Profile {
-                mode,
-                window: Window {
-                    start_ns: 0,
-                    stop_ns: secs * 1000 * MS,
-                },
-                period_ns: 10 * MS,
                 entries,
                 threads: [(1, thread)].into_iter().collect(),
-                processes: Default::default(),
-                stacks: HashMap::new(),
-                stack_generations: HashMap::new(),
-                counters: Counters::default(),
                 site_hists,
-                runqueue_hists: Default::default(),
-                open_waits: 0,
-                blocked_at_start: 0,
-                wakers: Vec::new(),
-                lost_seeds: 0,
-                tables_at_end: Default::default(),
+                ..Profile::empty(
+                    mode,
+                    Window {
+                        start_ns: 0,
+                        stop_ns: secs * 1000 * MS,
+                    },
+                    10 * MS,
+                )
             },
             names,
         }

@@ -185,11 +185,10 @@ mod tests {
     use profiler_common::WaitState;
 
     use super::*;
-    use std::collections::HashMap;
 
     use profiler_common::stack_id;
 
-    use crate::model::{Counters, Entry, Name, ThreadTime, Window};
+    use crate::model::{Entry, Name, ThreadTime, Window};
 
     fn entry(tid: u32, user: u64, kernel: u64, kind: Kind, samples: u64, time_ns: u64) -> Entry {
         Entry {
@@ -215,26 +214,14 @@ mod tests {
                 ..ThreadTime::default()
             },
         );
+        let window = Window {
+            start_ns: 0,
+            stop_ns: 1,
+        };
         Profile {
-            mode,
-            window: Window {
-                start_ns: 0,
-                stop_ns: 1,
-            },
-            period_ns: 10_101_010,
             entries,
             threads,
-            processes: Default::default(),
-            stacks: HashMap::new(),
-            stack_generations: HashMap::new(),
-            counters: Counters::default(),
-            site_hists: HashMap::new(),
-            runqueue_hists: Default::default(),
-            open_waits: 0,
-            blocked_at_start: 0,
-            wakers: Vec::new(),
-            lost_seeds: 0,
-            tables_at_end: Default::default(),
+            ..Profile::empty(mode, window, 10_101_010)
         }
     }
 

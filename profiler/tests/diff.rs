@@ -5,7 +5,6 @@
 mod common;
 
 use std::{
-    collections::HashMap,
     path::{Path, PathBuf},
     process::{Command, Output},
     sync::Arc,
@@ -13,8 +12,8 @@ use std::{
 
 use common::{Build, PROFILER, Workload, assert_success, require_root, scratch_dir, serial};
 use profiler::model::{
-    CaptureMeta, Counters, Entry, Kind, Mode, Name, Profile, SavedCapture, StackNames, ThreadTime,
-    Window, saved::SAVED_FORMAT,
+    CaptureMeta, Entry, Kind, Mode, Name, Profile, SavedCapture, StackNames, ThreadTime, Window,
+    saved::SAVED_FORMAT,
 };
 use profiler_common::{WaitState, stack_id};
 
@@ -66,25 +65,16 @@ fn synthetic(mode: Mode, dir: &Path) -> PathBuf {
             ..CaptureMeta::default()
         },
         profile: Profile {
-            mode,
-            window: Window {
-                start_ns: 0,
-                stop_ns: 2000 * MS,
-            },
-            period_ns: 10 * MS,
             entries,
             threads: [(7, thread)].into_iter().collect(),
-            processes: Default::default(),
-            stacks: HashMap::new(),
-            stack_generations: HashMap::new(),
-            counters: Counters::default(),
-            site_hists: HashMap::new(),
-            runqueue_hists: Default::default(),
-            open_waits: 0,
-            blocked_at_start: 0,
-            wakers: Vec::new(),
-            lost_seeds: 0,
-            tables_at_end: Default::default(),
+            ..Profile::empty(
+                mode,
+                Window {
+                    start_ns: 0,
+                    stop_ns: 2000 * MS,
+                },
+                10 * MS,
+            )
         },
         names,
     };

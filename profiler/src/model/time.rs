@@ -211,6 +211,28 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// A profile of `mode` over `window` with nothing in it yet.
+    pub fn empty(mode: Mode, window: Window, period_ns: u64) -> Self {
+        Self {
+            mode,
+            window,
+            period_ns,
+            entries: Vec::new(),
+            threads: BTreeMap::new(),
+            processes: BTreeMap::new(),
+            stacks: HashMap::new(),
+            stack_generations: HashMap::new(),
+            counters: Counters::default(),
+            site_hists: HashMap::new(),
+            runqueue_hists: Default::default(),
+            open_waits: 0,
+            blocked_at_start: 0,
+            wakers: Vec::new(),
+            lost_seeds: 0,
+            tables_at_end: BTreeMap::new(),
+        }
+    }
+
     /// Every loss, zero or not: what was lost, how many, and the flag that helps.
     pub fn lost(&self) -> Vec<(&'static str, u64, Option<&'static str>)> {
         let mut lost: Vec<_> = self

@@ -478,7 +478,7 @@ mod tests {
     use prost::Message as _;
 
     use super::*;
-    use crate::model::{CaptureMeta, Counters, Entry, Name, Profile, ThreadTime, Window};
+    use crate::model::{CaptureMeta, Entry, Name, Profile, ThreadTime, Window};
 
     fn entry(tid: u32, user: u64, kernel: u64, kind: Kind, samples: u64, time_ns: u64) -> Entry {
         Entry {
@@ -522,25 +522,16 @@ mod tests {
                 notes: Vec::new(),
             },
             profile: Profile {
-                mode,
-                window: Window {
-                    start_ns: 5_000_000_000,
-                    stop_ns: 7_000_000_000,
-                },
-                period_ns: 10_101_010,
                 entries,
                 threads,
-                processes: Default::default(),
-                stacks: HashMap::new(),
-                stack_generations: HashMap::new(),
-                counters: Counters::default(),
-                site_hists: HashMap::new(),
-                runqueue_hists: Default::default(),
-                open_waits: 0,
-                blocked_at_start: 0,
-                wakers: Vec::new(),
-                lost_seeds: 0,
-                tables_at_end: Default::default(),
+                ..Profile::empty(
+                    mode,
+                    Window {
+                        start_ns: 5_000_000_000,
+                        stop_ns: 7_000_000_000,
+                    },
+                    10_101_010,
+                )
             },
             names,
         }
