@@ -116,7 +116,22 @@ impl HotSpot {
         let (interp_start, interp_end) = self.jvm.interpreter();
         let method_offset = self.jvm.interpreter_method_offset_words() * 8;
         let sender_sp_offset = (self.jvm.interpreter_sender_sp_offset_words() * 8) as i16;
-        let mut fingerprint = profiler_common::HASH_SEED;
+        // An unchanged cache (the usual case once warm) costs the read and this hash only.
+        let fingerprint = blobs.iter().fold(profiler_common::HASH_SEED, |h, b| {
+            let method = match b.kind {
+                BlobKind::Nmethod { method } => method,
+                _ => 0,
+            };
+            [b.start, b.end, u64::from(b.frame_size_words), method]
+                .into_iter()
+                .fold(h, profiler_common::hash_step)
+        });
+        if fingerprint == self.last {
+            self.last_cost = started.elapsed();
+            self.read_secs += self.last_cost.as_secs_f64();
+            return None;
+        }
+        self.last = fingerprint;
         let mut code = Vec::with_capacity(blobs.len() + 1);
         if interp_end > interp_start {
             code.push(JitCode {
@@ -129,9 +144,6 @@ impl HotSpot {
             });
         }
         for b in &blobs {
-            fingerprint = profiler_common::hash_step(fingerprint, b.start);
-            fingerprint = profiler_common::hash_step(fingerprint, b.end);
-            fingerprint = profiler_common::hash_step(fingerprint, u64::from(b.frame_size_words));
             // The interpreter too: a frame whose Method* cannot be read keeps its pc.
             if !b.name.is_empty() {
                 match self.code.insert(b.start, (b.end, b.name.clone())) {
@@ -171,13 +183,9 @@ impl HotSpot {
         ) {
             self.range = (lo, hi);
         }
+        let (base, end, rows) = jit_rows(&code);
         self.last_cost = started.elapsed();
         self.read_secs += self.last_cost.as_secs_f64();
-        if fingerprint == self.last {
-            return None;
-        }
-        self.last = fingerprint;
-        let (base, end, rows) = jit_rows(&code);
         Some(JitUpdate { base, end, rows })
     }
 
