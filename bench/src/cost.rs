@@ -27,7 +27,7 @@ use crate::{
     postgres::Cluster,
     process::say,
     quiet::undisturbed,
-    tools::{Bench, BpfStats, Condition, Run, Target, run_condition},
+    tools::{Agreement, Bench, BpfStats, Condition, Run, Target, run_condition},
 };
 
 /// What is profiled while bpf_stats counts.
@@ -127,6 +127,8 @@ pub struct Costs {
     pub instances: Vec<(String, usize)>,
     /// Per owner (ours only): the in-kernel counters of every run, summed.
     pub counters: Vec<(String, HashMap<String, u64>)>,
+    /// Per owner (ours only): every thread of every run against its schedstat.
+    pub agreement: Vec<(String, Vec<Agreement>)>,
     /// Other processes' share of the CPUs, one value per run.
     pub foreign: Vec<f64>,
 }
@@ -192,6 +194,9 @@ pub fn bpf_costs(
             if let Some((_, cnt)) = run.bpf.get("sched_switch").filter(|(_, c)| *c > 0) {
                 let switches = *cnt as f64 / instances as f64;
                 slot(&mut costs.busy_ns_per_switch, owner).push(busy_ns as f64 / switches);
+            }
+            if !run.agreement.is_empty() {
+                slot(&mut costs.agreement, owner).extend_from_slice(&run.agreement);
             }
             if !run.counters.is_empty() {
                 let sums = slot(&mut costs.counters, owner);

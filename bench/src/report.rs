@@ -21,6 +21,9 @@ use crate::{
 const GOAL_WALL_RATIO: f64 = 0.98;
 /// Ours ≤ this × offcputime, per sched_switch event and in BPF CPU time per second of load.
 const GOAL_COST_FACTOR: f64 = 0.5;
+/// Issue 19: each thread's on-CPU and run-queue time within 1 % of the window of the kernel's
+/// own (schedstat).
+const GOAL_AGREEMENT_PCT: f64 = 1.0;
 const GOAL_POST_SECS: f64 = 1.0;
 const GOAL_RSS_MB: f64 = 150.0;
 
@@ -452,6 +455,28 @@ fn cost_rows(md: &mut String, costs: &Costs) {
                 "| memo hit rate, {what} stacks, {owner} ({hits} hits, {misses} misses over all \
                  runs) | {:.1} % | | | |",
                 hits as f64 * 100.0 / (hits + misses) as f64
+            );
+        }
+    }
+    agreement_rows(md, costs);
+}
+
+/// Per thread of every run of ours: |ours − schedstat| as a share of the window, on-CPU and
+/// runnable (median and range over threads), against the 1 % goal.
+fn agreement_rows(md: &mut String, costs: &Costs) {
+    for (owner, threads) in &costs.agreement {
+        let on_cpu: Vec<f64> = threads.iter().map(|a| a.on_cpu_pct).collect();
+        let runnable: Vec<f64> = threads.iter().map(|a| a.runnable_pct).collect();
+        for (what, values) in [("on-CPU", on_cpu), ("runnable", runnable)] {
+            let (lo, hi) = min_max(&values);
+            let _ = writeln!(
+                md,
+                "| per thread, {owner}: {what} time − the kernel's (schedstat over the window), \
+                 % of the window ({} threads over all runs) | {:.2} % | {lo:.2}–{hi:.2} % | every \
+                 thread ≤ {GOAL_AGREEMENT_PCT} % | {} |",
+                values.len(),
+                median(&values),
+                check(hi <= GOAL_AGREEMENT_PCT)
             );
         }
     }

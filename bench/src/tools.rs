@@ -231,6 +231,8 @@ pub struct Run {
     pub instances: usize,
     /// Our instances' in-kernel counters (`capture.counters` of the JSON report), summed.
     pub counters: HashMap<String, u64>,
+    /// Our instances' threads against their schedstat.
+    pub agreement: Vec<Agreement>,
     pub load_secs: f64,
     /// CPU time other processes took during the load, as a fraction of all CPUs.
     pub foreign: f64,
@@ -284,13 +286,29 @@ fn vanished_child(e: &anyhow::Error, target: &Target) -> bool {
         .is_some_and(|pid| pid != target.service)
 }
 
-/// SIGINT to every instance, then each must exit cleanly. Returns the in-kernel counters of
-/// our instances' JSON reports, summed; the outputs are removed.
-pub fn stop(
-    bench: &Bench,
-    cond: Condition,
-    mut tools: Vec<Instance>,
-) -> Result<HashMap<String, u64>> {
+/// What our instances' JSON reports said about a run.
+#[derive(Default)]
+pub struct Reports {
+    /// `capture.counters`, summed by name.
+    pub counters: HashMap<String, u64>,
+    /// One per thread that lived through the window (its schedstat read at both ends).
+    pub agreement: Vec<Agreement>,
+}
+
+/// How far a thread's figures are from the kernel's own accounting of it
+/// (`/proc/<pid>/task/<tid>/schedstat` at the window's start and end, which the report
+/// carries), each as a share of the window: what issue 19 holds to 1 %.
+#[derive(Clone, Copy, Debug)]
+pub struct Agreement {
+    /// |running + profiler overhead − schedstat on-CPU| ÷ window, in %.
+    pub on_cpu_pct: f64,
+    /// |runnable − schedstat run-queue wait| ÷ window, in %.
+    pub runnable_pct: f64,
+}
+
+/// SIGINT to every instance, then each must exit cleanly. Returns what our instances' JSON
+/// reports said; the outputs are removed.
+pub fn stop(bench: &Bench, cond: Condition, mut tools: Vec<Instance>) -> Result<Reports> {
     for tool in &tools {
         tool.interrupt();
     }
@@ -305,16 +323,17 @@ pub fn stop(
             );
         }
     }
-    let counters = report_counters(&bench.dir)?;
+    let reports = read_reports(&bench.dir)?;
     cleanup_outputs(&bench.dir);
-    Ok(counters)
+    Ok(reports)
 }
 
-/// `capture.counters` of every JSON report in `dir`, summed by name.
-fn report_counters(dir: &Path) -> Result<HashMap<String, u64>> {
-    let mut sum = HashMap::new();
+/// Every JSON report in `dir`: counters summed by name, and each thread's agreement with its
+/// schedstat.
+fn read_reports(dir: &Path) -> Result<Reports> {
+    let mut reports = Reports::default();
     let Ok(entries) = fs::read_dir(dir) else {
-        return Ok(sum);
+        return Ok(reports);
     };
     for entry in entries.filter_map(Result::ok) {
         let path = entry.path();
@@ -329,10 +348,39 @@ fn report_counters(dir: &Path) -> Result<HashMap<String, u64>> {
             bail!("{} has no capture.counters", path.display());
         };
         for (name, value) in counters {
-            *sum.entry(name.clone()).or_default() += value.as_u64().unwrap_or(0);
+            *reports.counters.entry(name.clone()).or_default() += value.as_u64().unwrap_or(0);
         }
+        reports.agreement.extend(agreement(&report));
     }
-    Ok(sum)
+    Ok(reports)
+}
+
+/// Each thread of a report with a schedstat over the window (`--mode wall` and `off` only:
+/// `cpu` has no run-queue figure).
+fn agreement(report: &serde_json::Value) -> Vec<Agreement> {
+    let (Some(window), Some(threads)) = (
+        report["capture"]["duration_s"].as_f64(),
+        report["threads"].as_array(),
+    ) else {
+        return Vec::new();
+    };
+    if window <= 0.0 || report["capture"]["mode"] == "cpu" {
+        return Vec::new();
+    }
+    threads
+        .iter()
+        .filter_map(|t| {
+            let pct = |k: &str| t[k].as_f64();
+            let kernel_cpu = t["schedstat_on_cpu_s"].as_f64()?;
+            let kernel_rq = t["schedstat_runnable_s"].as_f64()?;
+            let cpu = (pct("running_pct")? + pct("profiler_pct")?) / 100.0 * window;
+            let rq = pct("runnable_pct")? / 100.0 * window;
+            Some(Agreement {
+                on_cpu_pct: 100.0 * (cpu - kernel_cpu).abs() / window,
+                runnable_pct: 100.0 * (rq - kernel_rq).abs() / window,
+            })
+        })
+        .collect()
 }
 
 /// Attaches `cond`'s tool to `target`, runs `load` between two bpf_stats snapshots, stops
@@ -353,7 +401,7 @@ pub fn run_condition(
     let load_secs = load_started.elapsed().as_secs_f64();
     let foreign = others.fraction(load_secs);
     let after = bpf_prog_stats(&prog_ids)?;
-    let counters = stop(bench, cond, tools)?;
+    let reports = stop(bench, cond, tools)?;
 
     let mut bpf: HashMap<String, (u64, u64)> = HashMap::new();
     for (id, (name, time_after, cnt_after)) in &after {
@@ -365,7 +413,8 @@ pub fn run_condition(
     Ok(Run {
         bpf,
         instances,
-        counters,
+        counters: reports.counters,
+        agreement: reports.agreement,
         load_secs,
         foreign,
     })

@@ -399,17 +399,29 @@ pub mod task_state {
     pub const RTLOCK_WAIT: u32 = 0x1000;
 }
 
-/// Classifies a switch-out from `sched_switch`'s `preempt` and `prev_state` arguments.
-/// `None`: the task is exiting and will never switch back in.
+/// A switch-out of a task that is exiting: it never switches back in.
 #[inline(always)]
-pub const fn classify_switch(preempt: bool, prev_state: u32) -> Option<WaitState> {
+pub const fn is_exiting(prev_state: u32) -> bool {
     use task_state::*;
-    if prev_state & (DEAD | EXIT_DEAD | EXIT_ZOMBIE) != 0 {
+    prev_state & (DEAD | EXIT_DEAD | EXIT_ZOMBIE) != 0
+}
+
+/// Classifies a switch-out from `sched_switch`'s `prev_state` argument.
+/// `None`: the task is exiting and will never switch back in.
+///
+/// Only a task still in TASK_RUNNING waits for a CPU. A task preempted between
+/// set_current_state() and schedule() stays on the run queue, but it was on its way to the
+/// sleep its state word names, and the kernel counts that time as neither CPU nor run-queue
+/// time (`sched_info_depart` starts a run-queue wait only for a running task): it is that
+/// sleep's time, as `/proc/<pid>/task/<tid>/schedstat` has it. [`wait_flags::PREEMPTED_ASLEEP`]
+/// marks such a wait: not a wait of its own (the real one follows, or its wakeup came first).
+#[inline(always)]
+pub const fn classify_switch(prev_state: u32) -> Option<WaitState> {
+    use task_state::*;
+    if is_exiting(prev_state) {
         return None;
     }
-    // A preempted task stays on the run queue whatever its state word says (it may have been
-    // preempted between set_current_state() and schedule()).
-    if preempt || prev_state == RUNNING {
+    if prev_state == RUNNING {
         return Some(WaitState::RunqueuePreempted);
     }
     // TASK_IDLE (UNINTERRUPTIBLE | NOLOAD) is an idle wait that the kernel itself keeps out of
@@ -629,6 +641,10 @@ pub struct WaitStart {
 pub mod wait_flags {
     /// Inserted by user space from the start-of-capture snapshot.
     pub const SNAPSHOT: u32 = 1 << 0;
+    /// Begun by a preemption of a task already in a sleep state (see
+    /// [`classify_switch`](super::classify_switch)): its time counts in its state, but it is
+    /// no wait of its own — not in the site's count, minimum, maximum or histogram.
+    pub const PREEMPTED_ASLEEP: u32 = 1 << 1;
 }
 
 /// Key of [`names::MAP_WAKERS`]: one blocking site and one waker of it.
@@ -1222,31 +1238,21 @@ mod tests {
     #[test]
     fn classify_covers_the_states_seen_at_sched_switch() {
         use task_state::*;
-        assert_eq!(
-            classify_switch(false, INTERRUPTIBLE),
-            Some(WaitState::Sleep)
-        );
-        assert_eq!(classify_switch(false, UNINTERRUPTIBLE), Some(WaitState::Io));
+        assert_eq!(classify_switch(INTERRUPTIBLE), Some(WaitState::Sleep));
+        assert_eq!(classify_switch(UNINTERRUPTIBLE), Some(WaitState::Io));
         // TASK_KILLABLE = WAKEKILL | UNINTERRUPTIBLE: still an uninterruptible wait.
         assert_eq!(
-            classify_switch(false, 0x100 | UNINTERRUPTIBLE),
+            classify_switch(0x100 | UNINTERRUPTIBLE),
             Some(WaitState::Io)
         );
         // TASK_IDLE
         assert_eq!(
-            classify_switch(false, UNINTERRUPTIBLE | NOLOAD),
+            classify_switch(UNINTERRUPTIBLE | NOLOAD),
             Some(WaitState::Sleep)
         );
-        assert_eq!(
-            classify_switch(true, INTERRUPTIBLE),
-            Some(WaitState::RunqueuePreempted)
-        );
-        assert_eq!(
-            classify_switch(false, RUNNING),
-            Some(WaitState::RunqueuePreempted)
-        );
-        assert_eq!(classify_switch(false, 0x4), Some(WaitState::Other));
-        assert_eq!(classify_switch(false, DEAD), None);
+        assert_eq!(classify_switch(RUNNING), Some(WaitState::RunqueuePreempted));
+        assert_eq!(classify_switch(0x4), Some(WaitState::Other));
+        assert_eq!(classify_switch(DEAD), None);
     }
 
     fn cycle(waiting: bool, runqueue_wait: bool) -> CycleInput {

@@ -34,7 +34,8 @@ use aya_log_ebpf::debug;
 use profiler_common::{
     BPF_NOEXIST, COMM_LEN, Config, Counter, Cycle, CycleInput, RunqueueHist, SiteKey, Thread,
     ThreadStats, WaitKey, WaitStart, WaitState, WaitValue, WakerKey, WakerValue, classify_switch,
-    config_flags, hist_bucket, split_cycle, stack_id, task_state, thread_flags,
+    config_flags, hist_bucket, is_exiting, split_cycle, stack_id, task_state, thread_flags,
+    wait_flags,
 };
 
 use crate::{
@@ -164,14 +165,15 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
             "first switch-out of the target on this CPU (tid {})", out.tid
         );
     }
-    // None: exiting, it never switches back in.
-    let state = classify_switch(out.preempt, out.prev_state);
-    let wait = match state {
-        Some(state) => {
-            take_stacks(ctx, cfg, out, state);
-            wait_begun(out, Some(state))
-        }
-        None => WaitStart::default(),
+    // Exiting: it never switches back in. The stacks are taken before the switch is
+    // classified: whether to take them depends on `preempt` and a running state only, and
+    // classifying first would have them verified once per state.
+    let exiting = is_exiting(out.prev_state);
+    let wait = if exiting {
+        WaitStart::default()
+    } else {
+        take_stacks(ctx, cfg, out);
+        wait_begun(out)
     };
     let Some(thread) = THREADS.get_ptr_mut(&out.tid) else {
         // Not seen yet (the start snapshot raced with it): on the CPU since the capture began.
@@ -240,10 +242,10 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     stats.last_delay_ns = out.delay_ns;
     stats.flags |= thread_flags::BASELINE;
     stats.switches += 1;
-    if state.is_none() {
+    if exiting {
         stats.flags |= thread_flags::EXITED;
     }
-    if state.is_none() || stats.switches % COMM_REFRESH_SWITCHES == 0 {
+    if exiting || stats.switches % COMM_REFRESH_SWITCHES == 0 {
         stats.comm = bpf_get_current_comm().unwrap_or(stats.comm);
     }
     if waiting {
@@ -255,16 +257,25 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
 
 /// The wait a switch-out begins, with the stacks [`take_stacks`] parked.
 #[inline(always)]
-fn wait_begun(out: &SwitchOut, state: Option<WaitState>) -> WaitStart {
-    match state {
-        Some(state) => WaitStart {
-            ts_ns: out.now,
-            user_stack: unstash(Stash::UserStack),
-            kernel_stack: unstash(Stash::KernelStack),
-            state: state as u32,
-            ..WaitStart::default()
-        },
-        None => WaitStart::default(),
+fn wait_begun(out: &SwitchOut) -> WaitStart {
+    // Not exiting (the caller checked): always Some.
+    let state = classify_switch(out.prev_state).unwrap_or(WaitState::Other);
+    let flags = if out.preempt && state as u32 != WaitState::RunqueuePreempted as u32 {
+        wait_flags::PREEMPTED_ASLEEP
+    } else {
+        0
+    };
+    // State and flags are constants on each of the paths that classified the switch: made
+    // unknown to the verifier (packed, one stash), everything after is verified once rather
+    // than once per (state, preempt) pair.
+    let packed = opaque(state as u64 | (flags as u64) << 32);
+    WaitStart {
+        ts_ns: out.now,
+        user_stack: unstash(Stash::UserStack),
+        kernel_stack: unstash(Stash::KernelStack),
+        state: packed as u32,
+        flags: (packed >> 32) as u32,
+        ..WaitStart::default()
     }
 }
 
@@ -286,8 +297,7 @@ fn cycle_start(stats: &ThreadStats, start_ns: u64) -> u64 {
 /// wait is recorded: carried through the accounting in between, each way they were taken
 /// would be verified separately.
 #[inline(always)]
-fn take_stacks(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut, state: WaitState) {
-    let _ = state;
+fn take_stacks(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     // A switch-out with the task still runnable and not preempted inside the kernel is the
     // scheduler running on the way back to user mode (or a yield): its kernel stack is always
     // that same return path, and taking it costs more than everything else here together.
@@ -383,7 +393,7 @@ fn aggregate_wait(cfg: &Config, tid: u32, slot: &WaitStart, runqueue_wait: bool,
         kernel_stack: slot.kernel_stack,
     };
     if runqueue_wait {
-        add_wait(&key, total);
+        add_wait(&key, total, 1);
         let which = if slot.state == WaitState::RunqueuePreempted as u32 {
             RunqueueHist::Preempted
         } else {
@@ -393,15 +403,21 @@ fn aggregate_wait(cfg: &Config, tid: u32, slot: &WaitStart, runqueue_wait: bool,
         return;
     }
     if cycle.blocked_ns > 0 {
-        add_wait(&key, cycle.blocked_ns);
-        add_site_hist(&key, cycle.blocked_ns);
+        // A preemption on the way to a sleep is that sleep's time, but no wait of its own.
+        // Arithmetic, not a comparison: BPF has no set-on-condition, and a branch here would
+        // have everything below verified once per value.
+        let counted = 1 - ((slot.flags / wait_flags::PREEMPTED_ASLEEP) & 1) as u64;
+        add_wait(&key, cycle.blocked_ns, counted);
+        if counted != 0 {
+            add_site_hist(&key, cycle.blocked_ns);
+        }
         if slot.wake_ts_ns >= slot.ts_ns {
             add_waker(&key, slot, cycle.blocked_ns);
         }
     }
     if cycle.runnable_ns > 0 {
         key.state = WaitState::RunqueueWoken as u32;
-        add_wait(&key, cycle.runnable_ns);
+        add_wait(&key, cycle.runnable_ns, 1);
         add_runqueue_hist(RunqueueHist::Woken, cycle.runnable_ns);
     }
 }
@@ -440,26 +456,30 @@ fn add_waker(site: &WaitKey, slot: &WaitStart, blocked: u64) {
 }
 
 #[inline(always)]
-fn add_wait(key: &WaitKey, delta: u64) {
+fn add_wait(key: &WaitKey, delta: u64, counted: u64) {
+    // Branch-free, so the paths above need not be verified twice: an uncounted delta leaves
+    // the maximum (0) and the minimum (u64::MAX) as they are.
+    let for_max = delta * counted;
+    let for_min = delta | counted.wrapping_sub(1);
     count(Counter::Waits);
     match WAITS.get_ptr_mut(key) {
         // SAFETY: the key holds the tid, and one thread switches out on one CPU at a time.
         Some(value) => unsafe {
             (*value).total_ns += delta;
-            (*value).count += 1;
-            if delta > (*value).max_ns {
-                (*value).max_ns = delta;
+            (*value).count += counted;
+            if for_max > (*value).max_ns {
+                (*value).max_ns = for_max;
             }
-            if delta < (*value).min_ns {
-                (*value).min_ns = delta;
+            if for_min < (*value).min_ns {
+                (*value).min_ns = for_min;
             }
         },
         None => {
             let value = WaitValue {
                 total_ns: delta,
-                count: 1,
-                max_ns: delta,
-                min_ns: delta,
+                count: counted,
+                max_ns: for_max,
+                min_ns: for_min,
             };
             if WAITS.insert(key, &value, BPF_NOEXIST).is_err() {
                 count(Counter::WaitsMapFull);

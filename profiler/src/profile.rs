@@ -199,13 +199,16 @@ impl Accumulator {
             };
             let e = self.entry(key.tid, key.user_stack, key.kernel_stack, Kind::Off(state));
             e.time_ns += value.total_ns;
-            e.min_ns = if e.waits == 0 {
-                value.min_ns
-            } else {
-                e.min_ns.min(value.min_ns)
-            };
-            e.waits += value.count;
-            e.max_ns = e.max_ns.max(value.max_ns);
+            // Time of preemptions on the way to a sleep only: no wait of its own.
+            if value.count > 0 {
+                e.min_ns = if e.waits == 0 {
+                    value.min_ns
+                } else {
+                    e.min_ns.min(value.min_ns)
+                };
+                e.waits += value.count;
+                e.max_ns = e.max_ns.max(value.max_ns);
+            }
             self.thread(key.tid).off_ns[state as usize - 1] += value.total_ns;
         }
     }
@@ -268,15 +271,17 @@ impl Accumulator {
                     self.open_waits += 1;
                 }
                 let seeded_whole = slot.flags & wait_flags::SNAPSHOT != 0 && !switched_in;
+                // A preemption on the way to a sleep is that sleep's time, no wait of its own.
+                let a_wait = slot.flags & wait_flags::PREEMPTED_ASLEEP == 0;
                 let add = |acc: &mut Self, state: WaitState, ns: u64| {
                     if ns == 0 {
                         return;
                     }
                     let e = acc.entry(tid, slot.user_stack, slot.kernel_stack, Kind::Off(state));
                     e.time_ns += ns;
-                    if switched_in {
+                    if a_wait && switched_in {
                         e.finished(ns);
-                    } else if seeded_whole {
+                    } else if a_wait && seeded_whole {
                         // Blocked for the whole window: its one unfinished wait is the longest.
                         e.max_ns = e.max_ns.max(ns);
                     }
@@ -287,7 +292,7 @@ impl Accumulator {
                 } else {
                     add(self, state, cycle.blocked_ns);
                     add(self, WaitState::RunqueueWoken, cycle.runnable_ns);
-                    if switched_in && cycle.blocked_ns > 0 {
+                    if a_wait && switched_in && cycle.blocked_ns > 0 {
                         let site = SiteKey {
                             state: slot.state,
                             _pad: 0,

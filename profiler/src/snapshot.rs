@@ -114,7 +114,7 @@ fn wait_at_start(snap: &TaskSnapshot) -> Option<Option<WaitState>> {
     if snap.state == task_state::RUNNING {
         return Some((snap.on_cpu == 0).then_some(WaitState::RunqueuePreempted));
     }
-    classify_switch(false, snap.state).map(Some)
+    classify_switch(snap.state).map(Some)
 }
 
 fn store(

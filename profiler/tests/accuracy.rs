@@ -5,7 +5,8 @@
 //!
 //! The workloads are the hard cases for tracepoint timing: short synchronous I/O woken on an
 //! idle CPU (`fsync`), the same beside CPU-bound threads, pipe and futex ping-pongs whose
-//! wakeups race the wakee's own switch-out, and preempted spinners (`accuracy`).
+//! wakeups race the wakee's own switch-out, and preempted spinners (`accuracy`); and the
+//! services users run: nginx workers under wrk, PostgreSQL backends under pgbench.
 
 mod common;
 
@@ -22,17 +23,31 @@ const TOLERANCE_S: f64 = 0.01 * WINDOW_S;
 /// Profiles `workload` in `mode` and compares every thread with its schedstat deltas.
 /// Returns the report.
 fn compare_with_schedstat(workload: &Workload, name: &str, mode: &str) -> Value {
+    compare_processes_with_schedstat(workload.pid(), &[workload.pid()], name, mode).0
+}
+
+/// Profiles `target` (with its descendants) in `mode` and compares every thread of the
+/// processes `pids` with its schedstat deltas. Returns the report and the threads compared.
+fn compare_processes_with_schedstat(
+    target: u32,
+    pids: &[u32],
+    name: &str,
+    mode: &str,
+) -> (Value, Vec<u32>) {
     let report = scratch_dir().join(format!("{name}.json"));
     let out = outputs(name);
-    let pid = workload.pid().to_string();
+    let pid = target.to_string();
     let secs = SECS.to_string();
     let mut args = capture_args(&pid, &secs, &out);
     args.extend_from_slice(&["--mode", mode, "--report", report.to_str().unwrap()]);
+    let all = |pids: &[u32]| -> std::collections::BTreeMap<u32, (f64, f64)> {
+        pids.iter().flat_map(|&p| schedstat(p)).collect()
+    };
     prompt();
     let capturing = Capturing::start(&args);
-    let before = schedstat(workload.pid());
+    let before = all(pids);
     std::thread::sleep(Duration::from_secs(SECS));
-    let after = schedstat(workload.pid());
+    let after = all(pids);
     let result = capturing.finish();
     assert_success(&result);
     let json = read_report(&report);
@@ -40,6 +55,7 @@ fn compare_with_schedstat(workload: &Workload, name: &str, mode: &str) -> Value 
     let threads = json["threads"].as_array().expect("threads");
     assert!(!threads.is_empty(), "no threads in the report");
     let mut checked = Vec::new();
+    let mut wrong = Vec::new();
     for t in threads {
         let tid = t["tid"].as_u64().expect("tid") as u32;
         let name = t["name"].as_str().unwrap_or("?");
@@ -56,12 +72,19 @@ fn compare_with_schedstat(workload: &Workload, name: &str, mode: &str) -> Value 
              {kernel_cpu:.3} s runnable {kernel_rq:.3} s; row {t}\nstderr:\n{}",
             String::from_utf8_lossy(&result.stderr)
         );
-        assert!((cpu - kernel_cpu).abs() <= TOLERANCE_S, "CPU time: {why}");
+        eprintln!(
+            "{name}-{tid} ({mode}): cpu {cpu:.3} s vs schedstat {kernel_cpu:.3} s ({:+.2} % of \
+             the window), runnable {rq:.3} s vs {kernel_rq:.3} s ({:+.2} %)",
+            100.0 * (cpu - kernel_cpu) / WINDOW_S,
+            100.0 * (rq - kernel_rq) / WINDOW_S
+        );
+        if (cpu - kernel_cpu).abs() > TOLERANCE_S {
+            wrong.push(format!("CPU time: {why}"));
+        }
         if mode != "cpu" {
-            assert!(
-                (rq - kernel_rq).abs() <= TOLERANCE_S,
-                "run-queue time: {why}"
-            );
+            if (rq - kernel_rq).abs() > TOLERANCE_S {
+                wrong.push(format!("run-queue time: {why}"));
+            }
             let total: f64 = [
                 "running_pct",
                 "runnable_pct",
@@ -73,15 +96,16 @@ fn compare_with_schedstat(workload: &Workload, name: &str, mode: &str) -> Value 
             .map(|k| pct(k))
             .sum::<f64>()
                 + pct("profiler_pct");
-            assert!(
-                (total - 100.0).abs() <= 1.0,
-                "states add to {total} %: {why}"
-            );
+            if (total - 100.0).abs() > 1.0 {
+                wrong.push(format!("states add to {total} %: {why}"));
+            }
         }
-        checked.push(name.to_string());
+        checked.push(tid);
     }
     eprintln!("{name}: checked {checked:?}");
-    json
+    // Every thread printed first: one wrong thread is easier to read beside the others.
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    (json, checked)
 }
 
 fn read_report(path: &Path) -> Value {
@@ -124,6 +148,44 @@ fn threads_beside_spinners_and_racing_wakeups_agree_with_schedstat() {
     for name in ["syncer", "ping", "pong", "racer-a", "racer-b", "spinner-0"] {
         row(&json, name);
     }
+}
+
+/// A proxy: both nginx workers under wrk (busy, and runnable much of the time on 2 CPUs
+/// shared with wrk), profiled by the master's PID.
+#[test]
+fn nginx_workers_under_wrk_agree_with_schedstat() {
+    require_root();
+    let _serial = serial();
+    let dir = scratch_dir().join(format!("accuracy-nginx-{}", std::process::id()));
+    let nginx = services::Nginx::start(&dir);
+    // Longer than the capture with its start-up on a loaded machine; stopped after it.
+    let wrk = nginx.load(SECS + 30);
+    std::thread::sleep(Duration::from_secs(1));
+    let (_, checked) =
+        compare_processes_with_schedstat(nginx.master, &nginx.workers, "accuracy-nginx", "wall");
+    drop(wrk);
+    assert_eq!(checked.len(), 2, "both workers compared: {checked:?}");
+}
+
+/// A database: PostgreSQL backends under pgbench with `synchronous_commit=on` (each commit
+/// waits for its WAL flush: I/O, lock and socket waits, short runs), profiled by the
+/// postmaster's PID.
+#[test]
+fn postgres_backends_under_pgbench_agree_with_schedstat() {
+    require_root();
+    let _serial = serial();
+    let pg = services::Postgres::start();
+    // Longer than the capture with its start-up on a loaded machine; stopped after it.
+    let (pgbench, backends) = pg.load(SECS + 30);
+    std::thread::sleep(Duration::from_secs(1));
+    let (_, checked) =
+        compare_processes_with_schedstat(pg.postmaster(), &backends, "accuracy-postgres", "wall");
+    drop(pgbench);
+    assert_eq!(
+        checked.len(),
+        services::PGBENCH_CLIENTS,
+        "every backend compared: {checked:?} of {backends:?}"
+    );
 }
 
 #[test]

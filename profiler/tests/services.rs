@@ -8,7 +8,7 @@ mod common;
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
     time::Duration,
 };
 
@@ -408,52 +408,9 @@ fn nginx_by_its_masters_pid_shows_both_workers() {
     require_root();
     let _serial = serial();
     let dir = scratch_dir().join(format!("nginx-{}", std::process::id()));
-    std::fs::create_dir_all(dir.join("html")).unwrap();
-    std::fs::create_dir_all(dir.join("logs")).unwrap();
-    std::fs::write(dir.join("html/index.html"), "x".repeat(512)).unwrap();
-    let port = 18_000 + (std::process::id() % 2000) as u16;
-    let conf = dir.join("nginx.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "worker_processes 2;\ndaemon off;\nmaster_process on;\npid {d}/nginx.pid;\n\
-             error_log {d}/logs/error.log;\nevents {{ worker_connections 1024; }}\n\
-             http {{ access_log off; server {{ listen 127.0.0.1:{port}; root {d}/html; }} }}\n",
-            d = dir.display()
-        ),
-    )
-    .unwrap();
-    let mut nginx = Command::new("/usr/sbin/nginx")
-        .args(["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start nginx (the xtask installs it for the tests)");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            // SIGQUIT: nginx's graceful shutdown, workers included.
-            unsafe { libc::kill(self.0.id() as i32, libc::SIGQUIT) };
-            let _ = self.0.wait();
-        }
-    }
-    std::thread::sleep(Duration::from_millis(500));
-    if let Ok(Some(status)) = nginx.try_wait() {
-        panic!("nginx exited at start: {status}");
-    }
-    let master = nginx.id();
-    let _nginx = Kill(nginx);
-    let workers: Vec<u32> =
-        std::fs::read_to_string(format!("/proc/{master}/task/{master}/children"))
-            .expect("the master's children")
-            .split_whitespace()
-            .map(|p| p.parse().unwrap())
-            .collect();
-    assert_eq!(workers.len(), 2, "nginx workers: {workers:?}");
-    let mut wrk = Command::new("/usr/bin/wrk")
-        .args(["-t2", "-c64", "-d8s", &format!("http://127.0.0.1:{port}/")])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start wrk");
+    let nginx = common::services::Nginx::start(&dir);
+    let (master, workers) = (nginx.master, nginx.workers.clone());
+    let wrk = nginx.load(8);
     std::thread::sleep(Duration::from_millis(500));
     let json = dir.join("nginx.json");
     let out = outputs("nginx");
@@ -471,7 +428,7 @@ fn nginx_by_its_masters_pid_shows_both_workers() {
         "--report",
         json.to_str().unwrap(),
     ]);
-    let _ = wrk.wait();
+    wrk.wait();
     assert_success(&result);
     let report = read_json(&json);
     validate_against_schema(&report);

@@ -38,6 +38,13 @@ pub const TEST_PACKAGES: &[Package] = &[
         why: "the whole-service test puts nginx under load",
     },
     Package {
+        // Debian's versioned server packages install under this directory (pgbench with the
+        // server since PostgreSQL 15).
+        binary: "/usr/lib/postgresql",
+        name: "postgresql",
+        why: "the accuracy test compares PostgreSQL backends under pgbench with schedstat",
+    },
+    Package {
         binary: "/usr/bin/chromium",
         name: "chromium",
         why: "the HTML report test opens --report x.html in headless Chromium",

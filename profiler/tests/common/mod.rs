@@ -2,6 +2,8 @@
 //! as a user would, and reading the folded output.
 #![allow(dead_code)]
 
+pub mod services;
+
 use std::{
     collections::BTreeMap,
     io::{BufRead as _, BufReader},
