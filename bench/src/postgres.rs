@@ -14,7 +14,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use xtask::output;
 
-use crate::{nginx::free_port, process::signal};
+use crate::{nginx::free_port, process::signal, quiet};
 
 /// pgbench's clients and threads (`pgbench -c 4 -j 2`), and the table scale.
 pub const CLIENTS: usize = 4;
@@ -68,6 +68,9 @@ impl Cluster {
                 .arg(dir.join("log"))
                 .args(["-w", "start"]),
         )?;
+        // pg_ctl daemonizes the server out of the bench's process tree; its CPU time is the
+        // load's, not other work that disturbs a run.
+        quiet::adopt(cluster.postmaster()?);
         Ok(cluster)
     }
 

@@ -6,7 +6,9 @@
 use std::{
     cell::RefCell,
     collections::HashMap,
-    fs, thread,
+    fs,
+    sync::Mutex,
+    thread,
     time::{Duration, Instant},
 };
 
@@ -45,9 +47,9 @@ pub struct Quiet {
 }
 
 /// CPU time taken by other work during a run: all busy CPU time (/proc/stat) minus that of
-/// the bench's own process tree (nginx, wrk, the tools) and of kernel threads (softirq work
-/// for the loopback traffic). Counting by subtraction also catches the short-lived
-/// compilers of another session's build, which no snapshot of /proc would see.
+/// the bench's own process tree (nginx, wrk, the tools, the PostgreSQL clusters) and of kernel
+/// threads (softirq work for the loopback traffic). Counting by subtraction also catches the
+/// short-lived compilers of another session's build, which no snapshot of /proc would see.
 pub struct ForeignCpu {
     busy: u64,
     ours: u64,
@@ -89,11 +91,24 @@ fn cpu_ticks() -> (u64, u64) {
     (total - idle, total)
 }
 
-/// utime + stime + cutime + cstime of the bench's process tree and of kernel threads. The
+/// Processes the bench started that left its process tree: PostgreSQL's postmaster is
+/// daemonized by `pg_ctl` (its parent becomes init), yet it and its backends are the load.
+static ADOPTED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Counts `pid` and its descendants as the bench's own from now on.
+pub fn adopt(pid: u32) {
+    if let Ok(mut adopted) = ADOPTED.lock() {
+        adopted.push(pid);
+    }
+}
+
+/// utime + stime + cutime + cstime of the bench's process tree (with [`adopt`]ed processes
+/// and theirs) and of kernel threads. The
 /// children's part makes a process reaped during the run (wrk, a tool) still count: its time
 /// moves into its parent's cutime/cstime.
 fn our_ticks() -> u64 {
     let me = std::process::id();
+    let adopted = ADOPTED.lock().map(|a| a.clone()).unwrap_or_default();
     let mut parent = HashMap::new();
     let mut ticks = HashMap::new();
     for (pid, stat) in proc_stats() {
@@ -111,7 +126,7 @@ fn our_ticks() -> u64 {
     }
     let in_tree = |mut pid: u32| {
         for _ in 0..64 {
-            if pid == me {
+            if pid == me || adopted.contains(&pid) {
                 return true;
             }
             match parent.get(&pid) {

@@ -737,8 +737,10 @@ pub struct ThreadStats {
     pub last_out_ns: u64,
     /// Context switches out of the CPU.
     pub switches: u64,
-    /// `se.sum_exec_runtime` and `sched_info.run_delay` at `last_out_ns` (valid with
-    /// [`thread_flags::BASELINE`]).
+    /// `se.sum_exec_runtime` and `sched_info.run_delay` as far as the closed cycles used them
+    /// (valid with [`thread_flags::BASELINE`]): the counters at `last_out_ns`, less what the
+    /// last cycles could not take (left for the next), or more by what a preemption's CPU
+    /// share took ahead of the counter (repaid by the next).
     pub last_exec_ns: u64,
     pub last_delay_ns: u64,
     /// Bit set of [`thread_flags`].
@@ -797,7 +799,9 @@ pub struct Cycle {
 
 /// The time rule. With the scheduler's counters, a cycle is on the CPU for as long as
 /// `sum_exec_runtime` grew, runnable for as long as `run_delay` grew, and blocked for the
-/// rest: the thread's figures then add up to `/proc/<pid>/task/<tid>/schedstat`. Without them
+/// rest (a preemption: runnable for as long as `run_delay` grew, on the CPU for the rest):
+/// the thread's figures then add up to `/proc/<pid>/task/<tid>/schedstat`, the caller
+/// carrying what a cycle could not take over to the next. Without them
 /// (the first cycle of a thread the start snapshot missed), the tracepoint times decide: on
 /// the CPU from switch-in to switch-out, runnable from the wakeup to the switch-in.
 pub const fn split_cycle(c: &CycleInput) -> Cycle {
@@ -812,6 +816,22 @@ pub const fn split_cycle(c: &CycleInput) -> Cycle {
     }
     let switched_in = c.in_ns > c.from_ns && c.in_ns <= c.to_ns;
     let traced = if switched_in { c.to_ns - c.in_ns } else { 0 };
+    if c.runqueue_wait && c.delay_known {
+        // A wait for a CPU from the start: the kernel's run delay is its length, and the CPU
+        // time is the rest of the cycle. The two clocks differ by a few µs at a switch; the
+        // caller carries the difference to the next cycle (see `ThreadStats::last_exec_ns`).
+        let runnable = min(c.delay_delta, cycle);
+        return Cycle {
+            on_ns: cycle - runnable,
+            traced_on_ns: if switched_in {
+                traced
+            } else {
+                cycle - runnable
+            },
+            runnable_ns: runnable,
+            blocked_ns: 0,
+        };
+    }
     let on = if c.exec_known {
         min(c.exec_delta, cycle)
     } else {

@@ -238,8 +238,19 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     stats.on_cpu_ns += cycle.on_ns;
     stats.traced_on_ns += cycle.traced_on_ns;
     stats.last_out_ns = out.now;
-    stats.last_exec_ns = out.exec_ns;
-    stats.last_delay_ns = out.delay_ns;
+    // The scheduler's counters run on the run queue's clock, which a switch may read a few µs
+    // off the tracepoint's (its update is skipped after a wakeup preemption), so a short cycle
+    // can be owed more CPU or run-queue time than it lasted, or a preemption's CPU share can
+    // run ahead of the counter. The baselines advance by what the cycle used: what it could
+    // not take is left for the next one, what it took ahead is repaid by the next, and the
+    // thread's figures add up to its schedstat instead of losing the difference to a sleep.
+    if waiting && baseline {
+        stats.last_exec_ns += cycle.on_ns;
+        stats.last_delay_ns += cycle.runnable_ns;
+    } else {
+        stats.last_exec_ns = out.exec_ns;
+        stats.last_delay_ns = out.delay_ns;
+    }
     stats.flags |= thread_flags::BASELINE;
     stats.switches += 1;
     if exiting {

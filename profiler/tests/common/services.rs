@@ -112,9 +112,10 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// A private PostgreSQL cluster with pgbench's tables (scale 1), `synchronous_commit=on`, so
-/// each transaction waits for its WAL flush; stopped (immediate) when dropped. The server runs
-/// as `postgres` (it refuses root); pgbench connects over the cluster's own socket directory.
+/// A private PostgreSQL cluster with pgbench's tables (scale 10, as in the bench) and
+/// `synchronous_commit=on`, so each transaction waits for its WAL flush; stopped (immediate)
+/// when dropped. The server runs as `postgres` (it refuses root); pgbench connects over the
+/// cluster's own socket directory.
 pub struct Postgres {
     /// Kept for its lifetime: the cluster lives in it.
     _dir: tempfile::TempDir,
@@ -163,7 +164,7 @@ impl Postgres {
             .args(["-o", &opts, "-l"])
             .arg(pg.root.join("log"))
             .args(["-w", "start"]));
-        run(&mut pg.pgbench(&["-i", "-q", "-s", "1"]));
+        run(&mut pg.pgbench(&["-i", "-q", "-s", "10"]));
         pg
     }
 
