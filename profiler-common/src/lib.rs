@@ -239,6 +239,9 @@ pub mod stack_id {
     pub const SWITCHING_IN: u64 = RESERVED | 5;
     /// Used by user space only: the profiler's own programs, run on the thread's CPU time.
     pub const PROFILER: u64 = RESERVED | 6;
+    /// Used by user space only: time a thread held its CPU that the kernel charged neither
+    /// as CPU time nor as run-queue wait (steal on a virtual machine).
+    pub const UNCHARGED: u64 = RESERVED | 7;
     /// `SNAPSHOT | i`: the stack user space recorded for thread snapshot `i` at capture start
     /// (a thread already blocked when the capture began has no switch-out event).
     pub const SNAPSHOT: u64 = RESERVED | (1 << 32);
@@ -730,6 +733,10 @@ pub struct ThreadStats {
     pub traced_on_ns: u64,
     /// Time of the profiler's own programs that the kernel charged to this thread.
     pub overhead_ns: u64,
+    /// Time the thread held its CPU that the scheduler charged neither as its CPU time nor
+    /// as its run-queue wait: the hypervisor running another guest on that CPU (steal), or
+    /// interrupts where the kernel accounts their time apart. See [`Cycle::uncharged_ns`].
+    pub uncharged_ns: u64,
     /// Last switch-in (0: none seen).
     pub last_in_ns: u64,
     /// Last switch-out, or where the current cycle began (window start, thread creation);
@@ -784,7 +791,8 @@ pub struct CycleInput {
     pub delay_known: bool,
 }
 
-/// How one cycle splits. `on_ns + runnable_ns + blocked_ns` is the cycle's length.
+/// How one cycle splits. `on_ns + runnable_ns + blocked_ns + uncharged_ns` is the cycle's
+/// length.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Cycle {
     /// On the CPU, as the scheduler charges it when its counters are known.
@@ -795,15 +803,28 @@ pub struct Cycle {
     pub runnable_ns: u64,
     /// In the wait's own state (sleep, io, other) until it was made runnable.
     pub blocked_ns: u64,
+    /// On the CPU by the tracepoints, but charged by the scheduler as neither CPU time nor
+    /// run-queue wait: on a virtual machine, the host ran something else on the thread's
+    /// CPU (`sum_exec_runtime` leaves steal out, with `CONFIG_PARAVIRT_TIME_ACCOUNTING`; so
+    /// does interrupt time with `CONFIG_IRQ_TIME_ACCOUNTING`). Not part of the other three.
+    pub uncharged_ns: u64,
 }
+
+/// The least time a cycle must lack from the scheduler's counters to be counted as
+/// uncharged. The run queue's clock and the tracepoint clock differ by a few µs at a switch
+/// (carried to the next cycle, see [`ThreadStats::last_exec_ns`]); a host takes a vCPU for
+/// its own scheduler's slices, hundreds of µs and more.
+pub const UNCHARGED_MIN_NS: u64 = 50_000;
 
 /// The time rule. With the scheduler's counters, a cycle is on the CPU for as long as
 /// `sum_exec_runtime` grew, runnable for as long as `run_delay` grew, and blocked for the
 /// rest (a preemption: runnable for as long as `run_delay` grew, on the CPU for the rest):
 /// the thread's figures then add up to `/proc/<pid>/task/<tid>/schedstat`, the caller
-/// carrying what a cycle could not take over to the next. Without them
-/// (the first cycle of a thread the start snapshot missed), the tracepoint times decide: on
-/// the CPU from switch-in to switch-out, runnable from the wakeup to the switch-in.
+/// carrying what a cycle could not take over to the next. Time the thread held the CPU that
+/// neither counter grew by, beyond the clocks' few µs ([`UNCHARGED_MIN_NS`]), is uncharged
+/// (steal on a virtual machine): neither CPU time nor a wait. Without the counters (the first
+/// cycle of a thread the start snapshot missed), the tracepoint times decide: on the CPU from
+/// switch-in to switch-out, runnable from the wakeup to the switch-in.
 pub const fn split_cycle(c: &CycleInput) -> Cycle {
     let cycle = c.to_ns.saturating_sub(c.from_ns);
     if !c.waiting {
@@ -812,6 +833,7 @@ pub const fn split_cycle(c: &CycleInput) -> Cycle {
             traced_on_ns: cycle,
             runnable_ns: 0,
             blocked_ns: 0,
+            uncharged_ns: 0,
         };
     }
     let switched_in = c.in_ns > c.from_ns && c.in_ns <= c.to_ns;
@@ -821,15 +843,23 @@ pub const fn split_cycle(c: &CycleInput) -> Cycle {
         // time is the rest of the cycle. The two clocks differ by a few µs at a switch; the
         // caller carries the difference to the next cycle (see `ThreadStats::last_exec_ns`).
         let runnable = min(c.delay_delta, cycle);
+        let rest = cycle - runnable;
+        let uncharged = if c.exec_known && rest > c.exec_delta + UNCHARGED_MIN_NS {
+            rest - c.exec_delta
+        } else {
+            0
+        };
+        let on = rest - uncharged;
         return Cycle {
-            on_ns: cycle - runnable,
+            on_ns: on,
             traced_on_ns: if switched_in {
-                traced
+                traced.saturating_sub(uncharged)
             } else {
-                cycle - runnable
+                on
             },
             runnable_ns: runnable,
             blocked_ns: 0,
+            uncharged_ns: uncharged,
         };
     }
     let on = if c.exec_known {
@@ -838,6 +868,13 @@ pub const fn split_cycle(c: &CycleInput) -> Cycle {
         traced
     };
     let off = cycle - on;
+    // The switch-in to switch-out stretch the scheduler charged less than it lasted.
+    let uncharged = if c.exec_known && traced > on + UNCHARGED_MIN_NS {
+        min(traced - on, off)
+    } else {
+        0
+    };
+    let off = off - uncharged;
     let runnable = if c.runqueue_wait {
         off
     } else if c.delay_known {
@@ -852,9 +889,10 @@ pub const fn split_cycle(c: &CycleInput) -> Cycle {
     };
     Cycle {
         on_ns: on,
-        traced_on_ns: if switched_in { traced } else { on },
+        traced_on_ns: if switched_in { traced - uncharged } else { on },
         runnable_ns: runnable,
         blocked_ns: off - runnable,
+        uncharged_ns: uncharged,
     }
 }
 
@@ -1306,7 +1344,8 @@ mod tests {
                 on_ns: 4_000,
                 traced_on_ns: 3_000,
                 runnable_ns: 1_000,
-                blocked_ns: 5_000
+                blocked_ns: 5_000,
+                uncharged_ns: 0
             }
         );
         // Counters beyond the cycle (read late) are capped by it.
@@ -1329,7 +1368,8 @@ mod tests {
                 on_ns: 3_000,
                 traced_on_ns: 3_000,
                 runnable_ns: 2_000,
-                blocked_ns: 5_000
+                blocked_ns: 5_000,
+                uncharged_ns: 0
             }
         );
         // A preemption: all of the time off the CPU is run-queue time.
@@ -1360,11 +1400,84 @@ mod tests {
                             delay_known: delay.is_some(),
                             ..cycle(waiting, rq)
                         });
-                        assert_eq!(c.on_ns + c.runnable_ns + c.blocked_ns, 10_000, "{c:?}");
+                        assert_eq!(
+                            c.on_ns + c.runnable_ns + c.blocked_ns + c.uncharged_ns,
+                            10_000,
+                            "{c:?}"
+                        );
+                        assert!(c.traced_on_ns <= 10_000, "{c:?}");
                     }
                 }
             }
         }
+    }
+
+    #[test]
+    fn time_the_scheduler_did_not_charge_is_uncharged_not_cpu() {
+        const MS: u64 = 1_000_000;
+        // A preemption of 10 ms: 2 ms in the run queue, on the CPU for 8 ms by the
+        // tracepoints, of which the host took 3 ms (steal: not in sum_exec_runtime).
+        let preempted = CycleInput {
+            from_ns: 0,
+            to_ns: 10 * MS,
+            in_ns: 2 * MS,
+            wake_ns: 0,
+            waiting: true,
+            runqueue_wait: true,
+            exec_delta: 5 * MS,
+            exec_known: true,
+            delay_delta: 2 * MS,
+            delay_known: true,
+        };
+        assert_eq!(
+            split_cycle(&preempted),
+            Cycle {
+                on_ns: 5 * MS,
+                traced_on_ns: 5 * MS,
+                runnable_ns: 2 * MS,
+                blocked_ns: 0,
+                uncharged_ns: 3 * MS,
+            }
+        );
+        // The same after a sleep: asleep 2 ms, on the CPU 8 ms of which 3 ms stolen.
+        let slept = CycleInput {
+            runqueue_wait: false,
+            delay_delta: 0,
+            ..preempted
+        };
+        assert_eq!(
+            split_cycle(&slept),
+            Cycle {
+                on_ns: 5 * MS,
+                traced_on_ns: 5 * MS,
+                runnable_ns: 0,
+                blocked_ns: 2 * MS,
+                uncharged_ns: 3 * MS,
+            }
+        );
+        // The clocks' few µs at a switch are not steal: the preemption's CPU share runs
+        // ahead of the counter (the caller's carry repays it), the sleep's is the counter.
+        let skewed = CycleInput {
+            exec_delta: 8 * MS - 4_000,
+            ..preempted
+        };
+        let c = split_cycle(&skewed);
+        assert_eq!((c.on_ns, c.uncharged_ns), (8 * MS, 0));
+        let c = split_cycle(&CycleInput {
+            runqueue_wait: false,
+            ..skewed
+        });
+        assert_eq!(
+            (c.on_ns, c.runnable_ns, c.blocked_ns, c.uncharged_ns),
+            (8 * MS - 4_000, 2 * MS, 4_000, 0)
+        );
+        // Without the counters nothing can be told apart.
+        let c = split_cycle(&CycleInput {
+            exec_known: false,
+            delay_known: false,
+            ..preempted
+        });
+        assert_eq!(c.uncharged_ns, 0);
     }
 
     #[test]
@@ -1390,8 +1503,8 @@ mod tests {
         assert_eq!(size_of::<WaitStart>(), 88);
         assert_eq!(size_of::<WakerKey>(), 56);
         assert_eq!(size_of::<WakerValue>(), 32);
-        assert_eq!(size_of::<ThreadStats>(), 88);
-        assert_eq!(size_of::<Thread>(), 176);
+        assert_eq!(size_of::<ThreadStats>(), 96);
+        assert_eq!(size_of::<Thread>(), 184);
         assert_eq!(size_of::<Stack>(), 8 * (MAX_STACK_DEPTH + 1));
         assert_eq!(size_of::<TaskSnapshot>(), 80 + 8 * MAX_STACK_DEPTH);
         assert_eq!(size_of::<unwind::UnwindRow>(), 12);

@@ -106,6 +106,23 @@ pub fn unstash(slot: Stash) -> u64 {
     }
 }
 
+/// Where a thread's first entry is built before it is inserted: with the switch program's
+/// other locals, a `Thread` on the stack passes the BPF stack's 512 bytes.
+#[map]
+pub static NEW_THREAD: PerCpuArray<Thread> = PerCpuArray::with_max_entries(1, 0);
+
+/// The zeroed per-CPU [`NEW_THREAD`] entry.
+#[inline(always)]
+pub fn new_thread() -> Option<&'static mut Thread> {
+    let p = NEW_THREAD.get_ptr_mut(0)?;
+    // SAFETY: a per-CPU map value, used by this program on this CPU only until it inserts it
+    // (programs do not nest on one CPU's sched_switch).
+    unsafe {
+        core::ptr::write_bytes(p, 0, 1);
+        Some(&mut *p)
+    }
+}
+
 /// Where a new site histogram is built: at 3.3 KiB it does not fit the BPF stack. All zeros
 /// between uses.
 #[map]

@@ -42,7 +42,7 @@ use crate::{
     config, kstack,
     maps::{
         RUNQUEUE_HISTS, SCRATCH_HIST, SITE_HISTS, Scratch, Stash, THREADS, WAITS, WAKERS,
-        capture_start, count, opaque, stash, unstash,
+        capture_start, count, new_thread, opaque, stash, unstash,
     },
     stack,
     targets::is_target,
@@ -178,22 +178,21 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     let Some(thread) = THREADS.get_ptr_mut(&out.tid) else {
         // Not seen yet (the start snapshot raced with it): on the CPU since the capture began.
         let on = out.now.saturating_sub(out.start_ns);
-        let thread = Thread {
-            wait,
-            stats: ThreadStats {
-                comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
-                on_cpu_ns: on,
-                traced_on_ns: on,
-                last_out_ns: out.now,
-                switches: 1,
-                last_exec_ns: out.exec_ns,
-                last_delay_ns: out.delay_ns,
-                flags: thread_flags::BASELINE,
-                tgid: out.tgid,
-                ..ThreadStats::default()
-            },
+        let Some(thread) = new_thread() else {
+            return;
         };
-        if THREADS.insert(&out.tid, &thread, BPF_NOEXIST).is_err()
+        thread.wait = wait;
+        let stats = &mut thread.stats;
+        stats.comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+        stats.on_cpu_ns = on;
+        stats.traced_on_ns = on;
+        stats.last_out_ns = out.now;
+        stats.switches = 1;
+        stats.last_exec_ns = out.exec_ns;
+        stats.last_delay_ns = out.delay_ns;
+        stats.flags = thread_flags::BASELINE;
+        stats.tgid = out.tgid;
+        if THREADS.insert(&out.tid, thread, BPF_NOEXIST).is_err()
             && count(Counter::ThreadsFull) == 0
         {
             debug!(ctx, "thread table full: raise --max-threads");
@@ -229,14 +228,13 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
         delay_known: baseline,
     });
     // The split took one of a dozen branches; what follows need not be verified per branch.
-    let cycle = Cycle {
-        on_ns: opaque(cycle.on_ns),
-        traced_on_ns: opaque(cycle.traced_on_ns),
-        runnable_ns: opaque(cycle.runnable_ns),
-        blocked_ns: opaque(cycle.blocked_ns),
-    };
-    stats.on_cpu_ns += cycle.on_ns;
-    stats.traced_on_ns += cycle.traced_on_ns;
+    // Scalars, not a struct: the program's stack is near its 512 bytes.
+    let on_ns = opaque(cycle.on_ns);
+    let runnable_ns = opaque(cycle.runnable_ns);
+    let blocked_ns = opaque(cycle.blocked_ns);
+    stats.on_cpu_ns += on_ns;
+    stats.traced_on_ns += opaque(cycle.traced_on_ns);
+    stats.uncharged_ns += opaque(cycle.uncharged_ns);
     stats.last_out_ns = out.now;
     // The scheduler's counters run on the run queue's clock, which a switch may read a few µs
     // off the tracepoint's (its update is skipped after a wakeup preemption), so a short cycle
@@ -245,8 +243,8 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     // not take is left for the next one, what it took ahead is repaid by the next, and the
     // thread's figures add up to its schedstat instead of losing the difference to a sleep.
     if waiting && baseline {
-        stats.last_exec_ns += cycle.on_ns;
-        stats.last_delay_ns += cycle.runnable_ns;
+        stats.last_exec_ns += on_ns;
+        stats.last_delay_ns += runnable_ns;
     } else {
         stats.last_exec_ns = out.exec_ns;
         stats.last_delay_ns = out.delay_ns;
@@ -260,7 +258,7 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
         stats.comm = bpf_get_current_comm().unwrap_or(stats.comm);
     }
     if waiting {
-        aggregate_wait(cfg, out.tid, &thread.wait, runqueue_wait, &cycle);
+        aggregate_wait(cfg, out.tid, &thread.wait, runqueue_wait, runnable_ns, blocked_ns);
     }
     // In place: no allocation or free per switch.
     thread.wait = wait;
@@ -356,16 +354,11 @@ fn switch_in(cfg: &Config, next: *const u8, tid: u32, tgid: u32, now: u64) -> Op
     let Some(thread) = THREADS.get_ptr_mut(&tid) else {
         // First sight of this thread (blocked since before the capture and not found by the
         // start snapshot): its time counts from here.
-        let thread = Thread {
-            stats: ThreadStats {
-                comm: comm_of(cfg, next),
-                last_in_ns: now,
-                tgid,
-                ..ThreadStats::default()
-            },
-            ..Thread::default()
-        };
-        if THREADS.insert(&tid, &thread, BPF_NOEXIST).is_err() {
+        let thread = new_thread()?;
+        thread.stats.comm = comm_of(cfg, next);
+        thread.stats.last_in_ns = now;
+        thread.stats.tgid = tgid;
+        if THREADS.insert(&tid, thread, BPF_NOEXIST).is_err() {
             count(Counter::ThreadsFull);
         }
         return None;
@@ -391,8 +384,15 @@ fn comm_of(cfg: &Config, task: *const u8) -> [u8; COMM_LEN] {
 /// made runnable (the waker is credited with that part), then waiting for a CPU. A preemption
 /// is all run-queue time.
 #[inline(always)]
-fn aggregate_wait(cfg: &Config, tid: u32, slot: &WaitStart, runqueue_wait: bool, cycle: &Cycle) {
-    let total = cycle.runnable_ns + cycle.blocked_ns;
+fn aggregate_wait(
+    cfg: &Config,
+    tid: u32,
+    slot: &WaitStart,
+    runqueue_wait: bool,
+    runnable_ns: u64,
+    blocked_ns: u64,
+) {
+    let total = runnable_ns + blocked_ns;
     if total < cfg.min_block_ns || total > cfg.max_block_ns {
         count(Counter::WaitsFiltered);
         return;
@@ -413,23 +413,23 @@ fn aggregate_wait(cfg: &Config, tid: u32, slot: &WaitStart, runqueue_wait: bool,
         add_runqueue_hist(which, total);
         return;
     }
-    if cycle.blocked_ns > 0 {
+    if blocked_ns > 0 {
         // A preemption on the way to a sleep is that sleep's time, but no wait of its own.
         // Arithmetic, not a comparison: BPF has no set-on-condition, and a branch here would
         // have everything below verified once per value.
         let counted = 1 - ((slot.flags / wait_flags::PREEMPTED_ASLEEP) & 1) as u64;
-        add_wait(&key, cycle.blocked_ns, counted);
+        add_wait(&key, blocked_ns, counted);
         if counted != 0 {
-            add_site_hist(&key, cycle.blocked_ns);
+            add_site_hist(&key, blocked_ns);
         }
         if slot.wake_ts_ns >= slot.ts_ns {
-            add_waker(&key, slot, cycle.blocked_ns);
+            add_waker(&key, slot, blocked_ns);
         }
     }
-    if cycle.runnable_ns > 0 {
+    if runnable_ns > 0 {
         key.state = WaitState::RunqueueWoken as u32;
-        add_wait(&key, cycle.runnable_ns, 1);
-        add_runqueue_hist(RunqueueHist::Woken, cycle.runnable_ns);
+        add_wait(&key, runnable_ns, 1);
+        add_runqueue_hist(RunqueueHist::Woken, runnable_ns);
     }
 }
 

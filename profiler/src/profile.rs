@@ -84,6 +84,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
                     on_ns: thread.stats.on_cpu_ns + last.on_ns,
                     traced_ns: thread.stats.traced_on_ns + last.traced_ns,
                     overhead_ns: thread.stats.overhead_ns,
+                    uncharged_ns: thread.stats.uncharged_ns + last.uncharged_ns,
                 },
             );
         }
@@ -156,6 +157,8 @@ struct CpuTime {
     traced_ns: u64,
     /// The profiler's programs.
     overhead_ns: u64,
+    /// Held the CPU, charged neither as CPU nor as run-queue wait (steal).
+    uncharged_ns: u64,
 }
 
 /// The last cycle's CPU time, closed at the end of the window.
@@ -163,6 +166,7 @@ struct CpuTime {
 struct LastCycle {
     on_ns: u64,
     traced_ns: u64,
+    uncharged_ns: u64,
 }
 
 #[derive(Default)]
@@ -308,6 +312,7 @@ impl Accumulator {
         LastCycle {
             on_ns: cycle.on_ns,
             traced_ns: cycle.traced_on_ns,
+            uncharged_ns: cycle.uncharged_ns,
         }
     }
 
@@ -354,6 +359,20 @@ impl Accumulator {
             t.overhead_ns = overhead;
             t.switching_in_ns = switching_in;
             t.on_cpu_exact = true;
+            // Neither CPU time nor a wait in the kernel's books: state "other", in a frame of
+            // its own, so the thread's states still add up to the window.
+            let uncharged = time.uncharged_ns.min(window_ns - on);
+            t.uncharged_ns = uncharged;
+            if uncharged > 0 {
+                t.off_ns[WaitState::Other as usize - 1] += uncharged;
+                self.entry(
+                    tid,
+                    stack_id::UNCHARGED,
+                    stack_id::EMPTY,
+                    Kind::Off(WaitState::Other),
+                )
+                .time_ns += uncharged;
+            }
             if !opts.mode.samples_on_cpu() {
                 continue;
             }
@@ -546,6 +565,43 @@ mod tests {
         assert_eq!(e[&(2, Kind::OnCpu)], 1_100 * MS);
         assert_eq!(e[&(stack_id::SWITCHING_IN, Kind::OnCpu)], 500 * MS);
         assert_eq!(e[&(stack_id::PROFILER, Kind::OnCpu)], 100 * MS);
+    }
+
+    #[test]
+    fn steal_is_other_time_in_a_frame_of_its_own_not_cpu() {
+        // Exited at 19 s: 3 s charged as CPU, 0.7 s held the CPU uncharged (steal).
+        let drained = || {
+            let mut st = stats();
+            st.on_cpu_ns = 3 * S;
+            st.traced_on_ns = 3 * S;
+            st.uncharged_ns = 700 * MS;
+            st.last_out_ns = 19 * S;
+            st.flags |= thread_flags::EXITED;
+            let mut drained = Drained {
+                samples: vec![sample(7, 1, 30)],
+                ..Drained::default()
+            };
+            drained.threads.insert(
+                7,
+                Thread {
+                    stats: st,
+                    wait: WaitStart::default(),
+                },
+            );
+            drained
+        };
+        for mode in [Mode::Wall, Mode::Off] {
+            let p = account(drained(), Seeds::default(), &opts(mode));
+            let t = &p.threads[&7];
+            assert_eq!(t.on_cpu_ns, 3 * S);
+            assert_eq!(t.uncharged_ns, 700 * MS);
+            assert_eq!(t.off(WaitState::Other), 700 * MS);
+            let e = by_stack(&p, 7);
+            assert_eq!(
+                e[&(stack_id::UNCHARGED, Kind::Off(WaitState::Other))],
+                700 * MS
+            );
+        }
     }
 
     #[test]

@@ -45,9 +45,10 @@ fn compare_processes_with_schedstat(
     };
     prompt();
     let capturing = Capturing::start(&args);
-    let before = all(pids);
+    let (before, steal_before) = (all(pids), machine_steal_s());
     std::thread::sleep(Duration::from_secs(SECS));
-    let after = all(pids);
+    let (after, steal_after) = (all(pids), machine_steal_s());
+    let steal = steal_after - steal_before;
     let result = capturing.finish();
     assert_success(&result);
     let json = read_report(&report);
@@ -56,6 +57,19 @@ fn compare_processes_with_schedstat(
     assert!(!threads.is_empty(), "no threads in the report");
     let mut checked = Vec::new();
     let mut wrong = Vec::new();
+    // Time a thread held its CPU without the kernel charging it is the host's (steal): it
+    // can be no more than the machine's steal over the window. On a host that took nothing,
+    // this catches the clocks' noise or a wait taken for steal.
+    let uncharged: f64 = threads
+        .iter()
+        .map(|t| t["uncharged_s"].as_f64().unwrap_or(0.0))
+        .sum();
+    eprintln!("{name} ({mode}): uncharged {uncharged:.3} s, machine steal {steal:.3} s");
+    if mode != "cpu" && uncharged > steal + TOLERANCE_S {
+        wrong.push(format!(
+            "{name} ({mode}): {uncharged:.3} s uncharged but the machine's steal was {steal:.3} s"
+        ));
+    }
     for t in threads {
         let tid = t["tid"].as_u64().expect("tid") as u32;
         let name = t["name"].as_str().unwrap_or("?");
@@ -69,7 +83,8 @@ fn compare_processes_with_schedstat(
         let rq = pct("runnable_pct") / 100.0 * WINDOW_S;
         let why = format!(
             "{name}-{tid} ({mode}): ours cpu {cpu:.3} s runnable {rq:.3} s; schedstat cpu \
-             {kernel_cpu:.3} s runnable {kernel_rq:.3} s; row {t}\nstderr:\n{}",
+             {kernel_cpu:.3} s runnable {kernel_rq:.3} s; machine steal {steal:.3} s; row {t}\n\
+             stderr:\n{}",
             String::from_utf8_lossy(&result.stderr)
         );
         eprintln!(

@@ -35,6 +35,7 @@ fn push_side(frames: &mut Vec<String>, id: u64, names: &HashMap<u64, Vec<Name>>,
         stack_id::FOREIGN => frames.push("[user stack of another process]".into()),
         stack_id::SWITCHING_IN => frames.push("[on-cpu: switching in]".into()),
         stack_id::PROFILER => frames.push("[profiler overhead]".into()),
+        stack_id::UNCHARGED => frames.push("[held the CPU, not charged: hypervisor steal]".into()),
         _ => match names.get(&id) {
             Some(named) => frames.extend(named.iter().map(|n| sanitize(n))),
             None => frames.push(format!("[{side} stack missing]")),

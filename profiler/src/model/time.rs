@@ -82,6 +82,10 @@ pub struct ThreadTime {
     pub switching_in_ns: u64,
     /// Off-CPU time per state, indexed by `WaitState as usize - 1`.
     pub off_ns: [u64; 5],
+    /// Of `off_ns[Other]`, time the thread held its CPU that the kernel charged neither as
+    /// CPU nor as run-queue wait (hypervisor steal; see `Cycle::uncharged_ns`).
+    #[serde(default)]
+    pub uncharged_ns: u64,
     /// Whether `on_cpu_ns` was measured at context switches (exact) or from samples.
     pub on_cpu_exact: bool,
     /// The thread's schedstat over the window, read from /proc at its start and end (threads
@@ -101,6 +105,11 @@ impl ThreadTime {
 
     pub fn runnable_ns(&self) -> u64 {
         self.off(WaitState::RunqueuePreempted) + self.off(WaitState::RunqueueWoken)
+    }
+
+    /// All of its time accounted in the window.
+    pub fn total_ns(&self) -> u64 {
+        self.on_cpu_ns + self.off_ns.iter().sum::<u64>()
     }
 }
 

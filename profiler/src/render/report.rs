@@ -148,6 +148,9 @@ pub struct ThreadRow {
     /// Of the running time, what the scheduler charged before the thread was switched in
     /// (null without switch tracing).
     pub switching_in_s: Option<f64>,
+    /// Of the other time, what the thread held its CPU without the kernel charging it as CPU
+    /// or run-queue time (hypervisor steal; null without switch tracing).
+    pub uncharged_s: Option<f64>,
     /// The thread's own schedstat over the window (/proc at start and end; null for threads
     /// that were not alive at both).
     pub schedstat_on_cpu_s: Option<f64>,
@@ -476,7 +479,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
     let all_thread_ns: u64 = profile
         .threads
         .values()
-        .map(|t| t.on_cpu_ns + t.off_ns.iter().sum::<u64>())
+        .map(|t| t.total_ns())
         .sum::<u64>()
         .max(1);
     let analysis = input.analysis;
@@ -608,6 +611,7 @@ fn thread_rows(profile: &Profile, analysis: &Analysis) -> Vec<ThreadRow> {
             profiler_pct: pct(t.overhead_ns),
             on_cpu_s: secs(t.on_cpu_ns),
             switching_in_s: exact.then(|| secs(t.switching_in_ns)),
+            uncharged_s: exact.then(|| secs(t.uncharged_ns)),
             schedstat_on_cpu_s: t.schedstat.map(|s| secs(s.exec_ns)),
             schedstat_runnable_s: t.schedstat.map(|s| secs(s.delay_ns)),
             run_queue_delay: run_queue_per_thread.get(&tid).and_then(Hist::latency),
@@ -1058,6 +1062,25 @@ fn notes(profile: &Profile) -> Vec<String> {
         notes.push(format!(
             "{forked} process{} forked during the capture and followed from its first instruction ({ended} exited before the end).",
             if forked == 1 { " was" } else { "es were" },
+        ));
+    }
+    // Steal: the thread's time on a CPU the host gave to someone else.
+    let uncharged: u64 = profile.threads.values().map(|t| t.uncharged_ns).sum();
+    let all: u64 = profile.threads.values().map(|t| t.total_ns()).sum();
+    if uncharged > 0 && uncharged * 1000 >= all {
+        let most = profile
+            .threads
+            .iter()
+            .max_by_key(|(tid, t)| (t.uncharged_ns, std::cmp::Reverse(**tid)));
+        notes.push(format!(
+            "The threads held their CPUs for {:.2} s ({:.1} % of all thread time{}) that the              kernel charged neither as CPU time nor as run-queue wait: the hypervisor ran              something else on this virtual machine's CPUs (steal). That time is shown as              other, in the frame [held the CPU, not charged: hypervisor steal]; running is              what the scheduler charged.",
+            uncharged as f64 / 1e9,
+            100.0 * uncharged as f64 / all.max(1) as f64,
+            most.map_or(String::new(), |(tid, t)| format!(
+                "; most in {}-{tid}, {:.2} s",
+                t.name,
+                t.uncharged_ns as f64 / 1e9
+            )),
         ));
     }
     if profile.mode == Mode::Cpu {

@@ -366,6 +366,20 @@ pub fn outputs(name: &str) -> Outputs {
 
 /// CPU and run-queue seconds per thread of `pid`, from the kernel's own accounting
 /// (`/proc/<pid>/task/<tid>/schedstat`): the ground truth captures are checked against.
+/// Seconds the hypervisor ran something else on this machine's CPUs (all CPUs summed): the
+/// `steal` column of /proc/stat, in USER_HZ (100 Hz) ticks. Zero on bare metal.
+pub fn machine_steal_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").expect("read /proc/stat");
+    let cpu = stat.lines().next().expect("the cpu line of /proc/stat");
+    // cpu user nice system idle iowait irq softirq steal …
+    let steal: f64 = cpu
+        .split_whitespace()
+        .nth(8)
+        .and_then(|v| v.parse().ok())
+        .expect("steal in /proc/stat");
+    steal / 100.0
+}
+
 pub fn schedstat(pid: u32) -> BTreeMap<u32, (f64, f64)> {
     let mut out = BTreeMap::new();
     let dir = format!("/proc/{pid}/task");
