@@ -258,7 +258,14 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
         stats.comm = bpf_get_current_comm().unwrap_or(stats.comm);
     }
     if waiting {
-        aggregate_wait(cfg, out.tid, &thread.wait, runqueue_wait, runnable_ns, blocked_ns);
+        aggregate_wait(
+            cfg,
+            out.tid,
+            &thread.wait,
+            runqueue_wait,
+            runnable_ns,
+            blocked_ns,
+        );
     }
     // In place: no allocation or free per switch.
     thread.wait = wait;
