@@ -5,7 +5,7 @@
 //! are gathered by process and wait. Pure; the
 //! report and the verdict render it, fold uses it for `--hide-idle`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use profiler_common::{WaitState, stack_id};
 
@@ -266,40 +266,13 @@ pub fn pattern(name: &str) -> String {
     out
 }
 
+/// Per thread, its time per wait site; and the sites that are event waits.
+type SiteTimes = HashMap<u32, HashMap<SiteId, u64>>;
+
 /// `fallback` names the process of a thread whose process is unknown.
 pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysis {
     let classified = profile.mode.traces_switches();
-    // Per thread, time per wait site.
-    let mut frames_of: HashMap<(u64, u64), Vec<String>> = HashMap::new();
-    let mut waits: HashMap<u32, HashMap<SiteId, u64>> = HashMap::new();
-    let mut event_sites = std::collections::HashSet::new();
-    for e in &profile.entries {
-        let Kind::Off(state @ (WaitState::Sleep | WaitState::Io | WaitState::Other)) = e.kind
-        else {
-            continue;
-        };
-        let frames = frames_of
-            .entry((e.user_stack, e.kernel_stack))
-            .or_insert_with(|| {
-                let site = site_frames(e.user_stack, e.kernel_stack, names);
-                if is_event_wait(&stack_frames(e.user_stack, e.kernel_stack, names)) {
-                    event_sites.insert((state.label(), site.clone()));
-                }
-                site
-            });
-        *waits
-            .entry(e.tid)
-            .or_default()
-            .entry((state.label(), frames.clone()))
-            .or_default() += e.time_ns;
-    }
-    let largest = |sites: Option<&HashMap<SiteId, u64>>| -> Option<(SiteId, u64)> {
-        sites?
-            .iter()
-            .filter(|(_, ns)| **ns > 0)
-            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-            .map(|(k, ns)| (k.clone(), *ns))
-    };
+    let (waits, event_sites) = site_times(profile, names);
     let process_of = |t: &ThreadTime| -> String {
         profile
             .processes
@@ -330,42 +303,15 @@ pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysi
     let mut groups: Vec<Group> = by_key
         .into_iter()
         .map(|((process, pattern), tids)| {
-            let idle = tids.iter().filter(|t| threads[*t].idle).count();
-            let counted: Vec<u32> = tids
-                .iter()
-                .copied()
-                .filter(|t| idle == tids.len() || !threads[t].idle)
-                .collect();
-            let mut time = StateTimes::default();
-            let mut sites: HashMap<SiteId, u64> = HashMap::new();
-            let mut events: HashMap<SiteId, u64> = HashMap::new();
-            let mut idle_wait_ns = 0;
-            for tid in &counted {
-                time.add(&StateTimes::of(&profile.threads[tid]));
-                for (site, ns) in waits.get(tid).into_iter().flatten() {
-                    if is_idle_wait(&site.1) {
-                        idle_wait_ns += ns;
-                    } else if event_sites.contains(site) {
-                        *events.entry(site.clone()).or_default() += ns;
-                    } else {
-                        *sites.entry(site.clone()).or_default() += ns;
-                    }
-                }
-            }
-            let mut pids: Vec<u32> = tids.iter().map(|t| profile.threads[t].pid).collect();
-            pids.sort_unstable();
-            pids.dedup();
-            Group {
+            group(
+                profile,
+                &threads,
+                &waits,
+                &event_sites,
                 process,
                 pattern,
                 tids,
-                pids,
-                idle,
-                time,
-                dominant_wait: largest(Some(&sites)),
-                idle_wait_ns,
-                event_wait: largest(Some(&events)),
-            }
+            )
         })
         .collect();
     groups.sort_by(|a, b| {
@@ -383,12 +329,110 @@ pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysi
             }
         }
     }
+    let idle = idle_sets(profile, &threads, process_of);
+    Analysis {
+        threads,
+        groups,
+        idle,
+        classified,
+        event_sites,
+    }
+}
 
-    let mut idle_sets: BTreeMap<(u32, Option<SiteId>), IdleSet> = BTreeMap::new();
+/// The largest site of a thread or group (ties: the first site in order).
+fn largest(sites: Option<&HashMap<SiteId, u64>>) -> Option<(SiteId, u64)> {
+    sites?
+        .iter()
+        .filter(|(_, ns)| **ns > 0)
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(k, ns)| (k.clone(), *ns))
+}
+
+/// Each thread's blocked time (sleep, io, other) per site, and which sites are event waits.
+fn site_times(profile: &Profile, names: &StackNames) -> (SiteTimes, HashSet<SiteId>) {
+    let mut frames_of: HashMap<(u64, u64), Vec<String>> = HashMap::new();
+    let mut waits: SiteTimes = HashMap::new();
+    let mut event_sites = HashSet::new();
+    for e in &profile.entries {
+        let Kind::Off(state @ (WaitState::Sleep | WaitState::Io | WaitState::Other)) = e.kind
+        else {
+            continue;
+        };
+        let frames = frames_of
+            .entry((e.user_stack, e.kernel_stack))
+            .or_insert_with(|| {
+                let site = site_frames(e.user_stack, e.kernel_stack, names);
+                if is_event_wait(&stack_frames(e.user_stack, e.kernel_stack, names)) {
+                    event_sites.insert((state.label(), site.clone()));
+                }
+                site
+            });
+        *waits
+            .entry(e.tid)
+            .or_default()
+            .entry((state.label(), frames.clone()))
+            .or_default() += e.time_ns;
+    }
+    (waits, event_sites)
+}
+
+/// One pool: its active threads' time (all of them when all are idle) and dominant waits.
+fn group(
+    profile: &Profile,
+    threads: &BTreeMap<u32, ThreadClass>,
+    waits: &SiteTimes,
+    event_sites: &HashSet<SiteId>,
+    process: String,
+    pattern: String,
+    tids: Vec<u32>,
+) -> Group {
+    let idle = tids.iter().filter(|t| threads[*t].idle).count();
+    let counted = tids
+        .iter()
+        .filter(|t| idle == tids.len() || !threads[*t].idle);
+    let mut time = StateTimes::default();
+    let mut sites: HashMap<SiteId, u64> = HashMap::new();
+    let mut events: HashMap<SiteId, u64> = HashMap::new();
+    let mut idle_wait_ns = 0;
+    for tid in counted {
+        time.add(&StateTimes::of(&profile.threads[tid]));
+        for (site, ns) in waits.get(tid).into_iter().flatten() {
+            if is_idle_wait(&site.1) {
+                idle_wait_ns += ns;
+            } else if event_sites.contains(site) {
+                *events.entry(site.clone()).or_default() += ns;
+            } else {
+                *sites.entry(site.clone()).or_default() += ns;
+            }
+        }
+    }
+    let mut pids: Vec<u32> = tids.iter().map(|t| profile.threads[t].pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    Group {
+        process,
+        pattern,
+        tids,
+        pids,
+        idle,
+        time,
+        dominant_wait: largest(Some(&sites)),
+        idle_wait_ns,
+        event_wait: largest(Some(&events)),
+    }
+}
+
+/// Idle threads, one set per process and dominant site, largest sets first.
+fn idle_sets(
+    profile: &Profile,
+    threads: &BTreeMap<u32, ThreadClass>,
+    process_of: impl Fn(&ThreadTime) -> String,
+) -> Vec<IdleSet> {
+    let mut sets: BTreeMap<(u32, Option<SiteId>), IdleSet> = BTreeMap::new();
     for (&tid, c) in threads.iter().filter(|(_, c)| c.idle) {
         let t = &profile.threads[&tid];
         let site = c.dominant_wait.as_ref().map(|(s, _)| s.clone());
-        let set = idle_sets
+        let set = sets
             .entry((t.pid, site.clone()))
             .or_insert_with(|| IdleSet {
                 process: process_of(t),
@@ -400,7 +444,7 @@ pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysi
         set.tids.push(tid);
         set.sleep_ns += t.off(WaitState::Sleep);
     }
-    let mut idle: Vec<IdleSet> = idle_sets.into_values().collect();
+    let mut idle: Vec<IdleSet> = sets.into_values().collect();
     idle.sort_by(|a, b| {
         b.tids
             .len()
@@ -408,13 +452,7 @@ pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysi
             .then(b.sleep_ns.cmp(&a.sleep_ns))
             .then(a.tids.cmp(&b.tids))
     });
-    Analysis {
-        threads,
-        groups,
-        idle,
-        classified,
-        event_sites,
-    }
+    idle
 }
 
 #[cfg(test)]

@@ -555,29 +555,7 @@ impl Layout {
         if let NmethodTest::Kind { kind, .. } = nmethod_test {
             blob_header = blob_header.max(kind.end());
         }
-        // x86_64 interpreter frames (frame_x86.hpp): below the saved rbp lie sender_sp (-1),
-        // last_sp (-2), then the Method* (-3). JDK 17 and 25 export only the first two, so
-        // the method's slot is derived from last_sp's when it is not exported itself.
-        let interpreter_method_offset = match vm
-            .int_constants
-            .get("frame::interpreter_frame_method_offset")
-        {
-            Some(&v) => v,
-            None => {
-                vm.int_constants
-                    .get("frame::interpreter_frame_last_sp_offset")
-                    .copied()
-                    .ok_or_else(|| JvmError::Unsupported {
-                        pid,
-                        what: "constant frame::interpreter_frame_last_sp_offset".into(),
-                    })?
-                    - 1
-            }
-        } as i32;
-        let interpreter_sender_sp_offset = vm
-            .int_constants
-            .get("frame::interpreter_frame_sender_sp_offset")
-            .map_or(0, |&v| v as i32);
+        let (interpreter_method_offset, interpreter_sender_sp_offset) = interpreter_slots(pid, vm)?;
         Ok(Layout {
             interpreter_sender_sp_offset,
             heaps: vm.static_address(pid, "CodeCache", "_heaps")?,
@@ -624,6 +602,34 @@ impl Layout {
             interpreter_method_offset,
         })
     }
+}
+
+/// The interpreter frame's Method* and sender-sp slots, in words from rbp.
+fn interpreter_slots(pid: u32, vm: &VmStructs) -> Result<(i32, i32), JvmError> {
+    // x86_64 interpreter frames (frame_x86.hpp): below the saved rbp lie sender_sp (-1),
+    // last_sp (-2), then the Method* (-3). JDK 17 and 25 export only the first two, so
+    // the method's slot is derived from last_sp's when it is not exported itself.
+    let interpreter_method_offset = match vm
+        .int_constants
+        .get("frame::interpreter_frame_method_offset")
+    {
+        Some(&v) => v,
+        None => {
+            vm.int_constants
+                .get("frame::interpreter_frame_last_sp_offset")
+                .copied()
+                .ok_or_else(|| JvmError::Unsupported {
+                    pid,
+                    what: "constant frame::interpreter_frame_last_sp_offset".into(),
+                })?
+                - 1
+        }
+    } as i32;
+    let interpreter_sender_sp_offset = vm
+        .int_constants
+        .get("frame::interpreter_frame_sender_sp_offset")
+        .map_or(0, |&v| v as i32);
+    Ok((interpreter_method_offset, interpreter_sender_sp_offset))
 }
 
 /// A field of a member at `by` in the enclosing object.

@@ -73,32 +73,16 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
     if opts.mode.traces_switches() {
         acc.finished_waits(&waits);
     }
-    let mut cpu: HashMap<u32, CpuTime> = HashMap::new();
-    if opts.mode.traces_switches() {
-        for (&tid, thread) in &kernel_threads {
-            let at_stop = sched_at_stop.get(&tid).copied();
-            let last = acc.last_cycle(tid, thread, at_stop, &mut site_hists, opts);
-            cpu.insert(
-                tid,
-                CpuTime {
-                    on_ns: thread.stats.on_cpu_ns + last.on_ns,
-                    traced_ns: thread.stats.traced_on_ns + last.traced_ns,
-                    overhead_ns: thread.stats.overhead_ns,
-                    uncharged_ns: thread.stats.uncharged_ns + last.uncharged_ns,
-                },
-            );
-        }
-    }
+    let cpu = if opts.mode.traces_switches() {
+        acc.last_cycles(&kernel_threads, &sched_at_stop, &mut site_hists, opts)
+    } else {
+        HashMap::new()
+    };
     acc.on_cpu(&samples, &cpu, opts);
 
     let mut threads = acc.threads;
     for (tid, t) in threads.iter_mut() {
-        t.name = kernel_threads
-            .get(tid)
-            .map(|t| comm_name(&t.stats.comm))
-            .filter(|n| !n.is_empty())
-            .or_else(|| seeds.names.get(tid).cloned())
-            .unwrap_or_else(|| format!("tid-{tid}"));
+        t.name = thread_name(*tid, kernel_threads.get(tid), &seeds.names);
         t.schedstat = match (sched_at_start.get(tid), sched_at_stop.get(tid)) {
             (Some(a), Some(b)) => Some(SchedStat {
                 exec_ns: b.exec_ns.saturating_sub(a.exec_ns),
@@ -113,14 +97,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         processes.entry(t.pid).or_default();
     }
     let mut entries: Vec<Entry> = acc.entries.into_values().collect();
-    entries.sort_by(|a, b| {
-        (a.tid, a.kind, a.user_stack, a.kernel_stack).cmp(&(
-            b.tid,
-            b.kind,
-            b.user_stack,
-            b.kernel_stack,
-        ))
-    });
+    entries.sort_by_key(|e| (e.tid, e.kind, e.user_stack, e.kernel_stack));
     Profile {
         mode: opts.mode,
         window: opts.window,
@@ -146,6 +123,15 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
     }
+}
+
+/// The kernel's name of a thread, else the start snapshot's, else its tid.
+fn thread_name(tid: u32, kernel: Option<&Thread>, seeded: &HashMap<u32, String>) -> String {
+    kernel
+        .map(|t| comm_name(&t.stats.comm))
+        .filter(|n| !n.is_empty())
+        .or_else(|| seeded.get(&tid).cloned())
+        .unwrap_or_else(|| format!("tid-{tid}"))
 }
 
 /// A thread's CPU time from the switch bookkeeping.
@@ -215,6 +201,31 @@ impl Accumulator {
             }
             self.thread(key.tid).off_ns[state as usize - 1] += value.total_ns;
         }
+    }
+
+    /// Every thread's CPU time: the kernel's closed cycles plus its last one.
+    fn last_cycles(
+        &mut self,
+        kernel_threads: &HashMap<u32, Thread>,
+        sched_at_stop: &HashMap<u32, SchedStat>,
+        site_hists: &mut HashMap<SiteKey, WaitHist>,
+        opts: &AccountOptions,
+    ) -> HashMap<u32, CpuTime> {
+        let mut cpu = HashMap::new();
+        for (&tid, thread) in kernel_threads {
+            let at_stop = sched_at_stop.get(&tid).copied();
+            let last = self.last_cycle(tid, thread, at_stop, site_hists, opts);
+            cpu.insert(
+                tid,
+                CpuTime {
+                    on_ns: thread.stats.on_cpu_ns + last.on_ns,
+                    traced_ns: thread.stats.traced_on_ns + last.traced_ns,
+                    overhead_ns: thread.stats.overhead_ns,
+                    uncharged_ns: thread.stats.uncharged_ns + last.uncharged_ns,
+                },
+            );
+        }
+        cpu
     }
 
     /// Closes a thread's last cycle at the end of the window with the same rule the kernel

@@ -281,6 +281,23 @@ impl TargetSet {
     pub fn tick(&mut self, probes: &mut Probes, mut tables: Option<&mut UnwindTables>) -> Tick {
         let mut tick = Tick::default();
         let mut reload: BTreeSet<u32> = BTreeSet::new();
+        self.follow_events(probes, tables.as_deref_mut(), &mut tick, &mut reload);
+        self.join_cgroup(probes, &mut reload);
+        self.reload(probes, tables.as_deref_mut(), reload);
+        self.forget_gone(probes, tables);
+        tick.all_gone = self.processes.values().all(|t| t.gone);
+        tick
+    }
+
+    /// Forks, execs and exits the kernel side recorded; the processes whose maps must be
+    /// read again go in `reload`.
+    fn follow_events(
+        &mut self,
+        probes: &mut Probes,
+        mut tables: Option<&mut UnwindTables>,
+        tick: &mut Tick,
+        reload: &mut BTreeSet<u32>,
+    ) {
         for (pid, event) in probes.proc_events().unwrap_or_default() {
             let target = self.processes.entry(pid).or_insert_with(|| {
                 reload.insert(pid);
@@ -317,6 +334,10 @@ impl TargetSet {
                 }
             }
         }
+    }
+
+    /// Processes that joined the cgroup since the last tick.
+    fn join_cgroup(&mut self, probes: &mut Probes, reload: &mut BTreeSet<u32>) {
         if let Some(dir) = &self.cgroup {
             for pid in cgroup_members(dir) {
                 if let std::collections::btree_map::Entry::Vacant(v) = self.processes.entry(pid) {
@@ -328,6 +349,16 @@ impl TargetSet {
                 }
             }
         }
+    }
+
+    /// Maps read again (`reload`, and a few processes per tick for libraries loaded), JVM
+    /// code caches followed; rows and mapping tables uploaded where they changed.
+    fn reload(
+        &mut self,
+        probes: &mut Probes,
+        mut tables: Option<&mut UnwindTables>,
+        mut reload: BTreeSet<u32>,
+    ) {
         // Besides those, a few processes per tick for libraries loaded (dlopen).
         let live: Vec<u32> = self
             .processes
@@ -371,6 +402,10 @@ impl TargetSet {
                 log::warn!("mapping table of process {pid} not uploaded: {e}");
             }
         }
+    }
+
+    /// Reaped processes leave the kernel's tables, so churn does not fill them.
+    fn forget_gone(&mut self, probes: &mut Probes, mut tables: Option<&mut UnwindTables>) {
         // Reaped processes leave the kernel's tables, so churn does not fill them.
         let mut gone = BTreeSet::new();
         for target in self.processes.values_mut() {
@@ -386,8 +421,6 @@ impl TargetSet {
         if !gone.is_empty() {
             self.exited_threads.extend(probes.take_threads_of(&gone));
         }
-        tick.all_gone = self.processes.values().all(|t| t.gone);
-        tick
     }
 
     /// Names of JVMs' JIT code and of the Java methods in their interpreted frames, by

@@ -195,6 +195,13 @@ pub fn write_markdown(r: &DiffReport<'_>, out: &mut impl Write) -> io::Result<()
             signed(c.change)
         )?;
     }
+    md_functions(r, out)?;
+    md_sites(r, out)?;
+    writeln!(out, "\n_Percentiles: {}._", r.percentile_method)?;
+    Ok(())
+}
+
+fn md_functions(r: &DiffReport<'_>, out: &mut impl Write) -> io::Result<()> {
     if !r.functions.is_empty() {
         writeln!(out, "\n## On-CPU functions that moved most\n")?;
         writeln!(
@@ -226,6 +233,10 @@ pub fn write_markdown(r: &DiffReport<'_>, out: &mut impl Write) -> io::Result<()
              function called, kernel frames included."
         )?;
     }
+    Ok(())
+}
+
+fn md_sites(r: &DiffReport<'_>, out: &mut impl Write) -> io::Result<()> {
     if !r.sites.is_empty() {
         writeln!(out, "\n## Blocking sites that moved most\n")?;
         writeln!(
@@ -249,6 +260,5 @@ pub fn write_markdown(r: &DiffReport<'_>, out: &mut impl Write) -> io::Result<()
             )?;
         }
     }
-    writeln!(out, "\n_Percentiles: {}._", r.percentile_method)?;
     Ok(())
 }

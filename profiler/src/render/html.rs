@@ -111,6 +111,33 @@ pub fn write_html(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()>
     capture_table(r, out)?;
     losses(r, out)?;
 
+    processes(r, out)?;
+    threads(r, out)?;
+    for n in &r.notes {
+        writeln!(out, "<p class=\"muted\">Note: {}</p>", esc(n))?;
+    }
+
+    flame_graph(input, out)?;
+
+    if !r.top_blocking_sites.is_empty() {
+        writeln!(out, "<h2>Top blocking sites</h2>")?;
+        for s in &r.top_blocking_sites {
+            site(s, out)?;
+        }
+    }
+    functions(r, out)?;
+    run_queue(r, out)?;
+    writeln!(
+        out,
+        "<footer>Percentiles: {}. Histogram bars: each is one in-kernel bucket, its area \
+         proportional to the waits in it (duration on a log scale).</footer>",
+        esc(r.percentile_method)
+    )?;
+    writeln!(out, "</body>\n</html>")
+}
+
+/// Per process, its state bar, when there are several.
+fn processes(r: &Report, out: &mut impl Write) -> io::Result<()> {
     if r.processes.len() > 1 {
         writeln!(
             out,
@@ -144,6 +171,11 @@ pub fn write_html(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()>
         writeln!(out, "</tbody></table>")?;
     }
 
+    Ok(())
+}
+
+/// Per thread, its state bar and run-queue waits.
+fn threads(r: &Report, out: &mut impl Write) -> io::Result<()> {
     writeln!(
         out,
         "<h2>Where each thread's time went <span class=\"muted\">(% of the capture)</span></h2>"
@@ -195,18 +227,10 @@ pub fn write_html(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()>
         "<p class=\"muted\">Running is CPU time as the scheduler charges it (the thread's \
          schedstat), the profiler's own programs left out (<i>profiler</i>).</p>"
     )?;
-    for n in &r.notes {
-        writeln!(out, "<p class=\"muted\">Note: {}</p>", esc(n))?;
-    }
+    Ok(())
+}
 
-    flame_graph(input, out)?;
-
-    if !r.top_blocking_sites.is_empty() {
-        writeln!(out, "<h2>Top blocking sites</h2>")?;
-        for s in &r.top_blocking_sites {
-            site(s, out)?;
-        }
-    }
+fn functions(r: &Report, out: &mut impl Write) -> io::Result<()> {
     if !r.top_on_cpu_functions.is_empty() {
         writeln!(out, "<h2>Top on-CPU functions</h2>")?;
         writeln!(
@@ -226,14 +250,7 @@ pub fn write_html(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()>
         }
         writeln!(out, "</tbody></table>")?;
     }
-    run_queue(r, out)?;
-    writeln!(
-        out,
-        "<footer>Percentiles: {}. Histogram bars: each is one in-kernel bucket, its area \
-         proportional to the waits in it (duration on a log scale).</footer>",
-        esc(r.percentile_method)
-    )?;
-    writeln!(out, "</body>\n</html>")
+    Ok(())
 }
 
 fn capture_table(r: &Report, out: &mut impl Write) -> io::Result<()> {

@@ -1160,6 +1160,20 @@ pub(crate) fn wakers_text(wakers: &[WakerRow]) -> String {
 
 /// Markdown, ready to paste.
 pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    md_capture(r, out)?;
+    md_processes(r, out)?;
+    md_threads(r, out)?;
+    md_groups(r, out)?;
+    md_idle_and_notes(r, out)?;
+    md_sites(r, out)?;
+    md_functions(r, out)?;
+    md_run_queue(r, out)?;
+    writeln!(out, "\n_Percentiles: {}._", r.percentile_method)?;
+    Ok(())
+}
+
+/// The title, the verdict and the capture table.
+fn md_capture(r: &Report, out: &mut impl Write) -> io::Result<()> {
     let c = &r.capture;
     writeln!(out, "# Profile of {}\n", c.selection)?;
     writeln!(out, "**{}**\n", r.verdict)?;
@@ -1210,6 +1224,11 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
         }
     )?;
 
+    Ok(())
+}
+
+/// One row per process, when there are several.
+fn md_processes(r: &Report, out: &mut impl Write) -> io::Result<()> {
     if r.processes.len() > 1 {
         writeln!(
             out,
@@ -1249,6 +1268,11 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
         }
         writeln!(out)?;
     }
+    Ok(())
+}
+
+/// One row per thread: its time per state.
+fn md_threads(r: &Report, out: &mut impl Write) -> io::Result<()> {
     writeln!(out, "## Where each thread's time went (% of the capture)\n")?;
     writeln!(
         out,
@@ -1277,6 +1301,11 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
         "\nRunning is CPU time as the scheduler charges it (the thread's schedstat), the \
          profiler's own programs left out (column *profiler*)."
     )?;
+    Ok(())
+}
+
+/// Pools of threads named alike.
+fn md_groups(r: &Report, out: &mut impl Write) -> io::Result<()> {
     if !r.groups.is_empty() {
         writeln!(out, "\n## Groups\n")?;
         writeln!(
@@ -1324,6 +1353,11 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
             )?;
         }
     }
+    Ok(())
+}
+
+/// Idle threads (the rule, one line each) and the notes.
+fn md_idle_and_notes(r: &Report, out: &mut impl Write) -> io::Result<()> {
     if !r.idle_threads.is_empty() {
         writeln!(out, "\n## Idle threads\n")?;
         writeln!(
@@ -1338,6 +1372,11 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
     for n in &r.notes {
         writeln!(out, "\n> {n}")?;
     }
+    Ok(())
+}
+
+/// Blocking sites ranked by active threads, then their stacks and wakers.
+fn md_sites(r: &Report, out: &mut impl Write) -> io::Result<()> {
     if !r.top_blocking_sites.is_empty() {
         writeln!(out, "\n## Top blocking sites\n")?;
         writeln!(
@@ -1385,6 +1424,11 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// The hottest on-CPU functions.
+fn md_functions(r: &Report, out: &mut impl Write) -> io::Result<()> {
     if !r.top_on_cpu_functions.is_empty() {
         writeln!(out, "\n## Top on-CPU functions\n")?;
         writeln!(out, "| function | self | total |\n|---|---:|---:|")?;
@@ -1396,6 +1440,11 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
             )?;
         }
     }
+    Ok(())
+}
+
+/// Run-queue delay: preempted and after a wakeup.
+fn md_run_queue(r: &Report, out: &mut impl Write) -> io::Result<()> {
     let q = &r.run_queue;
     if q.preempted.is_some() || q.after_wakeup.is_some() {
         writeln!(out, "\n## Run queue\n")?;
@@ -1415,7 +1464,6 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
             )?;
         }
     }
-    writeln!(out, "\n_Percentiles: {}._", r.percentile_method)?;
     Ok(())
 }
 
