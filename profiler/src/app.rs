@@ -62,21 +62,10 @@ fn diff(d: &DiffArgs) -> Result<()> {
             d.after.display()
         )
     })?;
-    let svg_path = d.output.clone().unwrap_or_else(|| {
-        let name: String = after
-            .meta
-            .target
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        PathBuf::from(format!("diff-{name}-{}.svg", diff.mode.name()))
-    });
+    let svg_path = d
+        .output
+        .clone()
+        .unwrap_or_else(|| default_diff_name(&after.meta.target, diff.mode));
     let before_svg_path = svg_path.with_extension("before.svg");
     let report_out = match &d.report {
         None => None,
@@ -93,6 +82,60 @@ fn diff(d: &DiffArgs) -> Result<()> {
     let after_svg = preflight::open_output("the flame graph", &svg_path)?;
     let before_svg = preflight::open_output("the flame graph", &before_svg_path)?;
 
+    write_diff_graphs(&diff, after_svg, before_svg)?;
+    if let Some(out) = folded_out {
+        let path = write_output(out, "the folded stacks", |w| {
+            for (stack, (b, a)) in &diff.stacks {
+                writeln!(w, "{stack} {b} {a}")?;
+            }
+            Ok(())
+        })?;
+        eprintln!(
+            "profiler: wrote folded stacks (before after, µs/s) to {}",
+            path.display()
+        );
+    }
+    let top = usize::try_from(d.top).unwrap_or(usize::MAX);
+    let report = render::diff::report(&diff, top);
+    if let Some((output, format)) = report_out {
+        let path = write_output(output, "the report", |w| match format {
+            ReportFormat::Markdown => render::diff::write_markdown(&report, &mut { w }),
+            ReportFormat::Json => render::diff::write_json(&report, &mut { w }),
+            // `report_format` gives Markdown or JSON only.
+            ReportFormat::Html => Err(std::io::Error::other(
+                "the diff report is Markdown (.md) or JSON (.json)",
+            )),
+        })?;
+        eprintln!("profiler: wrote the report to {}", path.display());
+    }
+    let mut stdout = std::io::stdout().lock();
+    render::diff::write_text(&report, &mut stdout)?;
+    writeln!(
+        stdout,
+        "profiler: wrote the differential flame graphs to {} (drawn on after) and {} (drawn on before)",
+        svg_path.display(),
+        before_svg_path.display()
+    )?;
+    Ok(())
+}
+
+/// `diff-nginx-wall.svg`: the after capture's target, in characters any file system takes.
+fn default_diff_name(target: &str, mode: Mode) -> PathBuf {
+    let name: String = target
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    PathBuf::from(format!("diff-{name}-{}.svg", mode.name()))
+}
+
+/// The differential flame graph twice: drawn on the after capture, then on the before one.
+fn write_diff_graphs(diff: &diff::Diff, after_svg: Output, before_svg: Output) -> Result<()> {
     let words = |s: &diff::Side| format!("{} {:.2} s", s.target, s.duration_s);
     let title = format!(
         "{} → {} — {}",
@@ -128,39 +171,6 @@ fn diff(d: &DiffArgs) -> Result<()> {
             svg::write_differential(&diff.stacks, shape, &opts, render::diff::GRAPH_UNIT, w)
         })?;
     }
-    if let Some(out) = folded_out {
-        let path = write_output(out, "the folded stacks", |w| {
-            for (stack, (b, a)) in &diff.stacks {
-                writeln!(w, "{stack} {b} {a}")?;
-            }
-            Ok(())
-        })?;
-        eprintln!(
-            "profiler: wrote folded stacks (before after, µs/s) to {}",
-            path.display()
-        );
-    }
-    let top = usize::try_from(d.top).unwrap_or(usize::MAX);
-    let report = render::diff::report(&diff, top);
-    if let Some((output, format)) = report_out {
-        let path = write_output(output, "the report", |w| match format {
-            ReportFormat::Markdown => render::diff::write_markdown(&report, &mut { w }),
-            ReportFormat::Json => render::diff::write_json(&report, &mut { w }),
-            // `report_format` gives Markdown or JSON only.
-            ReportFormat::Html => Err(std::io::Error::other(
-                "the diff report is Markdown (.md) or JSON (.json)",
-            )),
-        })?;
-        eprintln!("profiler: wrote the report to {}", path.display());
-    }
-    let mut stdout = std::io::stdout().lock();
-    render::diff::write_text(&report, &mut stdout)?;
-    writeln!(
-        stdout,
-        "profiler: wrote the differential flame graphs to {} (drawn on after) and {} (drawn on before)",
-        svg_path.display(),
-        before_svg_path.display()
-    )?;
     Ok(())
 }
 
@@ -211,33 +221,7 @@ async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
             _ => {}
         }
     }
-    targets.finish();
-    let first = targets
-        .first()
-        .map(|t| (t.name.clone(), t.pid))
-        .unwrap_or_default();
-    let meta = CaptureMeta {
-        target: first.0.clone(),
-        pid: first.1,
-        selection,
-        kernel: kernel::release(),
-        ended_early: reason.note().map(str::to_string),
-        started_unix_ns: unix_time_of(window.start_ns),
-        notes: targets.jit_notes(),
-    };
-    let opts = AccountOptions {
-        processes: targets
-            .processes
-            .iter()
-            .map(|(&p, t)| (p, t.info()))
-            .collect(),
-        pid_of: threads_of(targets.processes.keys().copied()),
-        mode: args.mode,
-        window,
-        period_ns: args.period_ns(),
-        min_block_ns: args.min_block_ns(),
-        max_block_ns: args.max_block_ns(),
-    };
+    let (meta, opts) = post_inputs(args, &mut targets, selection, window, reason);
     let out = args.out.clone();
     // Post-processing runs beside the signal handlers: a Ctrl-C now abandons it instead of
     // going unheard. The outputs are still temporary files; they are removed.
@@ -273,6 +257,50 @@ async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
             }
         );
     }
+    finish_command(launched, reason)
+}
+
+/// What post-processing needs besides the drained maps: the capture's description and the
+/// accounting rules.
+fn post_inputs(
+    args: &Args,
+    targets: &mut TargetSet,
+    selection: String,
+    window: Window,
+    reason: EndReason,
+) -> (CaptureMeta, AccountOptions) {
+    targets.finish();
+    let first = targets
+        .first()
+        .map(|t| (t.name.clone(), t.pid))
+        .unwrap_or_default();
+    let meta = CaptureMeta {
+        target: first.0.clone(),
+        pid: first.1,
+        selection,
+        kernel: kernel::release(),
+        ended_early: reason.note().map(str::to_string),
+        started_unix_ns: unix_time_of(window.start_ns),
+        notes: targets.jit_notes(),
+    };
+    let opts = AccountOptions {
+        processes: targets
+            .processes
+            .iter()
+            .map(|(&p, t)| (p, t.info()))
+            .collect(),
+        pid_of: threads_of(targets.processes.keys().copied()),
+        mode: args.mode,
+        window,
+        period_ns: args.period_ns(),
+        min_block_ns: args.min_block_ns(),
+        max_block_ns: args.max_block_ns(),
+    };
+    (meta, opts)
+}
+
+/// A launched command's exit status, once it has exited.
+fn finish_command(launched: Option<launch::Launched>, reason: EndReason) -> Result<Option<i32>> {
     match launched {
         Some(mut l) => {
             if reason != EndReason::TargetExited {
@@ -449,7 +477,97 @@ async fn capture(
     waiter: &mut Waiter,
 ) -> Result<Captured> {
     let load_started = Instant::now();
-    let mut probes = Probes::load(&ProbeConfig {
+    let mut probes = Probes::load(&probe_config(args, verbose, prepared))?;
+    let loaded = load_started.elapsed();
+    // A command starts now, held before its exec: in the target set before its first
+    // instruction.
+    if let Some(command) = &prepared.command {
+        let launched = command
+            .spawn_held()
+            .with_context(|| format!("cannot start {}", command.shown))?;
+        prepared.targets.add_launched(launched.pid());
+        waiter.watch(launched.pid());
+        prepared.launched = Some(launched);
+    }
+    prepared
+        .targets
+        .install(&mut probes, prepared.tables.as_mut())?;
+    probes.attach()?;
+    prepared
+        .targets
+        .catch_up(&mut probes, prepared.tables.as_mut());
+    let attached = load_started.elapsed();
+
+    // The window opens now and lasts exactly `--secs`: the line below says so the moment it
+    // opens (whoever compares our figures with the kernel's reads them from here).
+    let secs = args.secs();
+    let mut window = probes.window_switch()?;
+    let start_ns = window.open()?;
+    let opened = Instant::now();
+    announce(args, &prepared.selection, probes.attached_cpus());
+    if let Some(l) = prepared.launched.as_mut() {
+        l.release().context("cannot start the command")?;
+    }
+    let pids: Vec<u32> = prepared.targets.processes.keys().copied().collect();
+    let sched_at_start = drain::sched_stats(&pids);
+    let seeds = if args.mode.traces_switches() {
+        snapshot::seed_threads(
+            &mut probes,
+            &prepared.targets,
+            start_ns,
+            prepared.tables.as_mut(),
+        )?
+    } else {
+        Seeds::default()
+    };
+    log::info!(
+        "load {:.3} s, attach {:.3} s, start snapshot {:.3} s; CPU before the window: {}",
+        loaded.as_secs_f64(),
+        (attached - loaded).as_secs_f64(),
+        opened.elapsed().as_secs_f64(),
+        cpu_used_so_far()
+    );
+
+    let state = (
+        probes,
+        std::mem::replace(&mut prepared.targets, TargetSet::empty()),
+        prepared.tables.take(),
+    );
+    let (reason, stop_ns, (probes, targets, tables)) = waiter
+        .wait(opened, secs, state, tick, || window.close())
+        .await;
+    prepared.targets = targets;
+    prepared.tables = tables;
+    let stop_ns = stop_ns?;
+    let drained = drain_all(&probes, &mut prepared.targets, sched_at_start)?;
+    Ok(Captured {
+        drained,
+        seeds,
+        window: Window { start_ns, stop_ns },
+        reason,
+        probes,
+    })
+}
+
+/// One tick of the capture: the target set kept current (processes, mappings, JIT code),
+/// progress read.
+fn tick(state: &mut (Probes, TargetSet, Option<UnwindTables>)) -> Tick {
+    let (probes, targets, tables) = state;
+    let tick = targets.tick(probes, tables.as_mut());
+    for (pid, name) in &tick.ended {
+        eprintln!("profiler: {name} (PID {pid}) exited");
+    }
+    let counters = probes.counters().unwrap_or_default();
+    Tick {
+        samples: counters.get(profiler_common::Counter::Samples),
+        switches: counters.get(profiler_common::Counter::SwitchesOut),
+        target_gone: tick.all_gone,
+    }
+}
+
+/// Sizes, offsets and switches the programs are loaded with.
+fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
+    ProbeConfig {
         target_words: kernel::pid_max().div_ceil(64),
         follow_children: !args.no_children,
         max_processes: args.max_processes,
@@ -479,35 +597,15 @@ async fn capture(
         } else {
             Default::default()
         },
-    })?;
-    let loaded = load_started.elapsed();
-    // A command starts now, held before its exec: in the target set before its first
-    // instruction.
-    if let Some(command) = &prepared.command {
-        let launched = command
-            .spawn_held()
-            .with_context(|| format!("cannot start {}", command.shown))?;
-        prepared.targets.add_launched(launched.pid());
-        waiter.watch(launched.pid());
-        prepared.launched = Some(launched);
     }
-    prepared
-        .targets
-        .install(&mut probes, prepared.tables.as_mut())?;
-    probes.attach()?;
-    prepared
-        .targets
-        .catch_up(&mut probes, prepared.tables.as_mut());
-    let attached = load_started.elapsed();
+}
 
-    // The window opens now and lasts exactly `--secs`: the line below says so the moment it
-    // opens (whoever compares our figures with the kernel's reads them from here).
+/// The line that says the window is open, the moment it opens.
+fn announce(args: &Args, selection: &str, cpus: usize) {
     let secs = args.secs();
-    let start_ns = probes.start()?;
-    let opened = Instant::now();
     eprintln!(
         "profiler: capturing {}{} in {} mode{}",
-        prepared.selection,
+        selection,
         if args.command.is_empty() || args.secs.is_some() {
             format!(" for {secs} s")
         } else {
@@ -515,54 +613,22 @@ async fn capture(
         },
         args.mode.name(),
         if args.mode.samples_on_cpu() {
-            format!(" at {} Hz on {} CPUs", args.freq, probes.attached_cpus())
+            format!(" at {} Hz on {} CPUs", args.freq, cpus)
         } else {
             String::new()
         }
     );
-    if let Some(l) = prepared.launched.as_mut() {
-        l.release().context("cannot start the command")?;
-    }
-    let pids: Vec<u32> = prepared.targets.processes.keys().copied().collect();
-    let sched_at_start = drain::sched_stats(&pids);
-    let seeds = if args.mode.traces_switches() {
-        snapshot::seed_threads(
-            &mut probes,
-            &prepared.targets,
-            start_ns,
-            prepared.tables.as_mut(),
-        )?
-    } else {
-        Seeds::default()
-    };
-    log::info!(
-        "load {:.3} s, attach {:.3} s, start snapshot {:.3} s; CPU before the window: {}",
-        loaded.as_secs_f64(),
-        (attached - loaded).as_secs_f64(),
-        opened.elapsed().as_secs_f64(),
-        cpu_used_so_far()
-    );
+}
 
-    let targets = &mut prepared.targets;
-    let tables = &mut prepared.tables;
-    let reason = waiter
-        .wait(opened, secs, || {
-            let tick = targets.tick(&mut probes, tables.as_mut());
-            for (pid, name) in &tick.ended {
-                eprintln!("profiler: {name} (PID {pid}) exited");
-            }
-            let counters = probes.counters().unwrap_or_default();
-            Tick {
-                samples: counters.get(profiler_common::Counter::Samples),
-                switches: counters.get(profiler_common::Counter::SwitchesOut),
-                target_gone: tick.all_gone,
-            }
-        })
-        .await;
-    let stop_ns = probes.stop(start_ns)?;
-    let pids: Vec<u32> = prepared.targets.processes.keys().copied().collect();
-    let mut drained = drain::drain(&probes, &pids)?;
-    for (tid, thread) in prepared.targets.exited_threads.drain() {
+/// The maps once the window is closed, with the threads of processes gone during it.
+fn drain_all(
+    probes: &Probes,
+    targets: &mut TargetSet,
+    sched_at_start: std::collections::HashMap<u32, crate::model::SchedStat>,
+) -> Result<Drained> {
+    let pids: Vec<u32> = targets.processes.keys().copied().collect();
+    let mut drained = drain::drain(probes, &pids)?;
+    for (tid, thread) in targets.exited_threads.drain() {
         // A tid reused by a live thread keeps the live one's entry.
         drained.threads.entry(tid).or_insert(thread);
     }
@@ -579,13 +645,7 @@ async fn capture(
         drained.threads.len(),
         pids.len()
     );
-    Ok(Captured {
-        drained,
-        seeds,
-        window: Window { start_ns, stop_ns },
-        reason,
-        probes,
-    })
+    Ok(drained)
 }
 
 /// This process's CPU time so far (user + system: most of the system time is the kernel

@@ -56,15 +56,23 @@ impl Waiter {
         });
     }
 
-    /// Waits out the capture, calling `tick` five times a second (to pick up new mappings and
-    /// to read progress counters).
-    /// Waits out a capture window that opened at `started`.
-    pub async fn wait(
+    /// Waits out a capture window that opened at `started`, calling `tick` on `state` five
+    /// times a second (new processes and mappings, progress counters). A tick runs on a
+    /// blocking thread: one that builds unwind rows for a library just loaded, or reads a
+    /// JVM's code cache, may take longer than a tick, and the window must still end on time
+    /// and on Ctrl-C. `close` runs the moment the capture ends (it closes the window), before
+    /// a tick still running is waited for; then `state` is handed back.
+    pub async fn wait<S, E>(
         &mut self,
         started: Instant,
         secs: u64,
-        mut tick: impl FnMut() -> Tick,
-    ) -> EndReason {
+        state: S,
+        tick: fn(&mut S) -> Tick,
+        close: impl FnOnce() -> E,
+    ) -> (EndReason, E, S)
+    where
+        S: Send + 'static,
+    {
         let total = Duration::from_secs(secs);
         let mut progress = Progress::new(secs);
         // Often enough that a library loaded mid-capture gets its unwind rows within a few
@@ -79,15 +87,33 @@ impl Waiter {
             }
         };
         tokio::pin!(exited);
+        let mut idle = Some(state);
+        let mut running: Option<tokio::task::JoinHandle<(S, Tick)>> = None;
         let reason = loop {
             let left = total.saturating_sub(started.elapsed());
+            let ticking = async {
+                match running.as_mut() {
+                    Some(handle) => handle.await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = tokio::time::sleep(left) => break EndReason::Elapsed,
                 _ = self.sigint.recv() => break EndReason::Interrupted,
                 _ = self.sigterm.recv() => break EndReason::Terminated,
                 _ = &mut exited => break EndReason::TargetExited,
-                _ = interval.tick() => {
-                    let t = tick();
+                _ = interval.tick(), if idle.is_some() => {
+                    if let Some(mut s) = idle.take() {
+                        running = Some(tokio::task::spawn_blocking(move || {
+                            let t = tick(&mut s);
+                            (s, t)
+                        }));
+                    }
+                }
+                done = ticking => {
+                    running = None;
+                    let (s, t) = joined(done);
+                    idle = Some(s);
                     if t.target_gone {
                         break EndReason::TargetExited;
                     }
@@ -95,8 +121,23 @@ impl Waiter {
                 }
             }
         };
+        let closed = close();
         progress.finish();
-        reason
+        let state = match (idle, running) {
+            (Some(s), _) => s,
+            (None, Some(handle)) => joined(handle.await).0,
+            // A tick is either idle or running.
+            (None, None) => unreachable!("the tick state was lost"),
+        };
+        (reason, closed, state)
+    }
+}
+
+/// A tick's result; a tick that panicked panics here, as it would have inline.
+fn joined<T>(done: Result<T, tokio::task::JoinError>) -> T {
+    match done {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }
 
@@ -166,5 +207,71 @@ impl Progress {
         if self.shown {
             let _ = write!(std::io::stderr(), "\r\x1b[2K");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Signals go to the whole test process: one waiter at a time.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    }
+
+    /// A tick as slow as one that builds the rows of a large library just loaded.
+    fn slow_tick(ticks: &mut u32) -> Tick {
+        std::thread::sleep(Duration::from_millis(1500));
+        *ticks += 1;
+        Tick::default()
+    }
+
+    #[test]
+    fn a_slow_tick_does_not_hold_the_window_open() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        runtime().block_on(async {
+            let mut waiter = Waiter::new().expect("signal handlers");
+            let started = Instant::now();
+            let (reason, closed_after, ticks) = waiter
+                .wait(started, 1, 0u32, slow_tick, || started.elapsed())
+                .await;
+            assert_eq!(reason, EndReason::Elapsed);
+            assert!(
+                closed_after < Duration::from_millis(1150),
+                "the window closed {closed_after:?} after it opened, asked 1 s"
+            );
+            // The tick that was running when the window closed finished and handed its
+            // state back.
+            assert_eq!(ticks, 1);
+            assert!(started.elapsed() >= Duration::from_millis(1500));
+        });
+    }
+
+    #[test]
+    fn ctrl_c_during_a_slow_tick_ends_the_capture_at_once() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        runtime().block_on(async {
+            let mut waiter = Waiter::new().expect("signal handlers");
+            let started = Instant::now();
+            let signaller = std::thread::spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                // SAFETY: a signal to this process, whose SIGINT the waiter has hooked.
+                unsafe { libc::kill(libc::getpid(), libc::SIGINT) };
+            });
+            let (reason, closed_after, _) = waiter
+                .wait(started, 30, 0u32, slow_tick, || started.elapsed())
+                .await;
+            signaller.join().expect("the signalling thread");
+            assert_eq!(reason, EndReason::Interrupted);
+            assert!(
+                closed_after < Duration::from_millis(700),
+                "Ctrl-C at 0.3 s closed the window after {closed_after:?}"
+            );
+        });
     }
 }

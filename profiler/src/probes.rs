@@ -274,36 +274,21 @@ impl Probes {
         self.attached_cpus
     }
 
-    /// Opens the capture window; returns its start on the BPF clock (CLOCK_MONOTONIC).
-    pub fn start(&mut self) -> Result<u64, ProbeError> {
-        let start_ns = monotonic_ns();
-        self.set_control(Control {
-            start_ns,
-            stop_ns: 0,
-        })?;
-        Ok(start_ns)
-    }
-
-    /// Closes the capture window: after this the maps no longer change.
-    pub fn stop(&mut self, start_ns: u64) -> Result<u64, ProbeError> {
-        let stop_ns = monotonic_ns();
-        self.set_control(Control { start_ns, stop_ns })?;
-        Ok(stop_ns)
-    }
-
-    fn set_control(&mut self, control: Control) -> Result<(), ProbeError> {
+    /// The capture window's switch, taken out of the programs' maps so that the window can
+    /// be closed on time while a tick (which may be building unwind rows for a library just
+    /// loaded) holds the rest.
+    pub fn window_switch(&mut self) -> Result<WindowSwitch, ProbeError> {
         let map = self
             .ebpf
-            .map_mut(names::MAP_CONTROL)
+            .take_map(names::MAP_CONTROL)
             .ok_or(ProbeError::MissingMap(names::MAP_CONTROL))?;
-        let mut array: Array<&mut MapData, Control> =
-            Array::try_from(map).map_err(|source| ProbeError::Map {
-                name: names::MAP_CONTROL,
-                source,
-            })?;
-        array.set(0, control, 0).map_err(|source| ProbeError::Map {
+        let control = Array::try_from(map).map_err(|source| ProbeError::Map {
             name: names::MAP_CONTROL,
             source,
+        })?;
+        Ok(WindowSwitch {
+            control,
+            start_ns: 0,
         })
     }
 
@@ -536,6 +521,43 @@ fn parse_snapshots(bytes: &[u8]) -> Vec<TaskSnapshot> {
             unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast::<TaskSnapshot>()) }
         })
         .collect()
+}
+
+/// `CONTROL`: the programs record only between its `start_ns` and `stop_ns`.
+pub struct WindowSwitch {
+    control: Array<MapData, Control>,
+    start_ns: u64,
+}
+
+impl WindowSwitch {
+    /// Opens the capture window; returns its start on the BPF clock (CLOCK_MONOTONIC).
+    pub fn open(&mut self) -> Result<u64, ProbeError> {
+        self.start_ns = monotonic_ns();
+        self.set(Control {
+            start_ns: self.start_ns,
+            stop_ns: 0,
+        })?;
+        Ok(self.start_ns)
+    }
+
+    /// Closes the capture window: after this the maps no longer change.
+    pub fn close(&mut self) -> Result<u64, ProbeError> {
+        let stop_ns = monotonic_ns();
+        self.set(Control {
+            start_ns: self.start_ns,
+            stop_ns,
+        })?;
+        Ok(stop_ns)
+    }
+
+    fn set(&mut self, control: Control) -> Result<(), ProbeError> {
+        self.control
+            .set(0, control, 0)
+            .map_err(|source| ProbeError::Map {
+                name: names::MAP_CONTROL,
+                source,
+            })
+    }
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
