@@ -336,6 +336,31 @@ fn a_wall_capture_read_back_by_go_tool_pprof_matches_its_report() {
                 && t.frames.windows(2).any(|w| w[1] == "write_and_sync")),
         "no io trace of the syncer under write_and_sync"
     );
+    // User frames lie in their files' mappings, with the build IDs the files' ELF notes hold.
+    let raw = go_pprof(&["-raw"], &pprof);
+    let exe = workload_binary(Build::FramePointers);
+    let data = std::fs::read(&exe).expect("read the workload binary");
+    let id: String = object::Object::build_id(&object::File::parse(&*data).expect("an ELF file"))
+        .expect("its notes")
+        .expect("gcc gives it a build ID")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mappings = raw
+        .split("Mappings")
+        .nth(1)
+        .expect("-raw lists the mappings");
+    assert!(
+        mappings
+            .lines()
+            .any(|l| l.contains(exe.to_str().unwrap()) && l.contains(&id)),
+        "no mapping of {} with build ID {id}:\n{mappings}",
+        exe.display()
+    );
+    assert!(
+        mappings.lines().any(|l| l.contains("/libc.so.6")),
+        "no mapping of libc:\n{mappings}"
+    );
 }
 
 #[test]

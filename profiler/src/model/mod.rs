@@ -12,7 +12,9 @@ pub mod raw;
 pub mod saved;
 pub mod time;
 
-pub use named::{Name, StackNames, WakerIdentity, stack_frames, waker_frames, waker_identity};
+pub use named::{
+    FrameFile, NO_FILE, Name, StackNames, WakerIdentity, stack_frames, waker_frames, waker_identity,
+};
 pub use raw::{Counters, Drained, SchedStat, Seeds, Window, comm_name};
 pub use saved::{CaptureMeta, SavedCapture};
 pub use time::{Entry, Kind, ProcessInfo, ProcessTotals, Profile, ThreadTime, Waker};

@@ -16,6 +16,25 @@ pub type Name = Arc<str>;
 pub struct StackNames {
     pub user: HashMap<u64, Vec<Name>>,
     pub kernel: HashMap<u64, Vec<Name>>,
+    /// Per user stack, root→leaf like `user`, the index in `files` of the file each frame
+    /// lies in (`NO_FILE`: JIT code, anonymous memory, an unmapped address). Empty in
+    /// captures saved before files were recorded.
+    #[serde(default)]
+    pub user_files: HashMap<u64, Vec<u32>>,
+    #[serde(default)]
+    pub files: Vec<FrameFile>,
+}
+
+/// A frame that lies in no file.
+pub const NO_FILE: u32 = u32::MAX;
+
+/// A file user frames lie in, as outputs that name it show it (pprof's mappings).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameFile {
+    /// The path the process mapped it by.
+    pub path: String,
+    /// Its GNU build ID in hex; empty when it has none or could not be read.
+    pub build_id: String,
 }
 
 /// User then kernel frames, root→leaf, of a pair of stack ids, as folded lines show them.

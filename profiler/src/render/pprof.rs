@@ -9,9 +9,10 @@
 //! - A sample's frames are the folded line's without the process root (it is the `pid`
 //!   label and the first mapping): user then kernel frames, and an off-CPU stack's
 //!   `[off-cpu:<state>]` leaf. Kernel frames keep their `_[k]` suffix and lie in a mapping of
-//!   their own, `[kernel.kallsyms]`; user frames lie in one mapping named after the process,
-//!   because a capture keeps frame names only, not the file each came from (nor build ids or
-//!   addresses). Frames that stand for no code (`[off-cpu:sleep]`, `[profiler overhead]`,
+//!   their own, `[kernel.kallsyms]`; user frames lie in one mapping per file they came from
+//!   (its path and GNU build ID; the function's file name too), JIT code and anonymous memory
+//!   in the first mapping, named after the process (so do all user frames of captures saved
+//!   before files were recorded). There are no addresses. Frames that stand for no code (`[off-cpu:sleep]`, `[profiler overhead]`,
 //!   `[user stack unavailable]`, …) have no mapping. Every mapping says its functions are
 //!   already named, so pprof does not try to symbolize them again.
 //! - One location per function (there are no addresses), one function per name.
@@ -23,7 +24,7 @@ use std::{
 
 use profiler_common::stack_id;
 
-use crate::model::{Kind, Mode, SavedCapture, StackNames, stack_frames};
+use crate::model::{FrameFile, Kind, Mode, NO_FILE, SavedCapture, StackNames, stack_frames};
 
 /// The subset of `profile.proto` (github.com/google/pprof, proto/profile.proto) this
 /// profiler writes, with the field numbers of that file.
@@ -151,6 +152,41 @@ pub fn write_pprof(saved: &SavedCapture, out: &mut dyn Write) -> io::Result<()> 
     gz.finish()?.flush()
 }
 
+impl Builder {
+    /// A sample's labels: its thread's name, tid and process, and its state.
+    fn labels(
+        &mut self,
+        keys: &LabelKeys,
+        thread: &str,
+        tid: u32,
+        pid: u32,
+        state: &str,
+    ) -> Vec<proto::Label> {
+        vec![
+            proto::Label {
+                key: keys.thread,
+                str: self.string(thread),
+                num: 0,
+            },
+            proto::Label {
+                key: keys.tid,
+                str: 0,
+                num: i64::from(tid),
+            },
+            proto::Label {
+                key: keys.pid,
+                str: 0,
+                num: i64::from(pid),
+            },
+            proto::Label {
+                key: keys.state,
+                str: self.string(state),
+                num: 0,
+            },
+        ]
+    }
+}
+
 /// The capture as a pprof profile.
 pub fn build(saved: &SavedCapture) -> proto::Profile {
     let SavedCapture {
@@ -206,29 +242,11 @@ pub fn build(saved: &SavedCapture) -> proto::Profile {
         } else {
             vec![to_i64(ns)]
         };
-        let thread = profile.threads.get(&tid).map_or("?", |t| t.name.as_str());
-        let label = vec![
-            proto::Label {
-                key: keys.thread,
-                str: b.string(thread),
-                num: 0,
-            },
-            proto::Label {
-                key: keys.tid,
-                str: 0,
-                num: i64::from(tid),
-            },
-            proto::Label {
-                key: keys.pid,
-                str: 0,
-                num: i64::from(meta.pid),
-            },
-            proto::Label {
-                key: keys.state,
-                str: b.string(state),
-                num: 0,
-            },
-        ];
+        let (thread, pid) = profile.threads.get(&tid).map_or(("?", meta.pid), |t| {
+            // Captures saved before processes were recorded have pid 0.
+            (t.name.as_str(), if t.pid == 0 { meta.pid } else { t.pid })
+        });
+        let label = b.labels(&keys, thread, tid, pid, state);
         let location_id = b.stack(user, kernel, state, names);
         samples.push(proto::Sample {
             location_id,
@@ -340,7 +358,9 @@ impl Strings {
 /// Which mapping a frame lies in.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Side {
-    User,
+    /// A user frame, in the file of that index in `StackNames::files` (`NO_FILE`: in the
+    /// process's own mapping, as for JIT code).
+    User(u32),
     Kernel,
     /// A frame that stands for no code.
     None,
@@ -351,6 +371,8 @@ struct Builder {
     strings: Strings,
     mappings: Vec<proto::Mapping>,
     kernel_mapping: Option<u64>,
+    /// Mapping ids of the files user frames lie in, by index in `StackNames::files`.
+    file_mappings: HashMap<u32, u64>,
     locations: Vec<proto::Location>,
     functions: Vec<proto::Function>,
     /// (side, frame name) → location id; one function per location.
@@ -383,7 +405,7 @@ impl Builder {
             return ids.clone();
         }
         let mut frames: Vec<(Side, String)> = Vec::new();
-        side_frames(&mut frames, user, &names.user, Side::User, names);
+        user_frames(&mut frames, user, names);
         side_frames(&mut frames, kernel, &names.kernel, Side::Kernel, names);
         if state != "on-cpu" {
             frames.push((Side::None, format!("[off-cpu:{state}]")));
@@ -391,21 +413,24 @@ impl Builder {
         let ids: Vec<u64> = frames
             .into_iter()
             .rev()
-            .map(|(side, name)| self.location(side, name))
+            .map(|(side, name)| self.location(side, name, names))
             .collect();
         self.stacks.insert((user, kernel, state), ids.clone());
         ids
     }
 
-    fn location(&mut self, side: Side, name: String) -> u64 {
+    fn location(&mut self, side: Side, name: String, names: &StackNames) -> u64 {
         let key = (side, name);
         if let Some(&id) = self.location_of.get(&key) {
             return id;
         }
-        let mapping_id = match side {
-            Side::User => USER_MAPPING,
-            Side::Kernel => self.kernel_mapping(),
-            Side::None => 0,
+        let (mapping_id, filename) = match side {
+            Side::User(file) => match names.files.get(file as usize) {
+                Some(f) => (self.file_mapping(file, f), self.string(&f.path)),
+                None => (USER_MAPPING, 0),
+            },
+            Side::Kernel => (self.kernel_mapping(), 0),
+            Side::None => (0, 0),
         };
         let name = self.string(&key.1);
         let function_id = self.functions.len() as u64 + 1;
@@ -413,7 +438,7 @@ impl Builder {
             id: function_id,
             name,
             system_name: name,
-            filename: 0,
+            filename,
         });
         let id = self.locations.len() as u64 + 1;
         self.locations.push(proto::Location {
@@ -422,6 +447,23 @@ impl Builder {
             line: vec![proto::Line { function_id }],
         });
         self.location_of.insert(key, id);
+        id
+    }
+
+    fn file_mapping(&mut self, index: u32, file: &FrameFile) -> u64 {
+        if let Some(&id) = self.file_mappings.get(&index) {
+            return id;
+        }
+        let id = self.mappings.len() as u64 + 1;
+        let filename = self.string(&file.path);
+        let build_id = self.string(&file.build_id);
+        self.mappings.push(proto::Mapping {
+            id,
+            filename,
+            build_id,
+            has_functions: true,
+        });
+        self.file_mappings.insert(index, id);
         id
     }
 
@@ -439,6 +481,20 @@ impl Builder {
         });
         self.kernel_mapping = Some(id);
         id
+    }
+}
+
+/// A user stack's frames root→leaf, each in its file (captures saved before files were
+/// recorded: all in the process's mapping).
+fn user_frames(frames: &mut Vec<(Side, String)>, id: u64, names: &StackNames) {
+    match (names.user.get(&id), names.user_files.get(&id)) {
+        (Some(named), Some(files)) if files.len() == named.len() => frames.extend(
+            named
+                .iter()
+                .zip(files)
+                .map(|(n, &file)| (Side::User(file), n.to_string())),
+        ),
+        _ => side_frames(frames, id, &names.user, Side::User(NO_FILE), names),
     }
 }
 
@@ -795,5 +851,80 @@ mod tests {
         well_formed(&p);
         assert_eq!(p.time_nanos, 0);
         assert!(p.sample.is_empty());
+    }
+
+    #[test]
+    fn user_frames_lie_in_their_files_mappings_with_build_ids() {
+        let mut saved = capture(
+            Mode::Wall,
+            vec![
+                entry(11, 1, 0, Kind::OnCpu, 3, 30_000_000),
+                entry(12, 3, 8, Kind::Off(WaitState::Io), 0, 400_000_000),
+            ],
+        );
+        // Thread 12 of another process of the service.
+        saved.profile.threads.get_mut(&12).unwrap().pid = 20;
+        let names = &mut saved.names;
+        names.files = vec![
+            FrameFile {
+                path: "/usr/bin/app".into(),
+                build_id: "0a1b2c".into(),
+            },
+            FrameFile {
+                path: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+                build_id: String::new(),
+            },
+        ];
+        // main and work in the binary, spin JIT code; fsync in libc.
+        names.user_files.insert(1, vec![0, 0, NO_FILE]);
+        names.user_files.insert(3, vec![0, 0, 1]);
+        let p = build(&saved);
+        well_formed(&p);
+        let st = |i: i64| p.string_table[i as usize].as_str();
+        let mappings: std::collections::BTreeSet<(&str, &str)> = p
+            .mapping
+            .iter()
+            .map(|m| (st(m.filename), st(m.build_id)))
+            .collect();
+        assert_eq!(st(p.mapping[0].filename), "app", "the process first");
+        assert_eq!(
+            mappings,
+            [
+                ("app", ""),
+                ("/usr/bin/app", "0a1b2c"),
+                ("/usr/lib/x86_64-linux-gnu/libc.so.6", ""),
+                (KERNEL_MAPPING, ""),
+            ]
+            .into()
+        );
+        let samples = read(&p);
+        let on_cpu = samples
+            .iter()
+            .find(|s| s.labels.contains(&"state=on-cpu".to_string()))
+            .expect("an on-CPU sample");
+        assert_eq!(
+            on_cpu.frames,
+            [
+                ("main", "/usr/bin/app"),
+                ("work", "/usr/bin/app"),
+                ("spin", "app")
+            ]
+            .map(|(f, m)| (f.to_string(), m.to_string()))
+        );
+        let io = samples
+            .iter()
+            .find(|s| s.labels.contains(&"state=io".to_string()))
+            .expect("an io sample");
+        assert_eq!(
+            io.frames[2],
+            ("fsync".into(), "/usr/lib/x86_64-linux-gnu/libc.so.6".into())
+        );
+        assert_eq!(io.labels, ["thread=syncer", "tid=12", "pid=20", "state=io"]);
+        let fsync = p
+            .function
+            .iter()
+            .find(|f| st(f.name) == "fsync")
+            .expect("fsync");
+        assert_eq!(st(fsync.filename), "/usr/lib/x86_64-linux-gnu/libc.so.6");
     }
 }

@@ -31,7 +31,7 @@ use self::{
 };
 
 pub use crate::model::Name;
-use crate::model::{Kind, Profile, StackNames};
+use crate::model::{FrameFile, Kind, NO_FILE, Profile, StackNames};
 
 /// Marks kernel frames for inferno (and for readers).
 pub const KERNEL_SUFFIX: &str = "_[k]";
@@ -95,6 +95,7 @@ pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
         groups.entry(space).or_insert((pid, Vec::new())).1.push(id);
     }
     let mut names = StackNames::default();
+    let mut files = FileTable::default();
     let none = ProcessMaps::default();
     for (space, (pid, ids)) in groups {
         let maps = match space {
@@ -109,8 +110,12 @@ pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
         let stacks = ids
             .iter()
             .filter_map(|id| profile.stacks.get(id).map(|s| (*id, s.as_slice())));
-        names.user.extend(symbolizer.user_stacks(stacks));
+        for (id, (frames, in_files)) in symbolizer.user_stacks_in_files(stacks, &mut files) {
+            names.user.insert(id, frames);
+            names.user_files.insert(id, in_files);
+        }
     }
+    names.files = files.files;
     let kernel = kernel_ids
         .iter()
         .filter_map(|(id, wait)| profile.stacks.get(id).map(|s| (*id, s.as_slice(), *wait)));
@@ -158,21 +163,33 @@ impl Symbolizer {
         &self,
         stacks: impl IntoIterator<Item = (u64, &'a [u64])>,
     ) -> HashMap<u64, Vec<Name>> {
+        self.user_stacks_in_files(stacks, &mut FileTable::default())
+            .into_iter()
+            .map(|(id, (frames, _))| (id, frames))
+            .collect()
+    }
+
+    /// Names for user stacks, and the file of each frame (an index into `files`).
+    pub fn user_stacks_in_files<'a>(
+        &self,
+        stacks: impl IntoIterator<Item = (u64, &'a [u64])>,
+        files: &mut FileTable,
+    ) -> HashMap<u64, (Vec<Name>, Vec<u32>)> {
         let stacks: Vec<(u64, &[u64])> = stacks.into_iter().collect();
-        let names = self.user_names(stacks.iter().flat_map(|(_, s)| lookup_addresses(s)));
+        let names = self.user_names(stacks.iter().flat_map(|(_, s)| lookup_addresses(s)), files);
         stacks
             .iter()
             .map(|&(id, stack)| {
-                let frames = lookup_addresses(stack)
+                let (frames, in_files) = lookup_addresses(stack)
                     .rev()
                     .map(|a| {
                         names
                             .get(&a)
                             .cloned()
-                            .unwrap_or_else(|| Arc::from("[unknown]"))
+                            .unwrap_or_else(|| (Arc::from("[unknown]"), NO_FILE))
                     })
-                    .collect();
-                (id, frames)
+                    .unzip();
+                (id, (frames, in_files))
             })
             .collect()
     }
@@ -216,10 +233,14 @@ impl Symbolizer {
             .collect()
     }
 
-    fn user_names(&self, addrs: impl Iterator<Item = u64>) -> HashMap<u64, Name> {
+    fn user_names(
+        &self,
+        addrs: impl Iterator<Item = u64>,
+        files: &mut FileTable,
+    ) -> HashMap<u64, (Name, u32)> {
         // Group file offsets by the file that holds them: one blazesym call per file.
-        let mut by_file: BTreeMap<PathBuf, Vec<(u64, u64, String)>> = BTreeMap::new();
-        let mut names: HashMap<u64, Name> = HashMap::new();
+        let mut by_file: BTreeMap<PathBuf, (u32, Vec<(u64, u64, String)>)> = BTreeMap::new();
+        let mut names: HashMap<u64, (Name, u32)> = HashMap::new();
         let mut seen = std::collections::HashSet::new();
         for addr in addrs {
             if !seen.insert(addr) {
@@ -227,9 +248,9 @@ impl Symbolizer {
             }
             let Some(mapping) = self.maps.find(addr) else {
                 if let Some(jit) = self.perf_map.find(addr) {
-                    names.insert(addr, Arc::from(jit));
+                    names.insert(addr, (Arc::from(jit), NO_FILE));
                 } else {
-                    names.insert(addr, Arc::from("[unmapped]"));
+                    names.insert(addr, (Arc::from("[unmapped]"), NO_FILE));
                 }
                 continue;
             };
@@ -240,21 +261,29 @@ impl Symbolizer {
                 MappingKind::Vdso => self.vdso_file.as_ref().map(|f| f.path().to_path_buf()),
                 MappingKind::Anon { .. } => None,
             };
+            let file = match &mapping.kind {
+                MappingKind::File { path: mapped, .. } => {
+                    files.index(&mapped.to_string_lossy(), path.as_deref())
+                }
+                MappingKind::Vdso => files.index("[vdso]", path.as_deref()),
+                MappingKind::Anon { .. } => NO_FILE,
+            };
             match path {
                 Some(path) => by_file
                     .entry(path)
-                    .or_default()
+                    .or_insert_with(|| (file, Vec::new()))
+                    .1
                     .push((addr, file_offset, display)),
                 None => {
                     let name = match self.perf_map.find(addr) {
                         Some(jit) => jit.to_string(),
                         None => format!("{display}+{:#x}", addr - mapping.start),
                     };
-                    names.insert(addr, Arc::from(name));
+                    names.insert(addr, (Arc::from(name), file));
                 }
             }
         }
-        for (path, entries) in by_file {
+        for (path, (file, entries)) in by_file {
             let offsets: Vec<u64> = entries.iter().map(|e| e.1).collect();
             let results = self.symbolize_file(&path, &offsets);
             for (i, (addr, file_offset, display)) in entries.into_iter().enumerate() {
@@ -262,7 +291,7 @@ impl Symbolizer {
                     Some(Some(sym)) => tidy(sym).to_string(),
                     _ => format!("{display}+{file_offset:#x}"),
                 };
-                names.insert(addr, Arc::from(name));
+                names.insert(addr, (Arc::from(name), file));
             }
         }
         names
@@ -335,6 +364,38 @@ impl Symbolizer {
             })
             .collect()
     }
+}
+
+/// The files user frames lie in, each once, with its build ID (read once per file).
+#[derive(Default)]
+pub struct FileTable {
+    files: Vec<FrameFile>,
+    index: HashMap<String, u32>,
+}
+
+impl FileTable {
+    /// `path` as the process mapped it; `readable`, where its bytes can be read now.
+    fn index(&mut self, path: &str, readable: Option<&std::path::Path>) -> u32 {
+        if let Some(&i) = self.index.get(path) {
+            return i;
+        }
+        let i = u32::try_from(self.files.len()).unwrap_or(NO_FILE);
+        self.files.push(FrameFile {
+            path: path.to_string(),
+            build_id: readable.and_then(build_id).unwrap_or_default(),
+        });
+        self.index.insert(path.to_string(), i);
+        i
+    }
+}
+
+/// A file's GNU build ID in hex, reading only its headers and notes.
+fn build_id(path: &std::path::Path) -> Option<String> {
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(file);
+    let elf = object::File::parse(&cache).ok()?;
+    let id = object::Object::build_id(&elf).ok()??;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// glibc's internal aliases (`__GI___clock_nanosleep`) read better under their real names.
