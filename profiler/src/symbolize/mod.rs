@@ -239,7 +239,9 @@ impl Symbolizer {
         files: &mut FileTable,
     ) -> HashMap<u64, (Name, u32)> {
         // Group file offsets by the file that holds them: one blazesym call per file.
-        let mut by_file: BTreeMap<PathBuf, (u32, Vec<(u64, u64, String)>)> = BTreeMap::new();
+        // Per file: its index in `files`, and (address, file offset, display name) to name.
+        type Wanted = (u32, Vec<(u64, u64, String)>);
+        let mut by_file: BTreeMap<PathBuf, Wanted> = BTreeMap::new();
         let mut names: HashMap<u64, (Name, u32)> = HashMap::new();
         let mut seen = std::collections::HashSet::new();
         for addr in addrs {
