@@ -266,6 +266,76 @@ pub fn pattern(name: &str) -> String {
     out
 }
 
+/// The frames that identify a site: its user stack, or all of it for a kernel thread.
+pub(crate) type SiteFrames = Vec<String>;
+
+/// The blocking call and its nearest named caller, leaf first: `clock_nanosleep ←
+/// sleep_20ms` (a caller without a symbol, `nginx+0x54173`, says less than the next one up).
+/// `callers` > 1 names more callers up the stack, to tell apart sites that share the first.
+fn site_label(user_frames: &[String], all: &[String], callers: usize) -> String {
+    let frames = if user_frames.is_empty() {
+        all
+    } else {
+        user_frames
+    };
+    let Some((leaf, above)) = frames.split_last() else {
+        return String::new();
+    };
+    // A libc-internal wrapper (`__nanosleep`) says less than the function that called it.
+    let named = |f: &&String| !f.contains("+0x") && !f.starts_with('[');
+    let public = |f: &&String| named(f) && !f.starts_with("__");
+    let first = above
+        .iter()
+        .rposition(|f| public(&f))
+        .or_else(|| above.iter().rposition(|f| named(&f)))
+        .or_else(|| above.len().checked_sub(1));
+    let Some(first) = first else {
+        return leaf.clone();
+    };
+    let mut label = format!("{leaf} ← {}", above[first]);
+    for f in above[..first]
+        .iter()
+        .rev()
+        .filter(named)
+        .take(callers.saturating_sub(1))
+    {
+        label.push_str(" ← ");
+        label.push_str(f);
+    }
+    label
+}
+
+/// Labels for the sites, in their order: the blocking call and its caller, or as many more
+/// callers as it takes for two sites in the same state not to read alike.
+pub(crate) fn distinct_labels<'a>(keys: impl Iterator<Item = &'a SiteId> + Clone) -> Vec<String> {
+    const MAX_CALLERS: usize = 8;
+    let keys: Vec<&SiteId> = keys.collect();
+    let mut depth = vec![1usize; keys.len()];
+    loop {
+        let labels: Vec<String> = keys
+            .iter()
+            .zip(&depth)
+            .map(|((_, frames), &d)| site_label(frames, frames, d))
+            .collect();
+        let mut seen: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+        for (i, l) in labels.iter().enumerate() {
+            seen.entry((keys[i].0, l.as_str())).or_default().push(i);
+        }
+        let mut deeper = false;
+        for same in seen.values().filter(|v| v.len() > 1) {
+            for &i in same {
+                if depth[i] < MAX_CALLERS {
+                    depth[i] += 1;
+                    deeper = true;
+                }
+            }
+        }
+        if !deeper {
+            return labels;
+        }
+    }
+}
+
 /// Per thread, its time per wait site; and the sites that are event waits.
 type SiteTimes = HashMap<u32, HashMap<SiteId, u64>>;
 
@@ -660,5 +730,51 @@ mod tests {
         p.mode = Mode::Cpu;
         let a = analyze(&p, &names(), "?");
         assert!(!a.classified && !a.is_idle(2));
+    }
+
+    #[test]
+    fn sites_that_would_read_alike_name_more_callers() {
+        let stack = |caller: &str| {
+            ["main", caller, "nap_ns", "__nanosleep", "__clock_nanosleep"]
+                .map(String::from)
+                .to_vec()
+        };
+        let a = ("sleep", stack("sleep_1ms"));
+        let b = ("sleep", stack("sleep_5ms"));
+        let c = ("io", stack("sleep_1ms"));
+        let labels = distinct_labels([&a, &b, &c].into_iter());
+        assert_eq!(
+            labels,
+            [
+                "__clock_nanosleep ← nap_ns ← sleep_1ms",
+                "__clock_nanosleep ← nap_ns ← sleep_5ms",
+                // Another state: no one to be told apart from.
+                "__clock_nanosleep ← nap_ns",
+            ]
+        );
+    }
+
+    #[test]
+    fn site_labels_name_the_call_and_its_caller() {
+        let user = vec!["main".to_string(), "reader".to_string(), "read".to_string()];
+        assert_eq!(site_label(&user, &user, 1), "read ← reader");
+        let kernel_only = vec!["schedule_[k]".to_string()];
+        assert_eq!(site_label(&[], &kernel_only, 1), "schedule_[k]");
+        let wrapped = ["main", "sleep_20ms", "__nanosleep", "__clock_nanosleep"].map(String::from);
+        assert_eq!(
+            site_label(&wrapped, &wrapped, 1),
+            "__clock_nanosleep ← sleep_20ms"
+        );
+        let stripped = [
+            "main",
+            "ngx_process_events_and_timers",
+            "nginx+0x54173",
+            "epoll_wait",
+        ]
+        .map(String::from);
+        assert_eq!(
+            site_label(&stripped, &stripped, 1),
+            "epoll_wait ← ngx_process_events_and_timers"
+        );
     }
 }

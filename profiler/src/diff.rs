@@ -13,9 +13,9 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::{
+    analysis::{SiteFrames, distinct_labels},
     fold::{self, FoldOptions, Unit},
-    model::{Kind, Mode, Profile, SavedCapture, StackNames, stack_frames},
-    render::report::{Hist, SiteFrames, distinct_labels},
+    model::{Hist, Kind, Mode, Profile, SavedCapture, StackNames, stack_frames},
 };
 
 #[derive(Debug, Error, PartialEq, Eq)]

@@ -7,11 +7,13 @@
 //! - [`named`]: symbolized stacks ([`StackNames`]) and how stacks and wakers are named.
 //! - [`saved`]: a capture as a file, replayable without root ([`SavedCapture`]).
 
+pub mod hist;
 pub mod named;
 pub mod raw;
 pub mod saved;
 pub mod time;
 
+pub use hist::Hist;
 pub use named::{
     FrameFile, NO_FILE, Name, StackNames, WakerIdentity, stack_frames, waker_frames, waker_identity,
 };

@@ -14,15 +14,15 @@ use std::{
 };
 
 use profiler_common::{
-    RunqueueHist, SiteKey as KernelSite, WAIT_HIST_BUCKETS, WaitHist, WaitState,
-    hist_bucket_bounds, stack_id,
+    RunqueueHist, SiteKey as KernelSite, WaitState, hist_bucket_bounds, stack_id,
 };
 use serde::Serialize;
 
 use crate::{
-    analysis::{self, Analysis, SiteId},
+    analysis::{self, Analysis, SiteId, distinct_labels},
     model::{
-        CaptureMeta, Kind, Mode, Profile, StackNames, stack_frames, waker_frames, waker_identity,
+        CaptureMeta, Hist, Kind, Mode, Profile, StackNames, stack_frames, waker_frames,
+        waker_identity,
     },
     render::verdict,
 };
@@ -323,71 +323,8 @@ pub struct ReportInput<'a> {
     pub analysis: &'a Analysis,
 }
 
-/// Merged waits: exact count, total, minimum and maximum, and (where kept) their histogram.
-#[derive(Clone)]
-pub(crate) struct Hist {
-    buckets: [u64; WAIT_HIST_BUCKETS],
-    pub(crate) count: u64,
-    total_ns: u64,
-    min_ns: u64,
-    max_ns: u64,
-}
-
-impl Default for Hist {
-    fn default() -> Self {
-        Self {
-            buckets: [0; WAIT_HIST_BUCKETS],
-            count: 0,
-            total_ns: 0,
-            min_ns: u64::MAX,
-            max_ns: 0,
-        }
-    }
-}
-
+/// The report's view of merged waits.
 impl Hist {
-    pub(crate) fn add_waits(&mut self, count: u64, total_ns: u64, min_ns: u64, max_ns: u64) {
-        if count == 0 {
-            return;
-        }
-        self.count += count;
-        self.total_ns += total_ns;
-        self.min_ns = self.min_ns.min(min_ns);
-        self.max_ns = self.max_ns.max(max_ns);
-    }
-
-    pub(crate) fn add_buckets(&mut self, hist: &WaitHist) {
-        for (b, v) in self.buckets.iter_mut().zip(hist.buckets.iter()) {
-            *b += u64::from(*v);
-        }
-    }
-
-    /// The q-quantile: linear interpolation inside the bucket that holds the rank, the
-    /// bucket narrowed to the exact minimum and maximum. None without a histogram.
-    pub(crate) fn quantile_ns(&self, q: f64) -> Option<f64> {
-        let n: u64 = self.buckets.iter().sum();
-        if n == 0 || self.count == 0 {
-            return None;
-        }
-        let (min, max) = (self.min_ns as f64, self.max_ns as f64);
-        let rank = q * n as f64;
-        let mut below = 0u64;
-        for (i, &c) in self.buckets.iter().enumerate() {
-            if c == 0 {
-                continue;
-            }
-            if (below + c) as f64 >= rank {
-                let (lo, hi) = hist_bucket_bounds(i);
-                let hi = if hi > lo { hi as f64 } else { max };
-                let (lo, hi) = (f64::max(lo as f64, min), f64::min(hi, max));
-                let frac = ((rank - below as f64) / c as f64).clamp(0.0, 1.0);
-                return Some((lo + frac * (hi - lo).max(0.0)).clamp(min, max));
-            }
-            below += c;
-        }
-        Some(max)
-    }
-
     fn latency(&self) -> Option<Latency> {
         (self.count > 0).then(|| Latency {
             count: self.count,
@@ -433,42 +370,6 @@ fn round1(v: f64) -> f64 {
 }
 fn secs(ns: u64) -> f64 {
     round3(ns as f64 / 1e9)
-}
-
-/// The blocking call and its nearest named caller, leaf first: `clock_nanosleep ←
-/// sleep_20ms` (a caller without a symbol, `nginx+0x54173`, says less than the next one up).
-/// `callers` > 1 names more callers up the stack, to tell apart sites that share the first.
-fn site_label(user_frames: &[String], all: &[String], callers: usize) -> String {
-    let frames = if user_frames.is_empty() {
-        all
-    } else {
-        user_frames
-    };
-    let Some((leaf, above)) = frames.split_last() else {
-        return String::new();
-    };
-    // A libc-internal wrapper (`__nanosleep`) says less than the function that called it.
-    let named = |f: &&String| !f.contains("+0x") && !f.starts_with('[');
-    let public = |f: &&String| named(f) && !f.starts_with("__");
-    let first = above
-        .iter()
-        .rposition(|f| public(&f))
-        .or_else(|| above.iter().rposition(|f| named(&f)))
-        .or_else(|| above.len().checked_sub(1));
-    let Some(first) = first else {
-        return leaf.clone();
-    };
-    let mut label = format!("{leaf} ← {}", above[first]);
-    for f in above[..first]
-        .iter()
-        .rev()
-        .filter(named)
-        .take(callers.saturating_sub(1))
-    {
-        label.push_str(" ← ");
-        label.push_str(f);
-    }
-    label
 }
 
 pub fn build(input: &ReportInput<'_>) -> Report {
@@ -717,9 +618,6 @@ struct Site {
     wakers: BTreeMap<WakerKey, (u64, Vec<String>)>,
 }
 
-/// The frames that identify a site: its user stack, or all of it for a kernel thread.
-pub(crate) type SiteFrames = Vec<String>;
-
 /// Every blocking site, by its identity (ranked and cut by the caller).
 fn site_rows(
     profile: &Profile,
@@ -918,37 +816,6 @@ fn idle_rows(
             }
         })
         .collect()
-}
-
-/// Labels for the sites, in their order: the blocking call and its caller, or as many more
-/// callers as it takes for two sites in the same state not to read alike.
-pub(crate) fn distinct_labels<'a>(keys: impl Iterator<Item = &'a SiteId> + Clone) -> Vec<String> {
-    const MAX_CALLERS: usize = 8;
-    let keys: Vec<&SiteId> = keys.collect();
-    let mut depth = vec![1usize; keys.len()];
-    loop {
-        let labels: Vec<String> = keys
-            .iter()
-            .zip(&depth)
-            .map(|((_, frames), &d)| site_label(frames, frames, d))
-            .collect();
-        let mut seen: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
-        for (i, l) in labels.iter().enumerate() {
-            seen.entry((keys[i].0, l.as_str())).or_default().push(i);
-        }
-        let mut deeper = false;
-        for same in seen.values().filter(|v| v.len() > 1) {
-            for &i in same {
-                if depth[i] < MAX_CALLERS {
-                    depth[i] += 1;
-                    deeper = true;
-                }
-            }
-        }
-        if !deeper {
-            return labels;
-        }
-    }
 }
 
 fn site_row(
@@ -1612,71 +1479,10 @@ fn truncate(s: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use profiler_common::hist_bucket;
-
-    fn hist_of(values_ns: &[u64]) -> Hist {
-        let mut h = Hist::default();
-        let mut raw = WaitHist::default();
-        for &v in values_ns {
-            raw.buckets[hist_bucket(v)] += 1;
-        }
-        let total = values_ns.iter().sum();
-        let min = values_ns.iter().copied().min().unwrap_or(0);
-        let max = values_ns.iter().copied().max().unwrap_or(0);
-        h.add_waits(values_ns.len() as u64, total, min, max);
-        h.add_buckets(&raw);
-        h
-    }
-
-    /// Exact quantile of a sorted sample (nearest rank).
-    fn exact(sorted: &[u64], q: f64) -> f64 {
-        let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
-        sorted[i] as f64
-    }
+    use crate::model::hist::tests::hist_of;
 
     #[test]
-    fn percentiles_are_within_two_percent_of_the_truth() {
-        // A pseudo-random spread over four decades, and tight clusters like real sleeps.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut spread: Vec<u64> = (0..20_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                10_000 + x % 100_000_000
-            })
-            .collect();
-        spread.sort_unstable();
-        let h = hist_of(&spread);
-        for q in [0.5, 0.9, 0.99] {
-            let (got, truth) = (h.quantile_ns(q).unwrap(), exact(&spread, q));
-            assert!((got - truth).abs() / truth < 0.02, "q{q}: {got} vs {truth}");
-        }
-        for nominal in [1_060_000u64, 5_070_000, 20_080_000, 100_100_000] {
-            let mut v: Vec<u64> = (0..500).map(|i| nominal + (i * 37) % 40_000).collect();
-            v.sort_unstable();
-            let h = hist_of(&v);
-            let (got, truth) = (h.quantile_ns(0.5).unwrap(), exact(&v, 0.5));
-            assert!(
-                (got - truth).abs() / truth < 0.02,
-                "{nominal}: {got} vs {truth}"
-            );
-        }
-    }
-
-    #[test]
-    fn percentiles_never_leave_the_exact_minimum_and_maximum() {
-        for values in [
-            vec![20_100_000u64; 250],
-            vec![1_049_000, 1_050_000, 1_051_000],
-        ] {
-            let h = hist_of(&values);
-            let (min, max) = (values[0] as f64, values[values.len() - 1] as f64);
-            for q in [0.01, 0.5, 0.9, 0.99, 1.0] {
-                let v = h.quantile_ns(q).unwrap();
-                assert!((min..=max).contains(&v), "q{q}: {v} outside {min}..={max}");
-            }
-        }
+    fn a_sites_latency_is_its_exact_figures_and_percentiles() {
         let l = hist_of(&[20_100_000; 250]).latency().unwrap();
         assert_eq!((l.p50_ms, l.max_ms, l.min_ms), (Some(20.1), 20.1, 20.1));
         assert_eq!((l.count, l.mean_ms), (250, 20.1));
@@ -1688,51 +1494,5 @@ mod tests {
         h.add_waits(3, 30_000_000, 9_000_000, 11_000_000);
         let l = h.latency().unwrap();
         assert_eq!((l.p50_ms, l.mean_ms, l.max_ms), (None, 10.0, 11.0));
-    }
-
-    #[test]
-    fn sites_that_would_read_alike_name_more_callers() {
-        let stack = |caller: &str| {
-            ["main", caller, "nap_ns", "__nanosleep", "__clock_nanosleep"]
-                .map(String::from)
-                .to_vec()
-        };
-        let a = ("sleep", stack("sleep_1ms"));
-        let b = ("sleep", stack("sleep_5ms"));
-        let c = ("io", stack("sleep_1ms"));
-        let labels = distinct_labels([&a, &b, &c].into_iter());
-        assert_eq!(
-            labels,
-            [
-                "__clock_nanosleep ← nap_ns ← sleep_1ms",
-                "__clock_nanosleep ← nap_ns ← sleep_5ms",
-                // Another state: no one to be told apart from.
-                "__clock_nanosleep ← nap_ns",
-            ]
-        );
-    }
-
-    #[test]
-    fn site_labels_name_the_call_and_its_caller() {
-        let user = vec!["main".to_string(), "reader".to_string(), "read".to_string()];
-        assert_eq!(site_label(&user, &user, 1), "read ← reader");
-        let kernel_only = vec!["schedule_[k]".to_string()];
-        assert_eq!(site_label(&[], &kernel_only, 1), "schedule_[k]");
-        let wrapped = ["main", "sleep_20ms", "__nanosleep", "__clock_nanosleep"].map(String::from);
-        assert_eq!(
-            site_label(&wrapped, &wrapped, 1),
-            "__clock_nanosleep ← sleep_20ms"
-        );
-        let stripped = [
-            "main",
-            "ngx_process_events_and_timers",
-            "nginx+0x54173",
-            "epoll_wait",
-        ]
-        .map(String::from);
-        assert_eq!(
-            site_label(&stripped, &stripped, 1),
-            "epoll_wait ← ngx_process_events_and_timers"
-        );
     }
 }
