@@ -18,7 +18,7 @@ use profiler_common::unwind::{UnwindRow, java_method_of};
 
 use crate::{
     jvm::{BlobKind, Jvm},
-    symbolize::perfmap::PerfMap,
+    perfmap::PerfMap,
     unwind::jit::{JitCode, JitFrame, jit_rows},
 };
 

@@ -17,7 +17,7 @@ use std::{
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
 use thiserror::Error;
 
-use crate::symbolize::procmap::{MappingKind, parse_maps};
+use crate::procmap::{MappingKind, parse_maps};
 
 #[derive(Debug, Error)]
 pub enum JvmError {

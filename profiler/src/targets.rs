@@ -21,12 +21,10 @@ use profiler_common::{
 use crate::{
     hotspot::HotSpot,
     model::{Kind, ProcessInfo, Profile},
+    perfmap::PerfMap,
     preflight::{self, PreflightError},
     probes::{ProbeError, Probes},
-    symbolize::{
-        perfmap::PerfMap,
-        procmap::{MappingKind, ProcessMaps},
-    },
+    procmap::{MappingKind, ProcessMaps},
     unwind::tables::UnwindTables,
 };
 
@@ -570,7 +568,7 @@ pub struct Tick {
     pub all_gone: bool,
 }
 
-fn is_libjvm(mapping: &crate::symbolize::procmap::Mapping) -> bool {
+fn is_libjvm(mapping: &crate::procmap::Mapping) -> bool {
     matches!(&mapping.kind, MappingKind::File { path, .. }
         if path.file_name().is_some_and(|n| n == "libjvm.so"))
 }

@@ -15,7 +15,7 @@ use std::{
 use common::*;
 use profiler::{
     jvm::{BlobKind, CodeBlob, Jvm},
-    symbolize::procmap::{MappingKind, parse_maps},
+    procmap::{MappingKind, parse_maps},
 };
 
 const JDK17: &str = "/usr/lib/jvm/java-17-openjdk-amd64";

@@ -7,9 +7,6 @@
 //! come from kallsyms and carry inferno's `_[k]` suffix; the profiler's own plumbing
 //! (BPF program and tracepoint trampolines) is cut off the top of kernel stacks.
 
-pub mod perfmap;
-pub mod procmap;
-
 use std::{
     collections::{BTreeMap, HashMap},
     io::Write as _,
@@ -25,7 +22,7 @@ use blazesym::{
     },
 };
 
-use self::{
+use crate::{
     perfmap::PerfMap,
     procmap::{MappingKind, ProcessMaps},
 };

@@ -19,7 +19,7 @@ use profiler_common::unwind::{
 };
 
 use super::rows::{UnwindError, build_rows};
-use crate::symbolize::procmap::{Mapping, MappingKind, ProcessMaps};
+use crate::procmap::{Mapping, MappingKind, ProcessMaps};
 
 /// Which file a mapping shows: (device, inode) for files, or the vDSO.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
