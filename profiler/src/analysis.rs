@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use profiler_common::{WaitState, stack_id};
 
-use crate::model::{Kind, Profile, StackNames, ThreadTime, stack_frames};
+use crate::model::{Profile, StackNames, ThreadTime, stack_frames};
 
 /// Idle: on the CPU at most this share of the thread's time in the window …
 pub const IDLE_MAX_ON_CPU_PCT: f64 = 1.0;
@@ -424,8 +424,7 @@ fn site_times(profile: &Profile, names: &StackNames) -> (SiteTimes, HashSet<Site
     let mut waits: SiteTimes = HashMap::new();
     let mut event_sites = HashSet::new();
     for e in &profile.entries {
-        let Kind::Off(state @ (WaitState::Sleep | WaitState::Io | WaitState::Other)) = e.kind
-        else {
+        let Some(state) = e.blocked_state() else {
             continue;
         };
         let frames = frames_of
@@ -530,7 +529,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::{Entry, Mode, Name, ProcessInfo, Window};
+    use crate::model::{Entry, Kind, Mode, Name, ProcessInfo, Window};
 
     const SEC: u64 = 1_000_000_000;
 
@@ -721,6 +720,29 @@ mod tests {
         assert_eq!(
             (site.1.last().unwrap().as_str(), ns),
             ("syscall.fsync", SEC)
+        );
+    }
+
+    #[test]
+    fn time_held_but_not_charged_is_no_wait() {
+        // An nginx worker's few ms of hypervisor steal (state other) beside its epoll waits.
+        let p = profile(
+            vec![(7, thread(1, "srv", 6 * SEC, 0, 3 * SEC, 0))],
+            vec![
+                wait(7, 3, WaitState::Sleep, 3 * SEC),
+                wait(7, stack_id::UNCHARGED, WaitState::Other, 8_000_000),
+            ],
+        );
+        let a = analyze(&p, &names(), "?");
+        let (site, _) = a.threads[&7].dominant_wait.clone().unwrap();
+        assert_eq!(site.1.last().unwrap(), "epoll_wait");
+        assert!(
+            a.groups[0].dominant_wait.is_none(),
+            "epoll is an event wait"
+        );
+        assert_eq!(
+            a.groups[0].event_wait.as_ref().map(|(s, _)| s.0),
+            Some("sleep")
         );
     }
 

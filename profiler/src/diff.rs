@@ -331,8 +331,7 @@ fn site_hists(
     let mut sites: BTreeMap<(&'static str, SiteFrames), (u64, Hist)> = BTreeMap::new();
     let mut hists_added: BTreeSet<KernelSite> = BTreeSet::new();
     for e in &profile.entries {
-        let Kind::Off(state @ (WaitState::Sleep | WaitState::Io | WaitState::Other)) = e.kind
-        else {
+        let Some(state) = e.blocked_state() else {
             continue;
         };
         let user = stack_frames(e.user_stack, stack_id::EMPTY, names);

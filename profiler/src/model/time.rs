@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use profiler_common::{RunqueueHist, SiteKey, WaitHist, WaitState};
+use profiler_common::{RunqueueHist, SiteKey, WaitHist, WaitState, stack_id};
 use serde::{Deserialize, Serialize};
 
 use super::{Counters, Mode, SchedStat, Window};
@@ -37,6 +37,17 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The state of a wait at a blocking site (sleep, io, other). None for CPU and run-queue
+    /// time, and for time a thread held its CPU that the kernel did not charge (state other,
+    /// but nothing waited for: no site).
+    pub fn blocked_state(&self) -> Option<WaitState> {
+        match self.kind {
+            Kind::Off(WaitState::Other) if self.user_stack == stack_id::UNCHARGED => None,
+            Kind::Off(s @ (WaitState::Sleep | WaitState::Io | WaitState::Other)) => Some(s),
+            _ => None,
+        }
+    }
+
     pub fn new(pid: u32, tid: u32, user_stack: u64, kernel_stack: u64, kind: Kind) -> Self {
         Self {
             pid,

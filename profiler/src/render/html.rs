@@ -295,8 +295,10 @@ fn capture_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
             out,
             "waits",
             format!(
-                "{} finished, {} still open at the end, {} threads blocked since before the start",
-                c.waits, c.open_waits_at_end, c.blocked_at_start
+                "{} finished, {} still open at the end, {} blocked since before the start",
+                c.waits,
+                c.open_waits_at_end,
+                super::count(c.blocked_at_start, "thread")
             ),
         )?;
     }

@@ -8,3 +8,13 @@ pub mod report;
 pub mod summary;
 pub mod svg;
 pub mod verdict;
+
+/// `1 thread`, `3 threads`.
+pub(crate) fn count(n: impl Into<u64>, word: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}

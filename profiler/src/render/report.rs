@@ -644,14 +644,13 @@ fn site_rows(
     for e in &profile.entries {
         let Kind::Off(state) = e.kind else { continue };
         let (frames, key) = lookup(e.user_stack, e.kernel_stack);
-        let state = match state {
-            WaitState::RunqueuePreempted => continue,
-            // The run-queue part after a wakeup belongs to the blocking site it followed.
-            WaitState::RunqueueWoken => {
-                runnable_after.push((key, e.time_ns));
-                continue;
-            }
-            s => s,
+        // The run-queue part after a wakeup belongs to the blocking site it followed.
+        if state == WaitState::RunqueueWoken {
+            runnable_after.push((key, e.time_ns));
+            continue;
+        }
+        let Some(state) = e.blocked_state() else {
+            continue;
         };
         let idle_wait = analysis::is_idle_wait(&key);
         let site = sites.entry((state.label(), key)).or_default();
@@ -1069,8 +1068,10 @@ fn md_capture(r: &Report, out: &mut impl Write) -> io::Result<()> {
     writeln!(out, "| kernel | {} |", c.kernel)?;
     writeln!(
         out,
-        "| waits | {} finished, {} still open at the end, {} threads blocked since before the start |",
-        c.waits, c.open_waits_at_end, c.blocked_at_start
+        "| waits | {} finished, {} still open at the end, {} blocked since before the start |",
+        c.waits,
+        c.open_waits_at_end,
+        super::count(c.blocked_at_start, "thread")
     )?;
     let lost: Vec<String> = c
         .lost
@@ -1404,7 +1405,8 @@ fn write_groups_text(r: &Report, out: &mut impl Write) -> io::Result<()> {
         let n: usize = r.idle_threads.iter().map(|i| i.thread_count).sum();
         writeln!(
             out,
-            "  idle     {n} threads (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep), by process and wait, not ranked:"
+            "  idle     {} (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep), by process and wait, not ranked:",
+            super::count(n as u64, "thread")
         )?;
         for i in r.idle_threads.iter().take(5) {
             writeln!(out, "           {}", idle_text(i))?;

@@ -113,10 +113,10 @@ pub fn write_summary(
     if profile.mode.traces_switches() {
         writeln!(
             out,
-            "  waits    {} finished · {} still open at the end · {} threads blocked since before the start",
+            "  waits    {} finished · {} still open at the end · {} blocked since before the start",
             profile.counters.get(Counter::Waits),
             profile.open_waits,
-            profile.blocked_at_start
+            super::count(profile.blocked_at_start, "thread")
         )?;
     }
     let lost = profile.total_lost();
