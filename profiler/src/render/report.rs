@@ -465,7 +465,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         top_on_cpu_functions: functions,
         top_blocking_sites: sites,
         run_queue,
-        notes: notes(profile)
+        notes: notes(profile, input.names)
             .into_iter()
             .chain(meta.notes.iter().cloned())
             .collect(),
@@ -907,7 +907,7 @@ pub const PERCENTILE_METHOD: &str = "in-kernel log2 histogram with 32 linear sub
 const CHECKED_CPU_NS: u64 = 1_000_000_000;
 
 /// Where the figures would mislead without a word.
-fn notes(profile: &Profile) -> Vec<String> {
+fn notes(profile: &Profile, names: &StackNames) -> Vec<String> {
     let mut notes = Vec::new();
     let at = |ns: u64| ns.saturating_sub(profile.window.start_ns) as f64 / 1e9;
     // A process that was there from the start and ended: the others went on without it.
@@ -939,7 +939,11 @@ fn notes(profile: &Profile) -> Vec<String> {
             .iter()
             .max_by_key(|(tid, t)| (t.uncharged_ns, std::cmp::Reverse(**tid)));
         notes.push(format!(
-            "The threads held their CPUs for {:.2} s ({:.1} % of all thread time{}) that the              kernel charged neither as CPU time nor as run-queue wait: the hypervisor ran              something else on this virtual machine's CPUs (steal). That time is shown as              other, in the frame [held the CPU, not charged: hypervisor steal]; running is              what the scheduler charged.",
+            "The threads held their CPUs for {:.2} s ({:.1} % of all thread time{}) that the \
+             kernel charged neither as CPU time nor as run-queue wait: the hypervisor ran \
+             something else on this virtual machine's CPUs (steal). That time is shown as \
+             other, in the frame [held the CPU, not charged: hypervisor steal]; running is \
+             what the scheduler charged.",
             uncharged as f64 / 1e9,
             100.0 * uncharged as f64 / all.max(1) as f64,
             most.map_or(String::new(), |(tid, t)| format!(
@@ -949,6 +953,7 @@ fn notes(profile: &Profile) -> Vec<String> {
             )),
         ));
     }
+    notes.extend(interrupt_skew(profile, names));
     if profile.mode == Mode::Cpu {
         // Samples see only what runs when the timer fires; the kernel also charges a thread
         // for time before it is switched in.
@@ -973,6 +978,51 @@ fn notes(profile: &Profile) -> Vec<String> {
         }
     }
     notes
+}
+
+/// Kernel functions that turn interrupts back on.
+fn enables_interrupts(frame: &str) -> bool {
+    const PREFIXES: [&str; 5] = [
+        "_raw_spin_unlock_irq",
+        "_raw_read_unlock_irq",
+        "_raw_write_unlock_irq",
+        "finish_task_switch",
+        "__local_bh_enable_ip",
+    ];
+    PREFIXES.iter().any(|p| frame.starts_with(p))
+}
+
+/// cpu-clock samples come from a timer interrupt, which waits while the kernel runs with
+/// interrupts off: that time lands on the function that turns them back on. Said when it is
+/// a visible share of the samples (perf's cpu-clock shows the same).
+fn interrupt_skew(profile: &Profile, names: &StackNames) -> Option<String> {
+    let (mut skewed, mut sampled) = (0u64, 0u64);
+    let mut by_frame: BTreeMap<&str, u64> = BTreeMap::new();
+    for e in profile.entries.iter().filter(|e| e.kind == Kind::OnCpu) {
+        if e.samples == 0 {
+            continue;
+        }
+        sampled += e.samples;
+        let leaf = names.kernel.get(&e.kernel_stack).and_then(|k| k.last());
+        if let Some(leaf) = leaf.filter(|l| enables_interrupts(l)) {
+            skewed += e.samples;
+            *by_frame.entry(leaf).or_default() += e.samples;
+        }
+    }
+    if sampled == 0 || skewed * 20 < sampled {
+        return None;
+    }
+    let mut frames: Vec<(&str, u64)> = by_frame.into_iter().collect();
+    frames.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let listed: Vec<&str> = frames.iter().take(3).map(|(f, _)| *f).collect();
+    Some(format!(
+        "{:.0} % of the on-CPU samples landed where the kernel turns interrupts back on ({}): \
+         the sampling timer (cpu-clock) is an interrupt, so time the kernel ran with \
+         interrupts off, in the callers of these frames, is counted there (perf's cpu-clock \
+         and BCC's profile show the same).",
+        100.0 * skewed as f64 / sampled as f64,
+        listed.join(", ")
+    ))
 }
 
 /// Time per state over all threads: running, runnable, sleep, io, other.
@@ -1496,5 +1546,40 @@ mod tests {
         h.add_waits(3, 30_000_000, 9_000_000, 11_000_000);
         let l = h.latency().unwrap();
         assert_eq!((l.p50_ms, l.mean_ms, l.max_ms), (None, 10.0, 11.0));
+    }
+
+    #[test]
+    fn samples_where_interrupts_come_back_on_are_said_to_be_skewed() {
+        use std::sync::Arc;
+
+        use crate::model::{Entry, Window};
+        let mut names = StackNames::default();
+        let k = |v: &[&str]| v.iter().map(|s| Arc::from(*s)).collect::<Vec<_>>();
+        names.kernel.insert(
+            7,
+            k(&["tcp_sendmsg_[k]", "_raw_spin_unlock_irqrestore_[k]"]),
+        );
+        names
+            .kernel
+            .insert(8, k(&["tcp_sendmsg_[k]", "skb_copy_[k]"]));
+        let on = |kernel, samples| Entry {
+            samples,
+            ..Entry::new(1, 1, 0, kernel, Kind::OnCpu)
+        };
+        let window = Window {
+            start_ns: 0,
+            stop_ns: 1_000_000_000,
+        };
+        let with = |skewed| Profile {
+            entries: vec![on(7, skewed), on(8, 100 - skewed)],
+            ..Profile::empty(Mode::Wall, window, 10_101_010)
+        };
+        let note = interrupt_skew(&with(30), &names).expect("30 % is said");
+        assert!(
+            note.starts_with("30 % of the on-CPU samples")
+                && note.contains("_raw_spin_unlock_irqrestore_[k]"),
+            "{note}"
+        );
+        assert!(interrupt_skew(&with(4), &names).is_none());
     }
 }
