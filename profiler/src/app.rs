@@ -121,16 +121,7 @@ fn diff(d: &DiffArgs) -> Result<()> {
 
 /// `diff-nginx-wall.svg`: the after capture's target, in characters any file system takes.
 fn default_diff_name(target: &str, mode: Mode) -> PathBuf {
-    let name: String = target
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let name = preflight::file_name_safe(target);
     PathBuf::from(format!("diff-{name}-{}.svg", mode.name()))
 }
 

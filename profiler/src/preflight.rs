@@ -195,9 +195,13 @@ fn invoking_user(uid: Option<String>, gid: Option<String>) -> Option<(u32, u32)>
 
 /// `profile-<name>-<pid>-<mode>.svg`, with the name reduced to characters safe in a file name.
 pub fn default_output_name(target: &Target, mode: &str) -> PathBuf {
-    let name: String = target
-        .name
-        .chars()
+    let name = file_name_safe(&target.name);
+    PathBuf::from(format!("profile-{name}-{}-{mode}.svg", target.pid))
+}
+
+/// `name` with every character a file name might not take replaced by `_`.
+pub fn file_name_safe(name: &str) -> String {
+    name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
                 c
@@ -205,8 +209,7 @@ pub fn default_output_name(target: &Target, mode: &str) -> PathBuf {
                 '_'
             }
         })
-        .collect();
-    PathBuf::from(format!("profile-{name}-{}-{mode}.svg", target.pid))
+        .collect()
 }
 
 #[cfg(test)]
