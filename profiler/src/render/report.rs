@@ -981,7 +981,7 @@ fn notes(profile: &Profile, names: &StackNames) -> Vec<String> {
 }
 
 /// Kernel functions that turn interrupts back on.
-fn enables_interrupts(frame: &str) -> bool {
+pub(crate) fn enables_interrupts(frame: &str) -> bool {
     const PREFIXES: [&str; 5] = [
         "_raw_spin_unlock_irq",
         "_raw_read_unlock_irq",

@@ -51,7 +51,7 @@ pub fn verdict(v: &VerdictInput<'_>) -> String {
         text.push_str(&group_sentence(next, v.run_queue));
     }
     let wait = first.dominant_wait.as_ref().map_or(0.0, |w| w.share_pct);
-    if let Some(f) = v.functions.first()
+    if let Some(f) = hottest(v.functions)
         && first.running_pct + first.runnable_pct > wait
     {
         text.push_str(&format!(
@@ -62,8 +62,9 @@ pub fn verdict(v: &VerdictInput<'_>) -> String {
     let idle: usize = v.idle.iter().map(|i| i.thread_count).sum();
     if idle > 0 {
         text.push_str(&format!(
-            " {idle} of {} threads were idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep) and are listed apart, not ranked.",
-            v.threads
+            " {idle} of {} threads {} idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep) and are listed apart, not ranked.",
+            v.threads,
+            if idle == 1 { "was" } else { "were" }
         ));
     }
     text
@@ -184,6 +185,14 @@ fn all_idle(v: &VerdictInput<'_>) -> String {
     text
 }
 
+/// The function the most CPU time is in, passing over the kernel's points where interrupts
+/// come back on: samples pile up there for time spent in their callers (a note says so).
+fn hottest(functions: &[FunctionRow]) -> Option<&FunctionRow> {
+    functions
+        .iter()
+        .find(|f| !super::report::enables_interrupts(&f.function))
+}
+
 /// `--mode cpu`: samples only.
 fn on_cpu_only(v: &VerdictInput<'_>) -> String {
     let (whose, their) = if v.threads == 1 {
@@ -191,7 +200,7 @@ fn on_cpu_only(v: &VerdictInput<'_>) -> String {
     } else {
         ("Threads", "their")
     };
-    match v.functions.first() {
+    match hottest(v.functions) {
         Some(f) => format!(
             "{whose} spent {their} sampled time on the CPU most in {} ({:.0} % of CPU time self, {:.0} % total); without off-CPU tracing no thread is classified idle.",
             f.function, f.self_pct, f.total_pct
@@ -312,5 +321,29 @@ mod tests {
         let v = verdict(&input(&groups, &[], &rq));
         assert!(v.contains(" Next: a (y) is on the CPU 60 %"), "{v}");
         assert!(!v.contains("a (z)"), "{v}");
+    }
+
+    #[test]
+    fn the_hottest_function_is_not_where_interrupts_come_back_on() {
+        let f = |name: &str, self_pct| FunctionRow {
+            function: name.into(),
+            self_pct,
+            total_pct: self_pct,
+            self_s: 0.0,
+            total_s: 0.0,
+        };
+        let functions = [
+            f("_raw_spin_unlock_irqrestore_[k]", 13.0),
+            f("tcp_sendmsg_locked_[k]", 2.0),
+        ];
+        let groups = [group("nginx", 54.0, 44.0, None)];
+        let rq = rq();
+        let mut i = input(&groups, &[], &rq);
+        i.functions = &functions;
+        let v = verdict(&i);
+        assert!(
+            v.contains("Most CPU time of all threads is in tcp_sendmsg_locked_[k]"),
+            "{v}"
+        );
     }
 }
