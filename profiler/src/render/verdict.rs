@@ -62,9 +62,10 @@ pub fn verdict(v: &VerdictInput<'_>) -> String {
     let idle: usize = v.idle.iter().map(|i| i.thread_count).sum();
     if idle > 0 {
         text.push_str(&format!(
-            " {idle} of {} threads {} idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep) and are listed apart, not ranked.",
+            " {idle} of {} threads {} idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep) and {} listed apart, not ranked.",
             v.threads,
-            if idle == 1 { "was" } else { "were" }
+            if idle == 1 { "was" } else { "were" },
+            if idle == 1 { "is" } else { "are" }
         ));
     }
     text
@@ -187,11 +188,21 @@ fn all_idle(v: &VerdictInput<'_>) -> String {
 
 /// The function the most CPU time is in, passing over the kernel's points where interrupts
 /// come back on: samples pile up there for time spent in their callers (a note says so).
+/// None when that function holds less than `HOT_SELF_PCT` of it itself: an entry frame
+/// such as `do_syscall_64` (all of it below, nothing itself) says nothing.
 fn hottest(functions: &[FunctionRow]) -> Option<&FunctionRow> {
+    first_sampled(functions).filter(|f| f.self_pct >= HOT_SELF_PCT)
+}
+
+/// The first function by self time that is not a point where interrupts come back on.
+fn first_sampled(functions: &[FunctionRow]) -> Option<&FunctionRow> {
     functions
         .iter()
         .find(|f| !super::report::enables_interrupts(&f.function))
 }
+
+/// The least self share of CPU time for the verdict to name a function.
+const HOT_SELF_PCT: f64 = 5.0;
 
 /// `--mode cpu`: samples only.
 fn on_cpu_only(v: &VerdictInput<'_>) -> String {
@@ -200,7 +211,7 @@ fn on_cpu_only(v: &VerdictInput<'_>) -> String {
     } else {
         ("Threads", "their")
     };
-    match hottest(v.functions) {
+    match first_sampled(v.functions) {
         Some(f) => format!(
             "{whose} spent {their} sampled time on the CPU most in {} ({:.0} % of CPU time self, {:.0} % total); without off-CPU tracing no thread is classified idle.",
             f.function, f.self_pct, f.total_pct
@@ -334,7 +345,7 @@ mod tests {
         };
         let functions = [
             f("_raw_spin_unlock_irqrestore_[k]", 13.0),
-            f("tcp_sendmsg_locked_[k]", 2.0),
+            f("tcp_sendmsg_locked_[k]", 6.0),
         ];
         let groups = [group("nginx", 54.0, 44.0, None)];
         let rq = rq();
@@ -345,5 +356,9 @@ mod tests {
             v.contains("Most CPU time of all threads is in tcp_sendmsg_locked_[k]"),
             "{v}"
         );
+        // An entry frame with everything below it and little itself is not named.
+        let functions = [f("do_syscall_64_[k]", 2.5)];
+        i.functions = &functions;
+        assert!(!verdict(&i).contains("Most CPU time"), "{}", verdict(&i));
     }
 }
