@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use profiler_common::{WaitState, stack_id};
 
-use crate::model::{Profile, StackNames, ThreadTime, stack_frames};
+use crate::model::{NO_FILE, Profile, StackNames, ThreadTime, stack_frames};
 
 /// Idle: on the CPU at most this share of the thread's time in the window …
 pub const IDLE_MAX_ON_CPU_PCT: f64 = 1.0;
@@ -77,14 +77,39 @@ pub fn is_event_wait(frames: &[String]) -> bool {
 /// a thread without one). Kernel paths that differ below the call are the same site.
 pub type SiteId = (&'static str, Vec<String>);
 
-/// The frames that identify the site of a wait in these stacks.
+/// The frames that identify the site of a wait in these stacks. An address without a symbol
+/// (`nginx+0x6e343`) in a file that names other frames of the stack is a local function its
+/// symbol table leaves out (a stripped binary keeps only its exported symbols): it is left
+/// out, so two stacks that differ only there are one site, as the user reads them, not two
+/// rows that look the same.
 pub fn site_frames(user_stack: u64, kernel_stack: u64, names: &StackNames) -> Vec<String> {
     let user = stack_frames(user_stack, stack_id::EMPTY, names);
     if user.is_empty() {
-        stack_frames(user_stack, kernel_stack, names)
-    } else {
-        user
+        return stack_frames(user_stack, kernel_stack, names);
     }
+    match names.user_files.get(&user_stack) {
+        Some(files) if files.len() == user.len() => without_local_addresses(user, files),
+        _ => user,
+    }
+}
+
+fn unnamed(frame: &str) -> bool {
+    frame.contains("+0x")
+}
+
+fn without_local_addresses(frames: Vec<String>, files: &[u32]) -> Vec<String> {
+    let named_files: HashSet<u32> = frames
+        .iter()
+        .zip(files)
+        .filter(|(f, _)| !unnamed(f))
+        .map(|(_, &file)| file)
+        .collect();
+    frames
+        .into_iter()
+        .zip(files)
+        .filter(|(f, file)| !(unnamed(f) && **file != NO_FILE && named_files.contains(file)))
+        .map(|(f, _)| f)
+        .collect()
 }
 
 /// Time per state of a thread or of several.
@@ -744,6 +769,44 @@ mod tests {
             a.groups[0].event_wait.as_ref().map(|(s, _)| s.0),
             Some("sleep")
         );
+    }
+
+    #[test]
+    fn stacks_that_differ_only_in_a_files_unnamed_local_functions_are_one_site() {
+        let n = |v: &[&str]| v.iter().map(|s| Arc::from(*s)).collect::<Vec<Name>>();
+        let mut names = StackNames::default();
+        let via = |local: &'static str| {
+            [
+                "main",
+                "ngx_http_core_content_phase",
+                local,
+                "ngx_http_free_request",
+                "nginx+0x6b9ff",
+                "__libc_write",
+            ]
+        };
+        names.user.insert(1, n(&via("nginx+0x6e343")));
+        names.user.insert(2, n(&via("nginx+0x6db0f")));
+        // A stripped binary with no symbol at all keeps its addresses: they are all it says.
+        names.user.insert(3, n(&["app+0x10", "app+0x20", "read"]));
+        names.user.insert(4, n(&["app+0x10", "app+0x30", "read"]));
+        for id in [1, 2] {
+            names.user_files.insert(id, vec![0, 0, 0, 0, 0, 1]);
+        }
+        for id in [3, 4] {
+            names.user_files.insert(id, vec![2, 2, 1]);
+        }
+        assert_eq!(
+            site_frames(1, 0, &names),
+            [
+                "main",
+                "ngx_http_core_content_phase",
+                "ngx_http_free_request",
+                "__libc_write"
+            ]
+        );
+        assert_eq!(site_frames(1, 0, &names), site_frames(2, 0, &names));
+        assert_ne!(site_frames(3, 0, &names), site_frames(4, 0, &names));
     }
 
     #[test]
