@@ -1418,10 +1418,10 @@ pub fn write_text(r: &Report, out: &mut impl Write, mode: Mode) -> io::Result<()
             }
             writeln!(
                 out,
-                "  {:>2}. {:<5} {:<48} {:>8.2} s {:>5.1} %{idle}  {:>6} waits  p50 {p50}  p99 {p99}  max {max}{woken}",
+                "  {:>2}. {:<5} {:<56} {:>8.2} s {:>5.1} %{idle}  {:>6} waits  p50 {p50}  p99 {p99}  max {max}{woken}",
                 s.rank,
                 s.state,
-                truncate(&format!("{}{}", s.site, paths(s)), 48),
+                site_text(&s.site, &paths(s), 56),
                 s.active_s,
                 s.active_pct,
                 s.waits
@@ -1518,6 +1518,32 @@ fn idle_text(i: &IdleRow) -> String {
     )
 }
 
+/// A site's label and its kernel-path count in `n` characters. Too long, the label keeps the
+/// blocking call and the callers furthest up, which are what tells sites apart that share
+/// the first ones: `__futex_abstimed_wait_common ← … ← LWLockAcquireOrWait`.
+fn site_text(site: &str, suffix: &str, n: usize) -> String {
+    let width = |s: &str| s.chars().count();
+    let room = n.saturating_sub(width(suffix)).max(n / 2);
+    let fitted = if width(site) <= room {
+        site.to_string()
+    } else {
+        let parts: Vec<&str> = site.split(" ← ").collect();
+        let mut kept = None;
+        if parts.len() > 2 {
+            // The leaf, then as many of the furthest callers as fit.
+            for from in 2..parts.len() {
+                let t = format!("{} ← … ← {}", parts[0], parts[from..].join(" ← "));
+                if width(&t) <= room {
+                    kept = Some(t);
+                    break;
+                }
+            }
+        }
+        kept.unwrap_or_else(|| truncate(site, room))
+    };
+    truncate(&format!("{fitted}{suffix}"), n)
+}
+
 fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
@@ -1581,5 +1607,24 @@ mod tests {
             "{note}"
         );
         assert!(interrupt_skew(&with(4), &names).is_none());
+    }
+
+    #[test]
+    fn long_site_labels_keep_the_call_and_the_callers_that_tell_them_apart() {
+        let a = "__futex_abstimed_wait_common ← PGSemaphoreLock ← LWLockAcquireOrWait";
+        let b = "__futex_abstimed_wait_common ← PGSemaphoreLock ← LWLockWaitForVar";
+        let (ta, tb) = (site_text(a, "", 56), site_text(b, "", 56));
+        assert_eq!(tb, "__futex_abstimed_wait_common ← … ← LWLockWaitForVar");
+        assert_ne!(ta, tb);
+        assert_eq!(ta, "__futex_abstimed_wait_common ← … ← LWLockAcquireOrWait");
+        assert_eq!(
+            site_text("fdatasync ← XLogFlush", " (6 kernel paths)", 48),
+            "fdatasync ← XLogFlush (6 kernel paths)"
+        );
+        let long = site_text(a, " (6 kernel paths)", 48);
+        assert!(
+            long.ends_with(" (6 kernel paths)") && long.chars().count() <= 48,
+            "{long}"
+        );
     }
 }

@@ -101,7 +101,11 @@ pub fn write_summary(
     if processes > 1 {
         write!(out, ", {processes} processes")?;
     }
-    writeln!(out, ", {} threads", profile.threads.len())?;
+    writeln!(
+        out,
+        ", {}",
+        super::count(profile.threads.len() as u64, "thread")
+    )?;
     let times: Vec<String> = state_times(profile)
         .into_iter()
         .map(|(n, ns)| format!("{n} {}", secs(ns)))
