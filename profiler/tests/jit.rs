@@ -66,10 +66,32 @@ fn a_stock_jvm_has_whole_named_java_stacks() {
     java_stacks(Jvm::Stock);
 }
 
+/// The same stock JVM with every method interpreted (`-Xint`): the interpreter's frames only.
+#[test]
+fn a_stock_jvm_interpreting_everything_has_whole_named_java_stacks() {
+    java_stacks(Jvm::Interpreted);
+}
+
+/// The same stock JVM compiling with C1 only (`-XX:TieredStopAtLevel=1`, as a JVM tuned for
+/// start-up runs): C1's frames, stubs and the interpreter.
+#[test]
+fn a_stock_jvm_with_c1_only_has_whole_named_java_stacks() {
+    java_stacks(Jvm::C1Only);
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Jvm {
     FramePointersAndPerfMap,
     Stock,
+    Interpreted,
+    C1Only,
+}
+
+impl Jvm {
+    /// Frames and names from the JVM's own structures, no help from the JVM.
+    fn stock(self) -> bool {
+        self != Jvm::FramePointersAndPerfMap
+    }
 }
 
 fn java_stacks(kind: Jvm) {
@@ -81,14 +103,22 @@ fn java_stacks(kind: Jvm) {
         // Keep leaf() and middle() as frames of their own.
         "-XX:CompileCommand=dontinline,JitWork::*",
     ];
-    if kind == Jvm::FramePointersAndPerfMap {
-        args.push("-XX:+PreserveFramePointer");
+    match kind {
+        Jvm::FramePointersAndPerfMap => args.push("-XX:+PreserveFramePointer"),
+        Jvm::Stock => {}
+        Jvm::Interpreted => args.push("-Xint"),
+        Jvm::C1Only => args.push("-XX:TieredStopAtLevel=1"),
     }
     let (jvm, ready) = start_java(None, &args, &dir, "JitWork");
     assert_eq!(ready, "ready");
     let pid = jvm.pid().to_string();
     let _map = PerfMap(format!("/tmp/perf-{pid}.map"));
 
+    // Warmed up as a service is: nap(), called 50 times a second, is compiled after its
+    // 200th call (C1's invocation threshold, ~4 s after start). Compiled during the window,
+    // its frame would unwind by frame pointers until the next read of the code cache (up to
+    // 0.2 s; its interpreted caller, sleepLoop, missing from those stacks: README, Java).
+    std::thread::sleep(Duration::from_secs(3));
     let out = outputs(&format!("jit-{kind:?}"));
     let secs = SECS.to_string();
     let capturing = Capturing::start(&capture_args(&pid, &secs, &out));
@@ -145,7 +175,7 @@ fn java_stacks(kind: Jvm) {
     );
     // Read from the JVM itself, every Java frame has its name: spin() (interpreted, or
     // compiled on stack replacement) is the caller of middle().
-    if kind == Jvm::Stock {
+    if kind.stock() {
         let named: u64 = spinner
             .iter()
             .filter(|l| {
@@ -154,8 +184,12 @@ fn java_stacks(kind: Jvm) {
             })
             .map(|l| l.count)
             .sum();
+        eprintln!(
+            "{kind:?}: spinner {:.1} % of its on-CPU time under spin → middle → leaf",
+            100.0 * named as f64 / on as f64
+        );
         assert!(
-            named as f64 >= 0.9 * on as f64,
+            named as f64 >= 0.95 * on as f64,
             "spinner: {named} of {on} µs on the CPU under spin → middle → leaf: {:#?}",
             top(&spinner)
         );
@@ -197,7 +231,7 @@ fn java_stacks(kind: Jvm) {
     );
     // sleepLoop() and nap() run interpreted (called 50 times a second, too few for the JIT):
     // named by the method in their interpreter frame.
-    if kind == Jvm::Stock {
+    if kind.stock() {
         let named: u64 = sleeper
             .iter()
             .filter(|l| {
@@ -209,8 +243,12 @@ fn java_stacks(kind: Jvm) {
             })
             .map(|l| l.count)
             .sum();
+        eprintln!(
+            "{kind:?}: sleeper {:.1} % of its sleep under sleepLoop → nap → Thread.sleep",
+            100.0 * named as f64 / sleep as f64
+        );
         assert!(
-            named as f64 >= 0.9 * sleep as f64,
+            named as f64 >= 0.95 * sleep as f64,
             "sleeper: {named} of {sleep} µs asleep under sleepLoop → nap → Thread.sleep: {:#?}",
             top(&sleeper)
         );
