@@ -394,6 +394,13 @@ fn a_java_service_under_load_has_whole_stacks() {
             .filter(|l| !l.frames.iter().any(|f| f == "start_thread"))
             .collect::<Vec<_>>())
     );
+    // The measure: of all the pool threads' time with a stack, on and off the CPU.
+    let all_whole = (whole + off_whole) as f64 / (on_us + off_us) as f64;
+    assert!(
+        all_whole >= 0.9,
+        "pool threads: {:.1} % of their time reaches start_thread",
+        100.0 * all_whole
+    );
     eprintln!(
         "pool threads: on the CPU {on_us} µs with a stack, {:.1} % whole, {:.1} % under the handler; off it {off_us} µs, {:.1} % whole",
         100.0 * whole as f64 / on_us as f64,
