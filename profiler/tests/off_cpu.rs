@@ -80,20 +80,33 @@ fn wall_mode_accounts_every_thread_for_the_whole_capture() {
     assert!(io as f64 > 0.01 * WINDOW_US, "{why}");
     assert!(io as f64 >= 0.9 * io_all as f64, "{why}");
 
-    // (d) More spinners than cores: each waits on the run queue.
+    // (d) More spinners than cores: they wait on the run queue, under their own stacks. How
+    // the wait falls among them is the scheduler's business: three always-runnable threads on
+    // two CPUs often sit 2 + 1 for seconds (CI saw one spinner wait 0.21 s of 5 while the
+    // other two shared a CPU), so the floor is on their sum (the CPUs they lack, about one
+    // window), and each must still have spun for a good part of the window.
+    let mut runq_all = 0;
     for name in ["spinner-0", "spinner-1", "spinner-2"] {
         let spinner = thread_lines(&lines, name);
         let runq = total(&spinner, |l| l.state() == Some("runqueue"));
+        let runq_under = total(&spinner, |l| {
+            l.state() == Some("runqueue") && l.has_chain(&["start_thread", "spinner"])
+        });
         let on = total(&spinner, |l| l.state().is_none() && l.has("spin_work"));
         assert!(
-            runq as f64 > 0.05 * WINDOW_US,
-            "{name}: only {runq} µs on the run queue"
+            runq_under as f64 >= 0.95 * runq as f64,
+            "{name}: {runq_under} of {runq} µs on the run queue under start_thread → spinner"
         );
         assert!(
             on as f64 > 0.2 * WINDOW_US,
             "{name}: only {on} µs on the CPU in spin_work"
         );
+        runq_all += runq;
     }
+    assert!(
+        runq_all as f64 > 0.5 * WINDOW_US,
+        "the spinners together: only {runq_all} µs on the run queue"
+    );
 
     // (e) Blocked since before the capture: about the whole duration, with its real stack.
     let blocked = thread_lines(&lines, "blocked");
