@@ -57,6 +57,9 @@ pub struct Target {
     pub exited_ns: Option<u64>,
     /// Execs seen.
     pub execs: u32,
+    /// Ticks left in which `name` is read again: a forked child often names itself
+    /// (`prctl(PR_SET_NAME)`, `pthread_setname_np`) just after the fork, after its first read.
+    rename_checks: u8,
     /// Reaped: no longer in /proc, its kernel tables freed.
     gone: bool,
     /// A HotSpot JVM's code cache, followed (found when its mappings show libjvm.so).
@@ -73,6 +76,7 @@ impl Target {
             forked_ns: None,
             exited_ns: None,
             execs: 0,
+            rename_checks: RENAME_CHECKS,
             gone: false,
             hotspot: None,
         }
@@ -282,6 +286,7 @@ impl TargetSet {
         self.follow_events(probes, tables.as_deref_mut(), &mut tick, &mut reload);
         self.join_cgroup(probes, &mut reload);
         self.reload(probes, tables.as_deref_mut(), reload);
+        self.follow_names();
         self.forget_gone(probes, tables);
         tick.all_gone = self.processes.values().all(|t| t.gone);
         tick
@@ -321,6 +326,7 @@ impl TargetSet {
                     tables.forget_jit(pid);
                 }
                 target.name = comm(pid).unwrap_or_else(|| target.name.clone());
+                target.rename_checks = RENAME_CHECKS;
                 reload.insert(pid);
             }
             if event.exited_ns != 0 && target.exited_ns.is_none() {
@@ -402,9 +408,20 @@ impl TargetSet {
         }
     }
 
+    /// Names read again for processes seen (or exec'd) in the last ticks.
+    fn follow_names(&mut self) {
+        for target in self.processes.values_mut() {
+            if !target.gone && target.rename_checks > 0 {
+                target.rename_checks -= 1;
+                if let Some(name) = comm(target.pid) {
+                    target.name = name;
+                }
+            }
+        }
+    }
+
     /// Reaped processes leave the kernel's tables, so churn does not fill them.
     fn forget_gone(&mut self, probes: &mut Probes, mut tables: Option<&mut UnwindTables>) {
-        // Reaped processes leave the kernel's tables, so churn does not fill them.
         let mut gone = BTreeSet::new();
         for target in self.processes.values_mut() {
             if !target.gone && !Path::new(&format!("/proc/{}", target.pid)).exists() {
@@ -552,12 +569,19 @@ impl TargetSet {
     pub fn finish(&mut self) {
         for target in self.processes.values_mut().filter(|t| !t.gone) {
             let _ = target.maps.refresh();
+            // The name it has now (a process may rename itself at any time).
+            if let Some(name) = comm(target.pid) {
+                target.name = name;
+            }
             if let Some(h) = target.hotspot.as_mut() {
                 h.last_look();
             }
         }
     }
 }
+
+/// Ticks after a process is first seen (or execs) in which its name is read again.
+const RENAME_CHECKS: u8 = 2;
 
 /// What a tick found.
 #[derive(Debug, Default)]
