@@ -7,7 +7,9 @@
 //! Ground truth is each thread's `/proc/<pid>/task/<tid>/schedstat`, read by this test when
 //! the window opens and `SECS` later: the flusher and the ticker block nowhere else, so the
 //! share of the window neither on the CPU nor waiting for one is their time in fdatasync and in
-//! the 20 ms sleep. Shares must agree within 5 % of that figure (at least 1 point: the
+//! the 20 ms sleep — less the time a thread held a CPU the kernel charged it for neither
+//! (hypervisor steal: the report's `uncharged_s`, which tests/accuracy.rs checks against the
+//! machine's steal; CI saw 4 % of the flusher's window). Shares must agree within 5 % of that figure (at least 1 point: the
 //! accuracy tests' bound on CPU and run-queue time). On a loaded machine the run queue takes
 //! what it takes; nothing here assumes a CPU share.
 
@@ -84,7 +86,14 @@ fn the_verdict_names_the_working_threads_wait_and_idle_threads_stand_apart() {
         serde_json::from_str(&std::fs::read_to_string(&report_path).expect("read the JSON report"))
             .expect("the report is JSON");
     validate_against_schema(&report);
-    let truth = truth(&before, &after);
+    let mut truth = truth(&before, &after);
+    for t in report["threads"].as_array().expect("threads") {
+        let tid = t["tid"].as_u64().expect("tid") as u32;
+        let uncharged = 100.0 * t["uncharged_s"].as_f64().expect("uncharged_s") / WINDOW_S;
+        if let Some(share) = truth.get_mut(&tid) {
+            share.1 -= uncharged;
+        }
+    }
     let context = format!("{stdout}\nschedstat (cpu %, blocked %): {truth:?}");
 
     // Every thread: the class the report gives, and the rule applied to the kernel's figures
