@@ -739,4 +739,33 @@ mod tests {
             .to_string();
         assert!(err.contains("no such directory"), "{err}");
     }
+
+    #[test]
+    fn a_name_taken_before_the_child_renamed_itself_is_read_again() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .expect("start sleep");
+        let pid = child.id();
+        let mut set = TargetSet::empty();
+        set.add_launched(pid);
+        let name = |set: &TargetSet| set.processes[&pid].name.clone();
+        // As if read between the fork and the child's prctl(PR_SET_NAME).
+        let stale =
+            |set: &mut TargetSet| set.processes.get_mut(&pid).unwrap().name = "parent".into();
+        for _ in 0..RENAME_CHECKS {
+            stale(&mut set);
+            set.follow_names();
+            assert_eq!(name(&set), "sleep");
+        }
+        // Then no more reads per tick (a cgroup of a thousand processes) ...
+        stale(&mut set);
+        set.follow_names();
+        assert_eq!(name(&set), "parent");
+        // ... but the name it has at the window's end.
+        set.finish();
+        assert_eq!(name(&set), "sleep");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
