@@ -747,6 +747,14 @@ mod tests {
             .spawn()
             .expect("start sleep");
         let pid = child.id();
+        // Until it has exec'd, the child bears the name of the thread that forked it.
+        for _ in 0..500 {
+            if comm(pid).as_deref() == Some("sleep") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(comm(pid).as_deref(), Some("sleep"));
         let mut set = TargetSet::empty();
         set.add_launched(pid);
         let name = |set: &TargetSet| set.processes[&pid].name.clone();
