@@ -1061,9 +1061,12 @@ fn paths(s: &SiteRow) -> String {
 }
 
 pub(crate) fn wakers_text(wakers: &[WakerRow]) -> String {
+    // A waker that would read "(0 %)" tells the reader nothing; the first is always named.
     wakers
         .iter()
-        .map(|w| {
+        .enumerate()
+        .filter(|(i, w)| *i == 0 || w.wakeups_pct >= 0.5)
+        .map(|(_, w)| {
             if w.tid == 0 {
                 format!("{} ({:.0} %)", w.name, w.wakeups_pct)
             } else {
@@ -1557,6 +1560,25 @@ fn truncate(s: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wakers_that_would_read_zero_percent_are_left_out() {
+        let waker = |name: &str, tid, wakeups_pct| WakerRow {
+            name: name.into(),
+            tid,
+            pid: tid,
+            wakeups: 1,
+            wakeups_pct,
+            stack: Vec::new(),
+        };
+        let text = wakers_text(&[
+            waker("[interrupt]", 0, 99.7),
+            waker("kworker/u8:3", 22664, 0.6),
+            waker("[timer interrupt]", 0, 0.3),
+        ]);
+        assert_eq!(text, "[interrupt] (100 %), kworker/u8:3-22664 (1 %)");
+        assert_eq!(wakers_text(&[waker("rare", 7, 0.2)]), "rare-7 (0 %)");
+    }
     use crate::model::hist::tests::hist_of;
 
     #[test]
