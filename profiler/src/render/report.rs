@@ -1404,7 +1404,9 @@ pub fn write_text(r: &Report, out: &mut impl Write, mode: Mode) -> io::Result<()
             out,
             "  top blocking sites of active threads (time of active threads, % of theirs; idle threads' time apart)"
         )?;
-        for s in ranked {
+        let labels: Vec<(&str, String)> = ranked.iter().map(|s| (&*s.site, paths(s))).collect();
+        let texts = site_texts(&labels, 56);
+        for (s, (text, full)) in ranked.into_iter().zip(texts) {
             let [p50, _, p99, max] = lat(&s.latency);
             let woken = if s.wakers.is_empty() {
                 String::new()
@@ -1422,13 +1424,11 @@ pub fn write_text(r: &Report, out: &mut impl Write, mode: Mode) -> io::Result<()
             writeln!(
                 out,
                 "  {:>2}. {:<5} {:<56} {:>8.2} s {:>5.1} %{idle}  {:>6} waits  p50 {p50}  p99 {p99}  max {max}{woken}",
-                s.rank,
-                s.state,
-                site_text(&s.site, &paths(s), 56),
-                s.active_s,
-                s.active_pct,
-                s.waits
+                s.rank, s.state, text, s.active_s, s.active_pct, s.waits
             )?;
+            if let Some(full) = full {
+                writeln!(out, "            = {full}")?;
+            }
         }
     }
     if !r.top_on_cpu_functions.is_empty() {
@@ -1547,6 +1547,56 @@ fn site_text(site: &str, suffix: &str, n: usize) -> String {
     truncate(&format!("{fitted}{suffix}"), n)
 }
 
+/// The shown sites' labels (with their suffixes) in `n` characters each, told apart: where
+/// two different sites would read alike once shortened, another shortening that keeps a frame
+/// they differ by is tried, and failing that the row is followed by its whole label (`= …`).
+fn site_texts(sites: &[(&str, String)], n: usize) -> Vec<(String, Option<String>)> {
+    let candidates: Vec<Vec<String>> = sites
+        .iter()
+        .map(|(site, suffix)| site_text_candidates(site, suffix, n))
+        .collect();
+    let mut texts: Vec<(String, Option<String>)> =
+        candidates.iter().map(|c| (c[0].clone(), None)).collect();
+    let clashes = |i: usize, t: &str, texts: &[(String, Option<String>)]| {
+        (0..sites.len()).any(|j| j != i && sites[j].0 != sites[i].0 && texts[j].0 == t)
+    };
+    for i in 0..sites.len() {
+        if !clashes(i, &texts[i].0, &texts) {
+            continue;
+        }
+        match candidates[i].iter().find(|c| !clashes(i, c, &texts)) {
+            Some(c) => texts[i].0 = c.clone(),
+            None => texts[i].1 = Some(sites[i].0.to_string()),
+        }
+    }
+    // A row whose twin found another text no longer needs its whole label.
+    for i in 0..sites.len() {
+        if texts[i].1.is_some() && !clashes(i, &texts[i].0, &texts) {
+            texts[i].1 = None;
+        }
+    }
+    texts
+}
+
+/// Ways to show `site` in `n` characters, the preferred (`site_text`) first, then those that
+/// keep one middle frame and the last (`leaf ← … ← ProcSleep ← … ← heap_update`).
+fn site_text_candidates(site: &str, suffix: &str, n: usize) -> Vec<String> {
+    let mut out = vec![site_text(site, suffix, n)];
+    let parts: Vec<&str> = site.split(" ← ").collect();
+    let last = parts.len().saturating_sub(1);
+    for i in (1..last.saturating_sub(1)).rev() {
+        let before = if i > 1 { " ← … ← " } else { " ← " };
+        let t = format!(
+            "{}{before}{} ← … ← {}{suffix}",
+            parts[0], parts[i], parts[last]
+        );
+        if t.chars().count() <= n && !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out
+}
+
 fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
@@ -1560,6 +1610,7 @@ fn truncate(s: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::hist::tests::hist_of;
 
     #[test]
     fn wakers_that_would_read_zero_percent_are_left_out() {
@@ -1579,7 +1630,6 @@ mod tests {
         assert_eq!(text, "[interrupt] (100 %), kworker/u8:3-22664 (1 %)");
         assert_eq!(wakers_text(&[waker("rare", 7, 0.2)]), "rare-7 (0 %)");
     }
-    use crate::model::hist::tests::hist_of;
 
     #[test]
     fn a_sites_latency_is_its_exact_figures_and_percentiles() {
@@ -1629,6 +1679,46 @@ mod tests {
             "{note}"
         );
         assert!(interrupt_skew(&with(4), &names).is_none());
+    }
+
+    #[test]
+    fn sites_that_would_read_alike_once_shortened_are_told_apart() {
+        // Seen on PostgreSQL: both shortened to `__futex_abstimed_wait_common ← … ← heap_update`.
+        let long = "__futex_abstimed_wait_common ← PGSemaphoreLock ← LWLockAcquire ← ProcSleep \
+                    ← LockAcquireExtended ← XactLockTableWait ← heap_update";
+        let short = "__futex_abstimed_wait_common ← PGSemaphoreLock ← LWLockAcquire ← heap_update";
+        let other = "fdatasync ← XLogFlush";
+        let texts = site_texts(
+            &[
+                (long, String::new()),
+                (other, " (6 kernel paths)".into()),
+                (short, String::new()),
+            ],
+            56,
+        );
+        assert_eq!(
+            texts[1],
+            ("fdatasync ← XLogFlush (6 kernel paths)".into(), None)
+        );
+        // Nothing shorter than 56 tells them apart: each row is followed by its whole label.
+        assert_eq!(texts[0].0, texts[2].0);
+        assert_eq!(texts[0].1.as_deref(), Some(long));
+        assert_eq!(texts[2].1.as_deref(), Some(short));
+        // With more room, a middle frame does.
+        let texts = site_texts(&[(long, String::new()), (short, String::new())], 64);
+        assert_ne!(texts[0].0, texts[1].0, "{texts:?}");
+        assert!(
+            texts
+                .iter()
+                .all(|(t, full)| t.chars().count() <= 64 && full.is_none())
+        );
+        assert_eq!(
+            site_text_candidates("a ← b ← c ← d", "", 80),
+            ["a ← b ← c ← d", "a ← b ← … ← d"]
+        );
+        // The same site twice (never in one table, but) is no clash.
+        let same = site_texts(&[(short, String::new()), (short, String::new())], 56);
+        assert!(same.iter().all(|(_, full)| full.is_none()));
     }
 
     #[test]
