@@ -762,12 +762,20 @@ fn group_rows(
         .collect()
 }
 
+/// The smallest share of a group's active time (%) named as its dominant or event wait.
+pub(crate) const MIN_GROUP_WAIT_PCT: f64 = 0.5;
+
 fn group_wait(
     (id, ns): &(SiteId, u64),
     sites: &BTreeMap<SiteId, SiteRow>,
     pct: &dyn Fn(u64) -> f64,
 ) -> Option<GroupWait> {
     let site = sites.get(id)?;
+    // A group whose largest wait is a sliver (a Go server's GC handshakes, 0.0 %) has none
+    // worth naming: the row and the JSON say so rather than print it.
+    if pct(*ns) < MIN_GROUP_WAIT_PCT {
+        return None;
+    }
     Some(GroupWait {
         state: site.state,
         site: site.site.clone(),

@@ -85,28 +85,24 @@ fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
             g.name, g.running_pct
         )
     };
-    let wait = g
-        .dominant_wait
-        .as_ref()
-        .filter(|w| w.share_pct >= 0.5)
-        .map(|w| {
-            let mut detail = vec![w.state.to_string()];
-            if let Some(p99) = w.p99_ms {
-                detail.push(format!("p99 {}", ms_text(p99)));
-            }
-            if let Some(by) = &w.woken_by {
-                detail.push(format!("woken by {by}"));
-            }
-            (
+    let wait = g.dominant_wait.as_ref().map(|w| {
+        let mut detail = vec![w.state.to_string()];
+        if let Some(p99) = w.p99_ms {
+            detail.push(format!("p99 {}", ms_text(p99)));
+        }
+        if let Some(by) = &w.woken_by {
+            detail.push(format!("woken by {by}"));
+        }
+        (
+            w.share_pct,
+            format!(
+                "{:.0} % is spent in {} ({})",
                 w.share_pct,
-                format!(
-                    "{:.0} % is spent in {} ({})",
-                    w.share_pct,
-                    w.site,
-                    detail.join(", ")
-                ),
-            )
-        });
+                w.site,
+                detail.join(", ")
+            ),
+        )
+    });
     let runnable = (g.runnable_pct >= RUNNABLE_NAMED_PCT).then(|| {
         let p99 = |l: &Option<super::report::Latency>| {
             l.as_ref()
