@@ -96,6 +96,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
     for t in threads.values() {
         processes.entry(t.pid).or_default();
     }
+    name_unnamed_processes(&mut processes, &threads);
     let mut entries: Vec<Entry> = acc.entries.into_values().collect();
     entries.sort_by_key(|e| (e.tid, e.kind, e.user_stack, e.kernel_stack));
     Profile {
@@ -122,6 +123,22 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
+    }
+}
+
+/// A process gone before its name was read from /proc (a child that lived a few ms: a
+/// redis AOF rewrite, a short CGI) is named as its main thread was in the kernel, so it
+/// joins the tower of its namesakes instead of standing apart as `pid-N`.
+fn name_unnamed_processes(
+    processes: &mut BTreeMap<u32, ProcessInfo>,
+    threads: &BTreeMap<u32, ThreadTime>,
+) {
+    for (&pid, info) in processes.iter_mut().filter(|(_, i)| i.name.is_empty()) {
+        let main = threads.get(&pid).filter(|t| !t.name.starts_with("tid-"));
+        let any = || threads.values().find(|t| t.pid == pid && !t.name.starts_with("tid-"));
+        info.name = main
+            .or_else(any)
+            .map_or_else(|| format!("pid-{pid}"), |t| t.name.clone());
     }
 }
 
@@ -576,6 +593,28 @@ mod tests {
         assert_eq!(e[&(2, Kind::OnCpu)], 1_100 * MS);
         assert_eq!(e[&(stack_id::SWITCHING_IN, Kind::OnCpu)], 500 * MS);
         assert_eq!(e[&(stack_id::PROFILER, Kind::OnCpu)], 100 * MS);
+    }
+
+    #[test]
+    fn a_process_gone_before_its_name_was_read_takes_its_main_threads() {
+        let thread = |pid: u32, name: &str| ThreadTime {
+            pid,
+            name: name.into(),
+            ..ThreadTime::default()
+        };
+        let threads = BTreeMap::from([
+            (10, thread(10, "redis-server")),
+            (21, thread(20, "worker")),
+            (30, thread(30, "tid-30")),
+        ]);
+        let mut processes: BTreeMap<u32, ProcessInfo> = [10, 20, 30, 40]
+            .into_iter()
+            .map(|p| (p, ProcessInfo::default()))
+            .collect();
+        processes.get_mut(&40).unwrap().name = "nginx".into();
+        name_unnamed_processes(&mut processes, &threads);
+        let names: Vec<&str> = processes.values().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["redis-server", "worker", "pid-30", "nginx"]);
     }
 
     #[test]

@@ -70,7 +70,9 @@ impl Target {
     fn new(pid: u32) -> Self {
         Self {
             pid,
-            name: comm(pid).unwrap_or_else(|| format!("pid-{pid}")),
+            // Empty until read: post-processing names a process gone before that by its
+            // main thread's name in the kernel.
+            name: comm(pid).unwrap_or_default(),
             maps: ProcessMaps::new(pid),
             parent: None,
             forked_ns: None,
