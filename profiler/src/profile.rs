@@ -135,7 +135,11 @@ fn name_unnamed_processes(
 ) {
     for (&pid, info) in processes.iter_mut().filter(|(_, i)| i.name.is_empty()) {
         let main = threads.get(&pid).filter(|t| !t.name.starts_with("tid-"));
-        let any = || threads.values().find(|t| t.pid == pid && !t.name.starts_with("tid-"));
+        let any = || {
+            threads
+                .values()
+                .find(|t| t.pid == pid && !t.name.starts_with("tid-"))
+        };
         info.name = main
             .or_else(any)
             .map_or_else(|| format!("pid-{pid}"), |t| t.name.clone());

@@ -122,6 +122,18 @@ impl ThreadTime {
     pub fn total_ns(&self) -> u64 {
         self.on_cpu_ns + self.off_ns.iter().sum::<u64>()
     }
+
+    /// What its shares (running %, sleep %, …) are of: its own time in the window (the
+    /// window for a thread alive throughout; a forked child that lived 3 ms reads as what it
+    /// did in them, not as 0.0 % everywhere), as a process's are of its threads'. Without
+    /// switches traced (`--mode cpu`) only its CPU time is known: the window.
+    pub fn share_base_ns(&self, mode: Mode, window_ns: u64) -> u64 {
+        if mode.traces_switches() {
+            self.total_ns().clamp(1, window_ns.max(1))
+        } else {
+            window_ns.max(1)
+        }
+    }
 }
 
 /// A thread that woke a blocking site, and how often.

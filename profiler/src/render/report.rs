@@ -21,7 +21,7 @@ use serde::Serialize;
 use crate::{
     analysis::{self, Analysis, SiteId, distinct_labels},
     model::{
-        CaptureMeta, Hist, Kind, Mode, Profile, StackNames, ThreadTime, stack_frames, waker_frames,
+        CaptureMeta, Hist, Kind, Mode, Profile, StackNames, stack_frames, waker_frames,
         waker_identity,
     },
     render::verdict,
@@ -489,7 +489,10 @@ fn thread_rows(profile: &Profile, analysis: &Analysis) -> Vec<ThreadRow> {
     let mut threads: Vec<ThreadRow> = profile
         .threads
         .iter()
-        .map(|(&tid, t)| (tid, t, share_of(profile, t, window_ns)))
+        .map(|(&tid, t)| {
+            let all = t.share_base_ns(profile.mode, window_ns) as f64;
+            (tid, t, move |ns: u64| round1(100.0 * ns as f64 / all))
+        })
         .map(|(tid, t, pct)| ThreadRow {
             tid,
             pid: if t.pid == 0 { tid } else { t.pid },
@@ -520,19 +523,6 @@ fn thread_rows(profile: &Profile, analysis: &Analysis) -> Vec<ThreadRow> {
         .collect();
     threads.sort_by(|a, b| b.on_cpu_s.total_cmp(&a.on_cpu_s).then(a.tid.cmp(&b.tid)));
     threads
-}
-
-/// A thread's shares are of its own time in the window (the window for a thread alive
-/// throughout; a forked child that lived 3 ms reads as what it did in them, not as 0.0 %
-/// everywhere), as a process's are of its threads'. Without switches traced (`--mode cpu`)
-/// only its CPU time is known: shares of the window.
-fn share_of(profile: &Profile, t: &ThreadTime, window_ns: u64) -> impl Fn(u64) -> f64 {
-    let all = if profile.mode.traces_switches() {
-        t.total_ns().clamp(1, window_ns)
-    } else {
-        window_ns
-    };
-    move |ns: u64| round1(100.0 * ns as f64 / all as f64)
 }
 
 /// Per process, its threads summed, busiest first.

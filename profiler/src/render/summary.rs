@@ -181,7 +181,8 @@ fn write_process_table(out: &mut impl Write, profile: &Profile) -> io::Result<()
     Ok(())
 }
 
-/// Busiest threads by where their time went, as % of the capture: what `top -H` cannot say.
+/// Busiest threads by where their time went, as % of their time in the capture (`ThreadTime::
+/// share_base_ns`): what `top -H` cannot say.
 /// Running is CPU time as the scheduler charges it (schedstat), the profiler's own programs
 /// shown apart.
 fn write_thread_table(
@@ -190,7 +191,7 @@ fn write_thread_table(
     analysis: &Analysis,
 ) -> io::Result<()> {
     const SHOWN: usize = 10;
-    let window = profile.window.len_ns().max(1) as f64;
+    let window_ns = profile.window.len_ns();
     let mut threads: Vec<_> = profile.threads.iter().collect();
     threads.sort_by_key(|(tid, t)| (std::cmp::Reverse(t.on_cpu_ns), **tid));
     writeln!(
@@ -198,8 +199,9 @@ fn write_thread_table(
         "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9}  class",
         "thread", "running", "runnable", "sleep", "io", "other", "profiler"
     )?;
-    let pct = |ns: u64| format!("{:.1}%", 100.0 * ns as f64 / window);
     for (tid, t) in threads.iter().take(SHOWN) {
+        let all = t.share_base_ns(profile.mode, window_ns) as f64;
+        let pct = |ns: u64| format!("{:.1}%", 100.0 * ns as f64 / all);
         writeln!(
             out,
             "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9}  {}",
