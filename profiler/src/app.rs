@@ -69,10 +69,13 @@ fn diff(d: &DiffArgs) -> Result<()> {
     let before_svg_path = svg_path.with_extension("before.svg");
     let report_out = match &d.report {
         None => None,
-        Some(path) => Some((
-            preflight::open_output("the report", path)?,
-            report_format(path)?,
-        )),
+        Some(path) => match report_format(path)? {
+            ReportFormat::Html => anyhow::bail!(
+                "the diff report {} must end in .md (Markdown) or .json",
+                path.display()
+            ),
+            format => Some((preflight::open_output("the report", path)?, format)),
+        },
     };
     let folded_out = d
         .folded
@@ -165,10 +168,16 @@ fn write_diff_graphs(diff: &diff::Diff, after_svg: Output, before_svg: Output) -
     Ok(())
 }
 
+/// The report's format, from its path's extension. A device, a FIFO or `/dev/stdout` has none
+/// to go by: it gets Markdown, the format meant to be read.
 fn report_format(path: &Path) -> Result<ReportFormat, PreflightError> {
     match path.extension().and_then(|e| e.to_str()) {
         Some("md") => Ok(ReportFormat::Markdown),
         Some("json") => Ok(ReportFormat::Json),
+        Some("html" | "htm") => Ok(ReportFormat::Html),
+        None if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) => {
+            Ok(ReportFormat::Markdown)
+        }
         _ => Err(PreflightError::ReportExtension(path.to_path_buf())),
     }
 }
@@ -716,7 +725,10 @@ impl Outputs {
         all.extend(self.wakers_folded.iter());
         all.extend(self.saved.iter());
         all.extend(self.pprof.iter());
-        all.iter().map(|o| o.temp_path().to_path_buf()).collect()
+        all.iter()
+            .filter_map(|o| o.temp_path())
+            .map(Path::to_path_buf)
+            .collect()
     }
 }
 
@@ -737,12 +749,7 @@ fn open_outputs(
     let report = match &out.report {
         None => None,
         Some(path) => {
-            let format = match path.extension().and_then(|e| e.to_str()) {
-                Some("md") => ReportFormat::Markdown,
-                Some("json") => ReportFormat::Json,
-                Some("html" | "htm") => ReportFormat::Html,
-                _ => return Err(PreflightError::ReportExtension(path.clone())),
-            };
+            let format = report_format(path)?;
             Some((preflight::open_output("the report", path)?, format))
         }
     };

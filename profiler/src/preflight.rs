@@ -120,32 +120,54 @@ pub fn resolve_target(pid: u32) -> Result<Target, PreflightError> {
     })
 }
 
-/// An output file, checked before the capture: a temporary file beside its path, so an
-/// unwritable path is reported before anything is attached and a run that fails leaves the
-/// user's previous file as it was. [`Output::commit`] puts it in place.
+/// An output file, checked before the capture. A regular file (or a new one) is written to a
+/// temporary file beside it, so an unwritable path is reported before anything is attached
+/// and a run that fails leaves the user's previous file as it was; [`Output::commit`] renames
+/// it into place. A path that exists and is not a regular file — a character device such as
+/// `/dev/null`, a FIFO, `/dev/stdout` on a terminal or a pipe — is opened and written in place:
+/// renaming over it would replace the device or pipe with a plain file (as root, `-o /dev/null`
+/// once turned the machine's `/dev/null` into a regular file).
 #[derive(Debug)]
 pub struct Output {
     pub path: PathBuf,
-    file: tempfile::NamedTempFile,
+    sink: Sink,
+}
+
+#[derive(Debug)]
+enum Sink {
+    Temp(tempfile::NamedTempFile),
+    InPlace(File),
 }
 
 impl Output {
     pub fn file(&mut self) -> &mut File {
-        self.file.as_file_mut()
+        match &mut self.sink {
+            Sink::Temp(f) => f.as_file_mut(),
+            Sink::InPlace(f) => f,
+        }
     }
 
-    /// Where the output is written until it is committed.
-    pub fn temp_path(&self) -> &Path {
-        self.file.path()
+    /// Where the output is written until it is committed; None when it is written in place
+    /// (nothing to remove if the run is abandoned).
+    pub fn temp_path(&self) -> Option<&Path> {
+        match &self.sink {
+            Sink::Temp(f) => Some(f.path()),
+            Sink::InPlace(_) => None,
+        }
     }
 
-    /// Renames the finished file to its path, readable by all as a plain new file would be.
+    /// Renames a temporary file to its path, readable by all as a plain new file would be;
+    /// an output written in place is only flushed.
     pub fn commit(self) -> io::Result<PathBuf> {
         use std::os::unix::fs::PermissionsExt as _;
-        self.file
-            .as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
-        self.file.persist(&self.path).map_err(|e| e.error)?;
+        match self.sink {
+            Sink::Temp(file) => {
+                file.as_file()
+                    .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+                file.persist(&self.path).map_err(|e| e.error)?;
+            }
+            Sink::InPlace(mut file) => io::Write::flush(&mut file)?,
+        }
         Ok(self.path)
     }
 }
@@ -156,14 +178,30 @@ pub fn open_output(what: &'static str, path: &Path) -> Result<Output, PreflightE
         path: path.to_path_buf(),
         error,
     };
-    if path.is_dir() {
-        return Err(error(io::Error::from(io::ErrorKind::IsADirectory)));
+    // Follows symbolic links: `/dev/stdout` is what fd 1 is.
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => {
+            return Err(error(io::Error::from(io::ErrorKind::IsADirectory)));
+        }
+        Ok(meta) if !meta.is_file() => {
+            return Ok(Output {
+                path: path.to_path_buf(),
+                sink: Sink::InPlace(open_in_place(path, &meta).map_err(error)?),
+            });
+        }
+        _ => {}
     }
-    let dir = match path.parent() {
+    // A symbolic link to a regular file: the file it names is replaced, not the link.
+    let target = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.file_type().is_symlink())
+        .and_then(|_| std::fs::canonicalize(path).ok())
+        .unwrap_or_else(|| path.to_path_buf());
+    let dir = match target.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let name = target.file_name().map(|n| n.to_string_lossy().into_owned());
     let file = tempfile::Builder::new()
         .prefix(&format!(".{}.", name.as_deref().unwrap_or("out")))
         .suffix(".partial")
@@ -171,9 +209,41 @@ pub fn open_output(what: &'static str, path: &Path) -> Result<Output, PreflightE
         .map_err(error)?;
     give_to_invoking_user(file.as_file());
     Ok(Output {
-        path: path.to_path_buf(),
-        file,
+        path: target,
+        sink: Sink::Temp(file),
     })
+}
+
+/// Opens an existing device, FIFO or pipe for writing, without truncating or replacing it.
+/// A FIFO is opened without blocking, so a FIFO nobody reads is refused now (ENXIO) instead
+/// of hanging after the capture; writes to it then block as usual. Block devices and sockets
+/// are refused: a flame graph written over a disk is never what was meant.
+fn open_in_place(path: &Path, meta: &std::fs::Metadata) -> io::Result<File> {
+    use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+    let kind = meta.file_type();
+    if kind.is_block_device() || kind.is_socket() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "it is a block device or a socket, not a file",
+        ));
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENXIO) => io::Error::new(e.kind(), "no process is reading the FIFO"),
+            _ => e,
+        })?;
+    // Blocking writes from here on: a slow reader must not turn into a short write.
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+    // SAFETY: fcntl on an fd we own, with flags read from it.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(file)
 }
 
 /// Under `sudo` (`cargo xtask run` uses it when not root) an output belongs to the user who ran
@@ -285,6 +355,89 @@ mod tests {
         out.commit().unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn dev_null_is_written_in_place_and_stays_a_device() {
+        use std::os::unix::fs::FileTypeExt as _;
+        let null = Path::new("/dev/null");
+        assert!(
+            std::fs::metadata(null)
+                .unwrap()
+                .file_type()
+                .is_char_device()
+        );
+        let mut out = open_output("the flame graph", null).unwrap();
+        assert!(out.temp_path().is_none(), "nothing to remove if abandoned");
+        std::io::Write::write_all(out.file(), b"<svg/>").unwrap();
+        assert_eq!(out.commit().unwrap(), null);
+        let meta = std::fs::metadata(null).unwrap();
+        assert!(meta.file_type().is_char_device(), "/dev/null was replaced");
+        assert_eq!(
+            std::fs::read(null).unwrap(),
+            b"",
+            "/dev/null kept what was written"
+        );
+    }
+
+    #[test]
+    fn a_fifo_is_written_in_place_and_refused_without_a_reader() {
+        use std::{io::Read as _, os::unix::fs::FileTypeExt as _};
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("graph.fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = open_output("the flame graph", &fifo)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no process is reading the FIFO"), "{err}");
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                std::fs::File::open(fifo)
+                    .unwrap()
+                    .read_to_string(&mut text)
+                    .unwrap();
+                text
+            })
+        };
+        // The reader's open blocks until a writer comes; retry until it is there.
+        let mut out = loop {
+            match open_output("the flame graph", &fifo) {
+                Ok(out) => break out,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        };
+        std::io::Write::write_all(out.file(), b"folded 1\n").unwrap();
+        out.commit().unwrap();
+        assert_eq!(reader.join().unwrap(), "folded 1\n");
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temporary file"
+        );
+    }
+
+    #[test]
+    fn a_symlink_to_a_file_replaces_the_file_not_the_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.svg");
+        let link = dir.path().join("link.svg");
+        std::fs::write(&real, "old").unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let mut out = open_output("the flame graph", &link).unwrap();
+        std::io::Write::write_all(out.file(), b"new").unwrap();
+        out.commit().unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "new");
     }
 
     #[test]
