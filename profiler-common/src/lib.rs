@@ -15,6 +15,10 @@ pub const COMM_LEN: usize = 16;
 /// `BPF_NOEXIST`: a map update that only creates (include/uapi/linux/bpf.h).
 pub const BPF_NOEXIST: u64 = 1;
 
+/// `EEXIST`, the errno of a map insert (`BPF_NOEXIST`) whose key another CPU inserted first;
+/// helpers return it negated.
+pub const EEXIST: i32 = 17;
+
 /// Where process `tgid` is in the target bitmap: (word, bit mask).
 #[inline(always)]
 pub const fn target_bit(tgid: u32) -> (u32, u64) {
@@ -87,6 +91,8 @@ pub mod names {
     /// `HashMap<SiteKey, WaitHist>`: the distribution of blocked times per blocking site
     /// (state and stacks, all threads together).
     pub const MAP_SITE_HISTS: &str = "SITE_HISTS";
+    /// Per thread, time of waits the wait table had no room for.
+    pub const MAP_LOST_WAITS: &str = "LOST_WAITS";
     /// `PerCpuArray<WaitHist>` indexed by [`super::RunqueueHist`]: run-queue delays.
     pub const MAP_RUNQUEUE_HISTS: &str = "RUNQUEUE_HISTS";
     /// `Array<unwind::RowChunk>`: every unwind row, in chunks.
@@ -242,6 +248,9 @@ pub mod stack_id {
     /// Used by user space only: time a thread held its CPU that the kernel charged neither
     /// as CPU time nor as run-queue wait (steal on a virtual machine).
     pub const UNCHARGED: u64 = RESERVED | 7;
+    /// Used by user space only: time of a thread's waits that the wait table had no room
+    /// for (its state unknown: shown as lost, never as time on the CPU).
+    pub const LOST_WAITS: u64 = RESERVED | 8;
     /// `SNAPSHOT | i`: the stack user space recorded for thread snapshot `i` at capture start
     /// (a thread already blocked when the capture began has no switch-out event).
     pub const SNAPSHOT: u64 = RESERVED | (1 << 32);
@@ -320,7 +329,8 @@ unsafe impl aya::Pod for Stack {}
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SampleKey {
     pub tid: u32,
-    pub _pad: u32,
+    /// The drain epoch's parity ([`Control::epoch`]); 0 once drained.
+    pub epoch: u32,
     pub user_stack: u64,
     pub kernel_stack: u64,
 }
@@ -444,7 +454,9 @@ pub const fn classify_switch(prev_state: u32) -> Option<WaitState> {
 pub struct WaitKey {
     pub tid: u32,
     /// A [`WaitState`].
-    pub state: u32,
+    pub state: u16,
+    /// The drain epoch's parity ([`Control::epoch`]); 0 once drained.
+    pub epoch: u16,
     pub user_stack: u64,
     pub kernel_stack: u64,
 }
@@ -468,7 +480,10 @@ pub struct WaitValue {
 pub struct SiteKey {
     /// A [`WaitState`].
     pub state: u32,
-    pub _pad: u32,
+    /// The drain epoch's parity ([`Control::epoch`]); 0 once drained (saved captures name
+    /// the field `_pad`, as it was before epochs).
+    #[cfg_attr(feature = "user", serde(rename = "_pad"))]
+    pub epoch: u32,
     pub user_stack: u64,
     pub kernel_stack: u64,
 }
@@ -665,7 +680,8 @@ pub struct WakerKey {
     pub waker_kernel_stack: u64,
     /// A [`waker_context`] value.
     pub waker_context: u32,
-    pub _pad: u32,
+    /// The drain epoch's parity ([`Control::epoch`]); 0 once drained.
+    pub epoch: u32,
 }
 
 /// Value of [`names::MAP_WAKERS`].
@@ -747,13 +763,25 @@ pub struct ThreadStats {
     /// `se.sum_exec_runtime` and `sched_info.run_delay` as far as the closed cycles used them
     /// (valid with [`thread_flags::BASELINE`]): the counters at `last_out_ns`, less what the
     /// last cycles could not take (left for the next), or more by what a preemption's CPU
-    /// share took ahead of the counter (repaid by the next).
+    /// share took ahead of the counter (repaid by the next). Once the thread exited
+    /// ([`thread_flags::EXITED`]), `last_exec_ns` is instead what its cycles counted ahead of
+    /// `sum_exec_runtime` at its end, as an `i64` (never repaid: see [`exit_overcount_ns`]).
     pub last_exec_ns: u64,
     pub last_delay_ns: u64,
     /// Bit set of [`thread_flags`].
     pub flags: u32,
     /// The thread's process.
     pub tgid: u32,
+}
+
+/// CPU time an exited thread's cycles counted beyond what the scheduler charged it (its
+/// `last_exec_ns` at exit, read as signed; 0 when they counted less or it has not exited).
+pub const fn exit_overcount_ns(stats: &ThreadStats) -> u64 {
+    if stats.flags & thread_flags::EXITED == 0 {
+        return 0;
+    }
+    let over = stats.last_exec_ns as i64;
+    if over > 0 { over as u64 } else { 0 }
 }
 
 pub mod thread_flags {
@@ -908,6 +936,18 @@ const fn min(a: u64, b: u64) -> u64 {
 pub struct Control {
     pub start_ns: u64,
     pub stop_ns: u64,
+    /// Drain epoch: the aggregate tables' keys carry its parity (`epoch & 1`). User space
+    /// drains the tables while the capture runs: it bumps the epoch, and a tick later, when no
+    /// program can still be writing them, reads and deletes the keys of the other parity. So
+    /// the tables hold what happens between two drains, not the whole window.
+    pub epoch: u64,
+}
+
+impl Control {
+    /// The parity the programs put in the keys they write now.
+    pub const fn parity(&self) -> u32 {
+        (self.epoch & 1) as u32
+    }
 }
 
 #[cfg(feature = "user")]
@@ -1133,6 +1173,9 @@ pub enum Counter {
     /// With `--verify-memos`: stacks a memo recognised that a full unwind disagreed with (the
     /// unwound one is kept). Must stay 0.
     MemoDisagreements,
+    /// Threads whose lost wait time could not be recorded (that table full too): their
+    /// missing time shows as nothing at all.
+    LostWaitsFull,
 }
 
 /// What a counter counts: something lost (the user must see it, with the flag that avoids it)
@@ -1144,7 +1187,7 @@ pub enum CounterKind {
 }
 
 impl Counter {
-    pub const COUNT: u32 = 22;
+    pub const COUNT: u32 = 23;
 
     /// Every counter is one or the other: the match has no wildcard, so a new counter must be
     /// classified before it compiles.
@@ -1152,9 +1195,8 @@ impl Counter {
         use Counter::*;
         match self {
             SamplesMapFull | UserStackFailed | KernelStackFailed | StackTableFull
-            | WaitsMapFull | ThreadsFull | WakersMapFull | SiteHistsFull | ProcsFull => {
-                CounterKind::Loss
-            }
+            | WaitsMapFull | ThreadsFull | WakersMapFull | SiteHistsFull | ProcsFull
+            | LostWaitsFull => CounterKind::Loss,
             Samples | SwitchesOut | Waits | WaitsFiltered | MissedSwitchIns | Wakeups
             | UnwindMemoHits | UnwindMemoMisses | UnwindFrames | RowCacheMisses
             | KernelMemoHits | KernelMemoMisses | MemoDisagreements => CounterKind::Event,
@@ -1187,6 +1229,7 @@ impl Counter {
             SiteHistsFull => "site_hists_full",
             MemoDisagreements => "memo_disagreements",
             ProcsFull => "procs_full",
+            LostWaitsFull => "lost_waits_full",
         }
     }
 
@@ -1204,6 +1247,7 @@ impl Counter {
             )),
             ThreadsFull => Some(("threads: thread table full", Some("--max-threads"))),
             ProcsFull => Some(("processes: process table full", Some("--max-processes"))),
+            LostWaitsFull => Some(("lost wait time: its table full too", Some("--max-keys"))),
             StackTableFull => Some(("stacks: stack table full", Some("--max-stacks"))),
             UserStackFailed => Some(("user stacks: unwinding failed", None)),
             KernelStackFailed => Some(("kernel stacks: unwinding failed", None)),
@@ -1234,6 +1278,7 @@ impl Counter {
         Counter::SiteHistsFull,
         Counter::ProcsFull,
         Counter::MemoDisagreements,
+        Counter::LostWaitsFull,
     ];
 }
 

@@ -6,8 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
 };
 use profiler_common::{
-    Control, Counter, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread, WaitHist,
-    WaitKey, WaitValue, WakerKey, WakerValue,
+    BPF_NOEXIST, Control, Counter, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread,
+    WaitHist, WaitKey, WaitValue, WakerKey, WakerValue,
 };
 
 // Every hash map is preallocated: an insert from sched_switch (IRQs off, run-queue lock held)
@@ -30,6 +30,28 @@ pub static THREADS: HashMap<u32, Thread> = HashMap::with_max_entries(65_536, 0);
 
 #[map]
 pub static WAKERS: HashMap<WakerKey, WakerValue> = HashMap::with_max_entries(32_768, 0);
+
+/// Per thread, the time of its waits the wait table had no room for (written only when it
+/// is full): shown as lost, never as time on the CPU. Its own table, not a field of
+/// `THREADS`: a larger thread entry costs every switch.
+#[map]
+pub static LOST_WAITS: HashMap<u32, u64> = HashMap::with_max_entries(4_096, 0);
+
+/// Adds `ns` to thread `tid`'s lost wait time. Out of line (a BPF subprogram): inline, each
+/// of its outcomes would have the rest of `sched_switch` verified once more, and the
+/// verifier's budget was exceeded.
+#[inline(never)]
+pub fn add_lost_wait(tid: u32, ns: u64) {
+    match LOST_WAITS.get_ptr_mut(&tid) {
+        // SAFETY: keyed by the thread, whose switch-outs run on one CPU at a time.
+        Some(lost) => unsafe { *lost += ns },
+        None => {
+            if LOST_WAITS.insert(&tid, &ns, BPF_NOEXIST).is_err() {
+                count(Counter::LostWaitsFull);
+            }
+        }
+    }
+}
 
 /// Blocked-time distribution per blocking site, shared by the site's threads (updated with
 /// atomic adds).
@@ -175,4 +197,12 @@ pub fn capture_start() -> Option<u64> {
         return None;
     }
     Some(control.start_ns)
+}
+
+/// The drain epoch's parity, which every key of the aggregate tables carries (see
+/// `Control::epoch`). Read where a key is built, not carried from the program's start: a
+/// value kept across the switch accounting made the verifier go through it once per path.
+#[inline(always)]
+pub fn parity() -> u32 {
+    CONTROL.get(0).map_or(0, |c| c.parity())
 }

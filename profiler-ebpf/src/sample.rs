@@ -13,7 +13,7 @@ use profiler_common::{
 
 use crate::{
     config,
-    maps::{SAMPLES, Scratch, THREADS, capture_start, count, opaque},
+    maps::{SAMPLES, Scratch, THREADS, capture_start, count, opaque, parity},
     stack,
     targets::is_target,
 };
@@ -55,7 +55,7 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
 
     let key = SampleKey {
         tid,
-        _pad: 0,
+        epoch: parity(),
         user_stack,
         kernel_stack,
     };

@@ -15,17 +15,14 @@ use aya_ebpf::{
     helpers::generated::{bpf_get_stack, bpf_loop},
 };
 use profiler_common::{
-    BPF_NOEXIST, Counter, HASH_SEED, IRQ_ENTRY_RANGES, MAX_STACK_DEPTH, config_flags, hash_finish,
-    hash_step, stack_id,
+    BPF_NOEXIST, Counter, EEXIST, HASH_SEED, IRQ_ENTRY_RANGES, MAX_STACK_DEPTH, config_flags,
+    hash_finish, hash_step, stack_id,
 };
 
 use crate::{
     maps::{SCRATCH, STACKS, Scratch, Stash, add, count, stash, unstash},
     unwind,
 };
-
-/// `EEXIST`: another CPU stored the same stack first.
-const EEXIST: i32 = 17;
 
 const FRAMES_BYTES: u32 = (size_of::<u64>() * MAX_STACK_DEPTH) as u32;
 

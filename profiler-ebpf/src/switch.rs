@@ -32,25 +32,22 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use profiler_common::{
-    BPF_NOEXIST, COMM_LEN, Config, Counter, Cycle, CycleInput, RunqueueHist, SiteKey, Thread,
-    ThreadStats, WaitKey, WaitStart, WaitState, WaitValue, WakerKey, WakerValue, classify_switch,
-    config_flags, hist_bucket, is_exiting, split_cycle, stack_id, task_state, thread_flags,
-    wait_flags,
+    BPF_NOEXIST, COMM_LEN, Config, Counter, Cycle, CycleInput, EEXIST, RunqueueHist, SiteKey,
+    Thread, ThreadStats, WaitKey, WaitStart, WaitState, WaitValue, WakerKey, WakerValue,
+    classify_switch, config_flags, hist_bucket, is_exiting, split_cycle, stack_id, task_state,
+    thread_flags, wait_flags,
 };
 
 use crate::{
     config, kstack,
     maps::{
         RUNQUEUE_HISTS, SCRATCH_HIST, SITE_HISTS, Scratch, Stash, THREADS, WAITS, WAKERS,
-        capture_start, count, new_thread, opaque, stash, unstash,
+        add_lost_wait, capture_start, count, new_thread, opaque, parity, stash, unstash,
     },
     stack,
     targets::is_target,
     tgid_offset,
 };
-
-/// `-EEXIST`: another CPU inserted the same key first.
-const EEXIST: i64 = -17;
 
 /// `TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
 ///           unsigned int prev_state)` — include/trace/events/sched.h, since Linux 5.18.
@@ -253,6 +250,11 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     stats.switches += 1;
     if exiting {
         stats.flags |= thread_flags::EXITED;
+        // The baseline is not needed again: it becomes what the thread's cycles counted
+        // ahead of `sum_exec_runtime` (a wait for a CPU is split by the tracepoint clock,
+        // and a thread that lives on repays the difference; a thread of a few ms does not),
+        // so user space can give that time back to the run queue.
+        stats.last_exec_ns = stats.last_exec_ns.wrapping_sub(out.exec_ns);
     }
     if exiting || stats.switches % COMM_REFRESH_SWITCHES == 0 {
         stats.comm = bpf_get_current_comm().unwrap_or(stats.comm);
@@ -389,7 +391,7 @@ fn comm_of(cfg: &Config, task: *const u8) -> [u8; COMM_LEN] {
 
 /// Aggregates the wait that began at the cycle's start: blocked in its own state until it was
 /// made runnable (the waker is credited with that part), then waiting for a CPU. A preemption
-/// is all run-queue time.
+/// is all run-queue time. Time the wait table has no room for goes to `LOST_WAITS`.
 #[inline(always)]
 fn aggregate_wait(
     cfg: &Config,
@@ -406,7 +408,8 @@ fn aggregate_wait(
     }
     let mut key = WaitKey {
         tid,
-        state: slot.state,
+        state: slot.state as u16,
+        epoch: parity() as u16,
         user_stack: slot.user_stack,
         kernel_stack: slot.kernel_stack,
     };
@@ -434,7 +437,7 @@ fn aggregate_wait(
         }
     }
     if runnable_ns > 0 {
-        key.state = WaitState::RunqueueWoken as u32;
+        key.state = WaitState::RunqueueWoken as u16;
         add_wait(&key, runnable_ns, 1);
         add_runqueue_hist(RunqueueHist::Woken, runnable_ns);
     }
@@ -444,7 +447,7 @@ fn aggregate_wait(
 fn add_waker(site: &WaitKey, slot: &WaitStart, blocked: u64) {
     let key = WakerKey {
         tid: site.tid,
-        state: site.state,
+        state: site.state as u32,
         user_stack: site.user_stack,
         kernel_stack: site.kernel_stack,
         waker_tid: slot.waker_tid,
@@ -452,7 +455,7 @@ fn add_waker(site: &WaitKey, slot: &WaitStart, blocked: u64) {
         waker_user_stack: slot.waker_user_stack,
         waker_kernel_stack: slot.waker_kernel_stack,
         waker_context: slot.waker_context,
-        _pad: 0,
+        epoch: site.epoch as u32,
     };
     match WAKERS.get_ptr_mut(&key) {
         // SAFETY: keyed by the wakee's tid, whose switch-outs run on one CPU at a time.
@@ -473,6 +476,7 @@ fn add_waker(site: &WaitKey, slot: &WaitStart, blocked: u64) {
     }
 }
 
+/// Adds one wait to the table; when it has no room, its time to the thread's lost time.
 #[inline(always)]
 fn add_wait(key: &WaitKey, delta: u64, counted: u64) {
     // Branch-free, so the paths above need not be verified twice: an uncounted delta leaves
@@ -501,6 +505,7 @@ fn add_wait(key: &WaitKey, delta: u64, counted: u64) {
             };
             if WAITS.insert(key, &value, BPF_NOEXIST).is_err() {
                 count(Counter::WaitsMapFull);
+                add_lost_wait(key.tid, delta);
             }
         }
     }
@@ -511,8 +516,8 @@ fn add_wait(key: &WaitKey, delta: u64, counted: u64) {
 #[inline(always)]
 fn add_site_hist(key: &WaitKey, delta: u64) {
     let site = SiteKey {
-        state: key.state,
-        _pad: 0,
+        state: key.state as u32,
+        epoch: key.epoch as u32,
         user_stack: key.user_stack,
         kernel_stack: key.kernel_stack,
     };
@@ -539,7 +544,7 @@ fn add_site_hist(key: &WaitKey, delta: u64) {
     match inserted {
         Ok(()) => {}
         // Another CPU created the site in between: add to theirs.
-        Err(e) if i64::from(e) == EEXIST => {
+        Err(e) if e == -EEXIST => {
             bump_site_bucket(&site, bucket);
         }
         Err(_) => {

@@ -11,9 +11,14 @@ use aya_ebpf::{
     maps::{Array, HashMap},
     programs::BtfTracePointContext,
 };
-use profiler_common::{BPF_NOEXIST, Counter, ProcEvent, config_flags, target_bit};
+use profiler_common::{BPF_NOEXIST, Counter, ProcEvent, config_flags, target_bit, thread_flags};
 
-use crate::{config, maps::count, switch::load, unwind::PROC_MAPPINGS};
+use crate::{
+    config,
+    maps::{THREADS, count},
+    switch::load,
+    unwind::PROC_MAPPINGS,
+};
 
 /// Sized by the loader to cover `pid_max`.
 #[map]
@@ -118,7 +123,20 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
     let group_dead: u64 = ctx.arg(1);
     // SAFETY: as above.
     let tgid: u32 = unsafe { load(task, cfg.task_tgid_offset) };
-    if group_dead & 1 == 0 || !is_target(tgid) {
+    if !is_target(tgid) {
+        return 0;
+    }
+    if cfg.flags & config_flags::SWITCHES == 0 {
+        // Without switch tracing no last switch-out marks a thread's end: marked here, so
+        // the drainer takes its entry out of the thread table (every thread exits here).
+        // SAFETY: as above.
+        let tid: u32 = unsafe { load(task, cfg.task_pid_offset) };
+        if let Some(thread) = THREADS.get_ptr_mut(&tid) {
+            // SAFETY: the exiting thread's own entry; its samples only add to other fields.
+            unsafe { (*thread).stats.flags |= thread_flags::EXITED };
+        }
+    }
+    if group_dead & 1 == 0 {
         return 0;
     }
     // SAFETY: no preconditions.

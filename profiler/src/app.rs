@@ -6,6 +6,7 @@
 use std::{
     io::Write as _,
     path::{Path, PathBuf},
+    sync::{Arc, Mutex},
     time::Instant,
 };
 
@@ -15,7 +16,8 @@ use crate::{
     analysis,
     capture::{EndReason, Tick, Waiter},
     cli::{Args, Cli, Command, DiffArgs, OutputArgs, ReplayArgs, Unwind},
-    diff, drain,
+    diff,
+    drain::{self, Drainer},
     fold::{self, FoldOptions, Folded},
     kernel::{self, TaskOffsets},
     launch,
@@ -528,18 +530,27 @@ async fn capture(
         cpu_used_so_far()
     );
 
+    // From here on the aggregate tables belong to the drainer, which empties them while the
+    // window is open so that they hold a drain interval's records, not the whole capture's.
+    let window = Arc::new(Mutex::new(window));
+    let draining = Drainer::new(&mut probes, Arc::clone(&window))?.start();
     let state = (
         probes,
         std::mem::replace(&mut prepared.targets, TargetSet::empty()),
         prepared.tables.take(),
     );
     let (reason, stop_ns, (probes, targets, tables)) = waiter
-        .wait(opened, secs, state, tick, || window.close())
+        .wait(opened, secs, state, tick, || {
+            window
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .close()
+        })
         .await;
     prepared.targets = targets;
     prepared.tables = tables;
     let stop_ns = stop_ns?;
-    let drained = drain_all(&probes, &mut prepared.targets, sched_at_start)?;
+    let drained = drain_all(&probes, draining.stop(), &prepared.targets, sched_at_start)?;
     Ok(Captured {
         drained,
         seeds,
@@ -620,18 +631,25 @@ fn announce(args: &Args, selection: &str, cpus: usize) {
     );
 }
 
-/// The maps once the window is closed, with the threads of processes gone during it.
+/// The last drain once the window is closed, added to what was drained during it.
 fn drain_all(
     probes: &Probes,
-    targets: &mut TargetSet,
+    drainer: Drainer,
+    targets: &TargetSet,
     sched_at_start: std::collections::HashMap<u32, crate::model::SchedStat>,
 ) -> Result<Drained> {
     let pids: Vec<u32> = targets.processes.keys().copied().collect();
-    let mut drained = drain::drain(probes, &pids)?;
-    for (tid, thread) in targets.exited_threads.drain() {
-        // A tid reused by a live thread keeps the live one's entry.
-        drained.threads.entry(tid).or_insert(thread);
-    }
+    let (mut drained, stats) = drainer.finish(probes, &pids)?;
+    log::info!(
+        "drained {} times during the capture ({:.3} s in all); most keys at one drain: {} waits, {} samples, {} wakers, {} stacks, {} threads",
+        stats.drains,
+        stats.secs,
+        stats.peak_waits,
+        stats.peak_samples,
+        stats.peak_wakers,
+        stats.peak_stacks,
+        stats.peak_threads
+    );
     drained.sched_at_start = sched_at_start;
     for counter in profiler_common::Counter::ALL {
         log::debug!("counter {counter:?}: {}", drained.counters.get(counter));

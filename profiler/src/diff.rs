@@ -345,7 +345,7 @@ fn site_hists(
         hist.add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
         let kernel_site = KernelSite {
             state: state as u32,
-            _pad: 0,
+            epoch: 0,
             user_stack: e.user_stack,
             kernel_stack: e.kernel_stack,
         };
@@ -521,7 +521,7 @@ mod tests {
                 site_hists.insert(
                     KernelSite {
                         state: state as u32,
-                        _pad: 0,
+                        epoch: 0,
                         user_stack: e.user_stack,
                         kernel_stack: e.kernel_stack,
                     },

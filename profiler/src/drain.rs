@@ -1,86 +1,342 @@
-//! Drain: the in-kernel aggregates → plain Rust collections, once, after the capture window
-//! has been closed (so nothing changes while we read).
+//! Drain: the in-kernel aggregates → plain Rust collections, while the capture runs.
+//!
+//! The tables hold what happens between two drains, not the whole window. Every key the
+//! programs write carries the parity of the drain epoch (`Control::epoch`). A drain reads and
+//! deletes the keys of the other parity — written during the previous epoch, which ended a
+//! whole drain interval ago, so no program can still be writing them — merges them into the
+//! totals kept here, and then bumps the epoch. Stacks are written once and never changed in
+//! the kernel: each drain takes all of them (read and delete in one step); a stack seen again
+//! is stored again. Threads that exited (their last switch-out is behind them) leave the
+//! thread table one drain after they were first seen gone. After the window closes, one last
+//! drain takes everything.
+//!
+//! Reads and deletes go through the batch commands of `bpf(2)` (one system call per few
+//! thousand entries, not three per entry).
 
-use std::collections::HashMap;
+use std::{
+    collections::{HashMap, HashSet},
+    io,
+    marker::PhantomData,
+    os::fd::{AsFd as _, AsRawFd as _},
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
+};
 
 use aya::{
     Pod,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray},
+    maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray},
 };
 use profiler_common::{
     ProcEvent, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread, WAIT_HIST_BUCKETS,
-    WaitHist, WaitKey, WaitValue, WakerKey, WakerValue, names, unwind::ProcMappings,
+    WaitHist, WaitKey, WaitValue, WakerKey, WakerValue, exit_overcount_ns, names, thread_flags,
+    unwind::ProcMappings,
 };
 
 use crate::{
     model::{Drained, SchedStat},
-    probes::{ProbeError, Probes},
+    probes::{ProbeError, Probes, WindowSwitch},
 };
 
-pub fn drain(probes: &Probes, pids: &[u32]) -> Result<Drained, ProbeError> {
-    let ebpf = probes.ebpf();
-    let read = |name: &'static str| ebpf.map(name).ok_or(ProbeError::MissingMap(name));
-    let samples = entries::<SampleKey, SampleValue>(read(names::MAP_SAMPLES)?, names::MAP_SAMPLES)?;
-    let waits = entries::<WaitKey, WaitValue>(read(names::MAP_WAITS)?, names::MAP_WAITS)?;
-    let wakers = entries::<WakerKey, WakerValue>(read(names::MAP_WAKERS)?, names::MAP_WAKERS)?;
-    let threads = entries::<u32, Thread>(read(names::MAP_THREADS)?, names::MAP_THREADS)?
-        .into_iter()
-        .collect();
-    let all_stacks = entries::<u64, Stack>(read(names::MAP_STACKS)?, names::MAP_STACKS)?;
-    let stack_generations = all_stacks
-        .iter()
-        .filter(|(_, s)| s.generation() != 0)
-        .map(|(id, s)| (*id, s.generation()))
-        .collect();
-    let stacks = all_stacks
-        .into_iter()
-        .map(|(id, stack)| (id, stack.frames().to_vec()))
-        .collect();
-    let site_hists =
-        entries::<SiteKey, WaitHist>(read(names::MAP_SITE_HISTS)?, names::MAP_SITE_HISTS)?
-            .into_iter()
+/// How often the tables are drained while the capture runs. They must hold two intervals'
+/// worth of keys (the epoch being written and the one waiting for its drain).
+pub const DRAIN_INTERVAL: Duration = Duration::from_millis(200);
+
+/// The aggregate tables, taken out of the loaded object, and everything drained from them.
+pub struct Drainer {
+    samples: BatchMap<SampleKey, SampleValue>,
+    waits: BatchMap<WaitKey, WaitValue>,
+    wakers: BatchMap<WakerKey, WakerValue>,
+    site_hists: BatchMap<SiteKey, WaitHist>,
+    stacks: BatchMap<u64, Stack>,
+    threads: BatchMap<u32, Thread>,
+    window: Arc<Mutex<WindowSwitch>>,
+    /// The epoch the programs write now.
+    epoch: u64,
+    /// Threads seen exited at the last drain: taken at this one.
+    exited: HashSet<u32>,
+    totals: Totals,
+    pub stats: DrainStats,
+}
+
+/// What the drains cost and how full the tables came to be.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DrainStats {
+    pub drains: u64,
+    pub secs: f64,
+    /// The most keys one drain found, per table (both epochs).
+    pub peak_waits: usize,
+    pub peak_samples: usize,
+    pub peak_wakers: usize,
+    pub peak_stacks: usize,
+    pub peak_threads: usize,
+}
+
+/// Everything drained so far, keys with the epoch cleared.
+#[derive(Default)]
+struct Totals {
+    samples: HashMap<SampleKey, SampleValue>,
+    waits: HashMap<WaitKey, WaitValue>,
+    wakers: HashMap<WakerKey, WakerValue>,
+    site_hists: HashMap<SiteKey, WaitHist>,
+    stacks: HashMap<u64, Stack>,
+    threads: HashMap<u32, Thread>,
+}
+
+impl Drainer {
+    /// Takes the aggregate tables out of `probes` (after the start snapshot seeded the thread
+    /// table: from here on only the drainer reads or writes them).
+    pub fn new(probes: &mut Probes, window: Arc<Mutex<WindowSwitch>>) -> Result<Self, ProbeError> {
+        let epoch = lock(&window).epoch();
+        Ok(Self {
+            samples: BatchMap::take(probes, names::MAP_SAMPLES)?,
+            waits: BatchMap::take(probes, names::MAP_WAITS)?,
+            wakers: BatchMap::take(probes, names::MAP_WAKERS)?,
+            site_hists: BatchMap::take(probes, names::MAP_SITE_HISTS)?,
+            stacks: BatchMap::take(probes, names::MAP_STACKS)?,
+            threads: BatchMap::take(probes, names::MAP_THREADS)?,
+            window,
+            epoch,
+            exited: HashSet::new(),
+            totals: Totals::default(),
+            stats: DrainStats::default(),
+        })
+    }
+
+    /// One drain while the capture runs: the keys of the epoch before the current one, the
+    /// stacks, the threads that exited; then the next epoch begins.
+    pub fn drain(&mut self) -> Result<(), ProbeError> {
+        let started = Instant::now();
+        let old = ((self.epoch + 1) & 1) as u32;
+        self.take(Some(old))?;
+        self.take_exited_threads()?;
+        self.epoch += 1;
+        lock(&self.window).set_epoch(self.epoch)?;
+        self.stats.drains += 1;
+        self.stats.secs += started.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// After the window closed: everything left, live threads included.
+    pub fn finish(
+        mut self,
+        probes: &Probes,
+        pids: &[u32],
+    ) -> Result<(Drained, DrainStats), ProbeError> {
+        let started = Instant::now();
+        self.take(None)?;
+        let threads_left = self.threads.read_all()?;
+        let threads_at_end = threads_left.len() as u64;
+        self.stats.peak_threads = self.stats.peak_threads.max(threads_left.len());
+        for (tid, thread) in threads_left {
+            add_thread(&mut self.totals.threads, tid, thread);
+        }
+        self.stats.secs += started.elapsed().as_secs_f64();
+        let Totals {
+            samples,
+            waits,
+            wakers,
+            site_hists,
+            stacks,
+            threads,
+        } = self.totals;
+        let stack_generations = stacks
+            .iter()
+            .filter(|(_, s)| s.generation() != 0)
+            .map(|(id, s)| (*id, s.generation()))
             .collect();
-    let runqueue_hists = runqueue_hists(read(names::MAP_RUNQUEUE_HISTS)?)?;
-    Ok(Drained {
-        samples,
-        waits,
-        wakers,
-        threads,
-        stacks,
-        stack_generations,
-        counters: probes.counters()?,
-        site_hists,
-        runqueue_hists,
-        sched_at_start: HashMap::new(),
-        sched_at_stop: sched_stats(pids),
-        tables_at_end: [
-            (
-                names::MAP_PROCS,
-                count::<ProcEvent>(read(names::MAP_PROCS)?),
-            ),
-            (
-                names::MAP_PROC_MAPPINGS,
-                count::<ProcMappings>(read(names::MAP_PROC_MAPPINGS)?),
-            ),
-            (
-                names::MAP_THREADS,
-                count::<Thread>(read(names::MAP_THREADS)?),
-            ),
-        ]
-        .into_iter()
-        .collect(),
-    })
+        let ebpf = probes.ebpf();
+        let read = |name: &'static str| ebpf.map(name).ok_or(ProbeError::MissingMap(name));
+        let drained = Drained {
+            samples: samples.into_iter().collect(),
+            waits: waits.into_iter().collect(),
+            wakers: wakers.into_iter().collect(),
+            threads,
+            stacks: stacks
+                .into_iter()
+                .map(|(id, stack)| (id, stack.frames().to_vec()))
+                .collect(),
+            stack_generations,
+            counters: probes.counters()?,
+            site_hists,
+            runqueue_hists: runqueue_hists(read(names::MAP_RUNQUEUE_HISTS)?)?,
+            lost_waits: BpfHashMap::<&MapData, u32, u64>::try_from(read(names::MAP_LOST_WAITS)?)
+                .map_err(|source| ProbeError::Map {
+                    name: names::MAP_LOST_WAITS,
+                    source,
+                })?
+                .iter()
+                .filter_map(Result::ok)
+                .collect(),
+            sched_at_start: HashMap::new(),
+            sched_at_stop: sched_stats(pids),
+            tables_at_end: [
+                (
+                    names::MAP_PROCS,
+                    count::<ProcEvent>(read(names::MAP_PROCS)?),
+                ),
+                (
+                    names::MAP_PROC_MAPPINGS,
+                    count::<ProcMappings>(read(names::MAP_PROC_MAPPINGS)?),
+                ),
+                (names::MAP_THREADS, threads_at_end),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        Ok((drained, self.stats))
+    }
+
+    /// Merges the keys of `parity` (all keys with `None`) into the totals and deletes them.
+    fn take(&mut self, parity: Option<u32>) -> Result<(), ProbeError> {
+        let keep = |epoch: u32| parity.is_none_or(|p| p == epoch);
+        let t = &mut self.totals;
+        let found = self.waits.take_where(|k| keep(u32::from(k.epoch)))?;
+        self.stats.peak_waits = self.stats.peak_waits.max(found.seen);
+        for (mut key, value) in found.taken {
+            key.epoch = 0;
+            merge_wait(t.waits.entry(key).or_default(), &value);
+        }
+        let found = self.samples.take_where(|k| keep(k.epoch))?;
+        self.stats.peak_samples = self.stats.peak_samples.max(found.seen);
+        for (mut key, value) in found.taken {
+            key.epoch = 0;
+            let total = t.samples.entry(key).or_default();
+            total.count += value.count;
+            total.period_ns += value.period_ns;
+        }
+        let found = self.wakers.take_where(|k| keep(k.epoch))?;
+        self.stats.peak_wakers = self.stats.peak_wakers.max(found.seen);
+        for (mut key, value) in found.taken {
+            key.epoch = 0;
+            let total = t.wakers.entry(key).or_insert(WakerValue {
+                waker_comm: value.waker_comm,
+                ..WakerValue::default()
+            });
+            total.count += value.count;
+            total.total_ns += value.total_ns;
+        }
+        for (mut key, hist) in self.site_hists.take_where(|k| keep(k.epoch))?.taken {
+            key.epoch = 0;
+            let total = t.site_hists.entry(key).or_default();
+            for (sum, n) in total.buckets.iter_mut().zip(hist.buckets) {
+                *sum = sum.saturating_add(n);
+            }
+        }
+        let stacks = self.stacks.take_all()?;
+        self.stats.peak_stacks = self.stats.peak_stacks.max(stacks.len());
+        t.stacks.extend(stacks);
+        Ok(())
+    }
+
+    /// Threads whose last switch-out is behind them leave the table, one drain after they
+    /// were first seen exited: a program that read the entry just before the exit was marked
+    /// (a sample of the exiting thread) has long finished by then.
+    fn take_exited_threads(&mut self) -> Result<(), ProbeError> {
+        let all = self.threads.read_all()?;
+        self.stats.peak_threads = self.stats.peak_threads.max(all.len());
+        let mut gone = Vec::new();
+        let mut exited = HashSet::new();
+        for (tid, thread) in all {
+            if thread.stats.flags & thread_flags::EXITED == 0 {
+                continue;
+            }
+            if self.exited.contains(&tid) {
+                gone.push(tid);
+                add_thread(&mut self.totals.threads, tid, thread);
+            } else {
+                exited.insert(tid);
+            }
+        }
+        self.threads.delete(&gone)?;
+        self.exited = exited;
+        Ok(())
+    }
+}
+
+/// A drainer at work on a thread of its own: a tick of the target set may take longer than
+/// a drain interval (unwind rows for a large library, a JVM's code cache), and the tables
+/// must not wait for it.
+pub struct Background {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<Drainer>,
+}
+
+impl Drainer {
+    pub fn start(mut self) -> Background {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let mut warned = false;
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(DRAIN_INTERVAL)
+            {
+                if let Err(e) = self.drain()
+                    && !warned
+                {
+                    log::warn!("draining the tables during the capture failed: {e}");
+                    warned = true;
+                }
+            }
+            self
+        });
+        Background { stop, thread }
+    }
+}
+
+impl Background {
+    /// Stops draining (a drain under way finishes first) and hands the drainer back.
+    pub fn stop(self) -> Drainer {
+        let _ = self.stop.send(());
+        match self.thread.join() {
+            Ok(drainer) => drainer,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+/// Adds a thread's entry to the drained ones. A tid the kernel gave again to a new thread
+/// (pid_max is 32 768 on small machines: a thread per request wraps it within a minute)
+/// adds its time to the earlier thread's, as the kernel side does while both are in its
+/// table; the later entry's bookkeeping (name, last cycle, open wait) is kept.
+fn add_thread(threads: &mut HashMap<u32, Thread>, tid: u32, mut thread: Thread) {
+    if let Some(earlier) = threads.get(&tid) {
+        let (s, e) = (&mut thread.stats, &earlier.stats);
+        s.on_cpu_ns += e.on_cpu_ns;
+        s.traced_on_ns += e.traced_on_ns;
+        s.overhead_ns += e.overhead_ns;
+        s.uncharged_ns += e.uncharged_ns;
+        s.switches += e.switches;
+        if s.flags & e.flags & thread_flags::EXITED != 0 {
+            // Both ended: their overcounts add up (`exit_overcount_ns`).
+            s.last_exec_ns = exit_overcount_ns(s) + exit_overcount_ns(e);
+        }
+    }
+    threads.insert(tid, thread);
+}
+
+fn lock(window: &Mutex<WindowSwitch>) -> std::sync::MutexGuard<'_, WindowSwitch> {
+    window.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Adds one drained wait record to the total of its key.
+fn merge_wait(total: &mut WaitValue, value: &WaitValue) {
+    // Records with no wait of their own (preemptions on the way to a sleep) carry
+    // min u64::MAX and max 0, which leave a total's as they are.
+    if total.count == 0 && total.total_ns == 0 {
+        total.min_ns = u64::MAX;
+    }
+    total.total_ns += value.total_ns;
+    total.count += value.count;
+    total.max_ns = total.max_ns.max(value.max_ns);
+    total.min_ns = total.min_ns.min(value.min_ns);
 }
 
 /// Entries of a hash map keyed by pid or tid.
-fn count<V: Pod>(map: &aya::maps::Map) -> u64 {
+fn count<V: Pod>(map: &Map) -> u64 {
     BpfHashMap::<&MapData, u32, V>::try_from(map)
         .map_or(0, |h| h.keys().filter(Result::is_ok).count() as u64)
 }
 
-fn runqueue_hists(
-    map: &aya::maps::Map,
-) -> Result<[WaitHist; RunqueueHist::COUNT as usize], ProbeError> {
+fn runqueue_hists(map: &Map) -> Result<[WaitHist; RunqueueHist::COUNT as usize], ProbeError> {
     let name = names::MAP_RUNQUEUE_HISTS;
     let array: PerCpuArray<&MapData, WaitHist> =
         PerCpuArray::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
@@ -123,15 +379,164 @@ fn parse_schedstat(text: &str) -> Option<SchedStat> {
     })
 }
 
-fn entries<K: Pod, V: Pod>(
-    map: &aya::maps::Map,
+/// A BPF hash map read and emptied with the batch commands of `bpf(2)`.
+struct BatchMap<K, V> {
     name: &'static str,
-) -> Result<Vec<(K, V)>, ProbeError> {
-    let hash: BpfHashMap<&MapData, K, V> =
-        BpfHashMap::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
-    // An entry that vanishes between "next key" and "lookup" cannot happen once the window is
-    // closed; skipping one is still better than losing the whole capture.
-    Ok(hash.iter().filter_map(Result::ok).collect())
+    data: MapData,
+    _types: PhantomData<(K, V)>,
+}
+
+/// What one pass over a table found.
+struct Found<K, V> {
+    /// Entries in the table when it was read.
+    seen: usize,
+    taken: Vec<(K, V)>,
+}
+
+/// Entries asked for per batch call: a hash bucket never holds more, and the buffers stay
+/// small (a stack is 1 KiB).
+const BATCH: usize = 1024;
+
+/// `enum bpf_cmd` (include/uapi/linux/bpf.h).
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+const BPF_MAP_LOOKUP_AND_DELETE_BATCH: libc::c_long = 25;
+const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
+
+/// The `batch` member of `union bpf_attr` (include/uapi/linux/bpf.h), "struct used by
+/// BPF_MAP_*_BATCH commands".
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+impl<K: Pod, V: Pod> BatchMap<K, V> {
+    fn take(probes: &mut Probes, name: &'static str) -> Result<Self, ProbeError> {
+        match probes.take_map(name)? {
+            Map::HashMap(data) => Ok(Self {
+                name,
+                data,
+                _types: PhantomData,
+            }),
+            _ => Err(ProbeError::MissingMap(name)),
+        }
+    }
+
+    fn error(&self, what: &str, error: io::Error) -> ProbeError {
+        ProbeError::Batch {
+            name: self.name,
+            what: what.to_string(),
+            error,
+        }
+    }
+
+    /// Every entry.
+    fn read_all(&self) -> Result<Vec<(K, V)>, ProbeError> {
+        self.batches(BPF_MAP_LOOKUP_BATCH)
+            .map_err(|e| self.error("reading", e))
+    }
+
+    /// Every entry, each deleted as it is read.
+    fn take_all(&self) -> Result<Vec<(K, V)>, ProbeError> {
+        self.batches(BPF_MAP_LOOKUP_AND_DELETE_BATCH)
+            .map_err(|e| self.error("taking", e))
+    }
+
+    /// The entries whose key `pick` selects, deleted from the table.
+    fn take_where(&self, pick: impl Fn(&K) -> bool) -> Result<Found<K, V>, ProbeError> {
+        let all = self.read_all()?;
+        let seen = all.len();
+        let taken: Vec<(K, V)> = all.into_iter().filter(|(k, _)| pick(k)).collect();
+        let keys: Vec<K> = taken.iter().map(|(k, _)| *k).collect();
+        self.delete(&keys)?;
+        Ok(Found { seen, taken })
+    }
+
+    fn batches(&self, cmd: libc::c_long) -> io::Result<Vec<(K, V)>> {
+        let mut out = Vec::new();
+        let mut keys: Vec<K> = vec![zeroed(); BATCH];
+        let mut values: Vec<V> = vec![zeroed(); BATCH];
+        // The position token of a hash map is its next bucket's index (a u32); room for more.
+        let mut token = [0u64; 2];
+        let mut next = [0u64; 2];
+        let mut first = true;
+        loop {
+            let mut attr = BatchAttr {
+                in_batch: if first { 0 } else { token.as_ptr() as u64 },
+                out_batch: next.as_mut_ptr() as u64,
+                keys: keys.as_mut_ptr() as u64,
+                values: values.as_mut_ptr() as u64,
+                count: BATCH as u32,
+                map_fd: self.data.fd().as_fd().as_raw_fd() as u32,
+                ..BatchAttr::default()
+            };
+            let result = bpf(cmd, &mut attr);
+            let n = (attr.count as usize).min(BATCH);
+            out.extend(keys[..n].iter().copied().zip(values[..n].iter().copied()));
+            match result {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(out),
+                Err(e) => return Err(e),
+            }
+            token = next;
+            first = false;
+        }
+    }
+
+    /// Deletes `keys`; keys already gone are skipped.
+    fn delete(&self, keys: &[K]) -> Result<(), ProbeError> {
+        let mut rest = keys;
+        while !rest.is_empty() {
+            let mut attr = BatchAttr {
+                keys: rest.as_ptr() as u64,
+                count: rest.len().min(u32::MAX as usize) as u32,
+                map_fd: self.data.fd().as_fd().as_raw_fd() as u32,
+                ..BatchAttr::default()
+            };
+            let result = bpf(BPF_MAP_DELETE_BATCH, &mut attr);
+            let done = (attr.count as usize).min(rest.len());
+            match result {
+                Ok(()) => return Ok(()),
+                // The key at `done` was not there: skip it and go on.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    rest = &rest[(done + 1).min(rest.len())..];
+                }
+                Err(e) => return Err(self.error("deleting", e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn zeroed<T: Pod>() -> T {
+    // SAFETY: Pod types are plain integers and arrays of them: all zeros is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+fn bpf(cmd: libc::c_long, attr: &mut BatchAttr) -> io::Result<()> {
+    // SAFETY: `attr` is a valid `bpf_attr` prefix for the batch commands, its pointers point
+    // at buffers of `count` keys and values that outlive the call, and the size passed is
+    // the struct's.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut BatchAttr,
+            std::mem::size_of::<BatchAttr>() as u32,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -150,5 +555,66 @@ mod tests {
         assert_eq!(parse_schedstat("0 0 0"), Some(SchedStat::default()));
         assert_eq!(parse_schedstat("12"), None);
         assert_eq!(parse_schedstat("x 1 2"), None);
+    }
+
+    #[test]
+    fn a_reused_tid_adds_its_time_to_the_earlier_threads() {
+        let mut threads = HashMap::new();
+        let mut first = Thread::default();
+        first.stats.on_cpu_ns = 5;
+        first.stats.switches = 2;
+        first.stats.flags = thread_flags::EXITED;
+        add_thread(&mut threads, 7, first);
+        let mut second = Thread::default();
+        second.stats.on_cpu_ns = 3;
+        second.stats.switches = 1;
+        second.stats.comm[0] = b'x';
+        add_thread(&mut threads, 7, second);
+        let t = threads[&7];
+        assert_eq!((t.stats.on_cpu_ns, t.stats.switches), (8, 3));
+        assert_eq!(t.stats.comm[0], b'x', "the later thread's name");
+        assert_eq!(t.stats.flags, 0, "the later thread's bookkeeping");
+    }
+
+    #[test]
+    fn drained_waits_add_up_and_keep_their_extremes() {
+        let mut total = WaitValue::default();
+        merge_wait(
+            &mut total,
+            &WaitValue {
+                total_ns: 10,
+                count: 2,
+                max_ns: 7,
+                min_ns: 3,
+            },
+        );
+        // A record of preemption time only (no wait of its own).
+        merge_wait(
+            &mut total,
+            &WaitValue {
+                total_ns: 5,
+                count: 0,
+                max_ns: 0,
+                min_ns: u64::MAX,
+            },
+        );
+        merge_wait(
+            &mut total,
+            &WaitValue {
+                total_ns: 20,
+                count: 1,
+                max_ns: 20,
+                min_ns: 20,
+            },
+        );
+        assert_eq!(
+            total,
+            WaitValue {
+                total_ns: 35,
+                count: 3,
+                max_ns: 20,
+                min_ns: 3
+            }
+        );
     }
 }

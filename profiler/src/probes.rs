@@ -1,7 +1,7 @@
 //! Load and attach: the eBPF object → programs in the kernel, plus the capture window switch.
 //! Together with `drain` and `snapshot`, the only code that talks to the kernel.
 
-use std::{collections::BTreeSet, io::Read as _};
+use std::io::Read as _;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
@@ -58,6 +58,12 @@ pub enum ProbeError {
     UnwindRowsFull(u32),
     #[error("process {0} is beyond pid_max as read at start")]
     PidBeyondPidMax(u32),
+    #[error("map `{name}`: {what} it failed: {error}")]
+    Batch {
+        name: &'static str,
+        what: String,
+        error: std::io::Error,
+    },
 }
 
 /// Everything the programs need to know before they load.
@@ -288,8 +294,14 @@ impl Probes {
         })?;
         Ok(WindowSwitch {
             control,
-            start_ns: 0,
+            now: Control::default(),
         })
+    }
+
+    /// Takes a map out of the loaded object, for a stage that owns it from then on (the
+    /// drainer).
+    pub fn take_map(&mut self, name: &'static str) -> Result<aya::maps::Map, ProbeError> {
+        self.ebpf.take_map(name).ok_or(ProbeError::MissingMap(name))
     }
 
     /// Uploads the unwind rows not in the kernel yet.
@@ -380,27 +392,6 @@ impl Probes {
             }
         }
         let _ = self.set_target(tgid, false);
-    }
-
-    /// Takes the entries of threads of `tgids` (processes that are gone: their last switch-out
-    /// is behind them) out of the thread table, so process churn does not fill it; their
-    /// figures are merged back at the drain.
-    pub fn take_threads_of(&mut self, tgids: &BTreeSet<u32>) -> Vec<(u32, Thread)> {
-        let Some(map) = self.ebpf.map_mut(names::MAP_THREADS) else {
-            return Vec::new();
-        };
-        let Ok(mut threads) = HashMap::<&mut MapData, u32, Thread>::try_from(map) else {
-            return Vec::new();
-        };
-        let taken: Vec<(u32, Thread)> = threads
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(_, t)| tgids.contains(&t.stats.tgid))
-            .collect();
-        for (tid, _) in &taken {
-            let _ = threads.remove(tid);
-        }
-        taken
     }
 
     /// Sums the per-CPU counters.
@@ -523,31 +514,43 @@ fn parse_snapshots(bytes: &[u8]) -> Vec<TaskSnapshot> {
         .collect()
 }
 
-/// `CONTROL`: the programs record only between its `start_ns` and `stop_ns`.
+/// `CONTROL`: the programs record only between its `start_ns` and `stop_ns`, and key what
+/// they aggregate by its epoch's parity.
 pub struct WindowSwitch {
     control: Array<MapData, Control>,
-    start_ns: u64,
+    /// What the map holds.
+    now: Control,
 }
 
 impl WindowSwitch {
     /// Opens the capture window; returns its start on the BPF clock (CLOCK_MONOTONIC).
     pub fn open(&mut self) -> Result<u64, ProbeError> {
-        self.start_ns = monotonic_ns();
+        let start_ns = monotonic_ns();
         self.set(Control {
-            start_ns: self.start_ns,
-            stop_ns: 0,
+            start_ns,
+            ..self.now
         })?;
-        Ok(self.start_ns)
+        Ok(start_ns)
     }
 
     /// Closes the capture window: after this the maps no longer change.
     pub fn close(&mut self) -> Result<u64, ProbeError> {
         let stop_ns = monotonic_ns();
         self.set(Control {
-            start_ns: self.start_ns,
             stop_ns,
+            ..self.now
         })?;
         Ok(stop_ns)
+    }
+
+    /// The drain epoch the programs key their records with.
+    pub fn epoch(&self) -> u64 {
+        self.now.epoch
+    }
+
+    /// Begins drain epoch `epoch` (a closed window stays closed).
+    pub fn set_epoch(&mut self, epoch: u64) -> Result<(), ProbeError> {
+        self.set(Control { epoch, ..self.now })
     }
 
     fn set(&mut self, control: Control) -> Result<(), ProbeError> {
@@ -556,7 +559,9 @@ impl WindowSwitch {
             .map_err(|source| ProbeError::Map {
                 name: names::MAP_CONTROL,
                 source,
-            })
+            })?;
+        self.now = control;
+        Ok(())
     }
 }
 

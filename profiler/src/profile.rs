@@ -21,7 +21,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use profiler_common::{
     CycleInput, SampleKey, SampleValue, SiteKey, Thread, WaitHist, WaitKey, WaitState, WaitValue,
-    WakerKey, WakerValue, hist_bucket, split_cycle, stack_id, thread_flags, wait_flags,
+    WakerKey, WakerValue, exit_overcount_ns, hist_bucket, split_cycle, stack_id, thread_flags,
+    wait_flags,
 };
 
 use crate::model::{
@@ -52,6 +53,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         counters,
         mut site_hists,
         runqueue_hists,
+        lost_waits,
         sched_at_start,
         sched_at_stop,
         tables_at_end,
@@ -74,7 +76,13 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         acc.finished_waits(&waits);
     }
     let cpu = if opts.mode.traces_switches() {
-        acc.last_cycles(&kernel_threads, &sched_at_stop, &mut site_hists, opts)
+        acc.last_cycles(
+            &kernel_threads,
+            &sched_at_stop,
+            &lost_waits,
+            &mut site_hists,
+            opts,
+        )
     } else {
         HashMap::new()
     };
@@ -166,6 +174,8 @@ struct CpuTime {
     overhead_ns: u64,
     /// Held the CPU, charged neither as CPU nor as run-queue wait (steal).
     uncharged_ns: u64,
+    /// Waits the wait table had no room for.
+    lost_ns: u64,
 }
 
 /// The last cycle's CPU time, closed at the end of the window.
@@ -202,10 +212,20 @@ impl Accumulator {
         })
     }
 
+    /// Time in state "other" under a reserved stack id of its own (no blocking site).
+    fn other_time(&mut self, tid: u32, id: u64, ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        self.thread(tid).off_ns[WaitState::Other as usize - 1] += ns;
+        self.entry(tid, id, stack_id::EMPTY, Kind::Off(WaitState::Other))
+            .time_ns += ns;
+    }
+
     /// Waits the kernel side aggregated (every cycle closed by a switch-out).
     fn finished_waits(&mut self, waits: &[(WaitKey, WaitValue)]) {
         for (key, value) in waits {
-            let Some(state) = WaitState::from_u32(key.state) else {
+            let Some(state) = WaitState::from_u32(u32::from(key.state)) else {
                 continue;
             };
             let e = self.entry(key.tid, key.user_stack, key.kernel_stack, Kind::Off(state));
@@ -229,6 +249,7 @@ impl Accumulator {
         &mut self,
         kernel_threads: &HashMap<u32, Thread>,
         sched_at_stop: &HashMap<u32, SchedStat>,
+        lost_waits: &HashMap<u32, u64>,
         site_hists: &mut HashMap<SiteKey, WaitHist>,
         opts: &AccountOptions,
     ) -> HashMap<u32, CpuTime> {
@@ -236,13 +257,28 @@ impl Accumulator {
         for (&tid, thread) in kernel_threads {
             let at_stop = sched_at_stop.get(&tid).copied();
             let last = self.last_cycle(tid, thread, at_stop, site_hists, opts);
+            let on = thread.stats.on_cpu_ns + last.on_ns;
+            // What a short-lived thread's cycles counted ahead of the scheduler's CPU time
+            // (see `exit_overcount_ns`) was time on the run queue, by the kernel's clock.
+            let over = exit_overcount_ns(&thread.stats).min(on);
+            if over > 0 {
+                self.entry(
+                    tid,
+                    stack_id::EMPTY,
+                    stack_id::EMPTY,
+                    Kind::Off(WaitState::RunqueueWoken),
+                )
+                .time_ns += over;
+                self.thread(tid).off_ns[WaitState::RunqueueWoken as usize - 1] += over;
+            }
             cpu.insert(
                 tid,
                 CpuTime {
-                    on_ns: thread.stats.on_cpu_ns + last.on_ns,
-                    traced_ns: thread.stats.traced_on_ns + last.traced_ns,
+                    on_ns: on - over,
+                    traced_ns: (thread.stats.traced_on_ns + last.traced_ns).min(on - over),
                     overhead_ns: thread.stats.overhead_ns,
                     uncharged_ns: thread.stats.uncharged_ns + last.uncharged_ns,
+                    lost_ns: lost_waits.get(&tid).copied().unwrap_or(0),
                 },
             );
         }
@@ -331,7 +367,7 @@ impl Accumulator {
                     if a_wait && switched_in && cycle.blocked_ns > 0 {
                         let site = SiteKey {
                             state: slot.state,
-                            _pad: 0,
+                            epoch: 0,
                             user_stack: slot.user_stack,
                             kernel_stack: slot.kernel_stack,
                         };
@@ -395,16 +431,11 @@ impl Accumulator {
             // its own, so the thread's states still add up to the window.
             let uncharged = time.uncharged_ns.min(window_ns - on);
             t.uncharged_ns = uncharged;
-            if uncharged > 0 {
-                t.off_ns[WaitState::Other as usize - 1] += uncharged;
-                self.entry(
-                    tid,
-                    stack_id::UNCHARGED,
-                    stack_id::EMPTY,
-                    Kind::Off(WaitState::Other),
-                )
-                .time_ns += uncharged;
-            }
+            // Waits that could not be recorded: their time is known, their state is not.
+            let lost = time.lost_ns.min(window_ns - on - uncharged);
+            t.lost_ns = lost;
+            self.other_time(tid, stack_id::UNCHARGED, uncharged);
+            self.other_time(tid, stack_id::LOST_WAITS, lost);
             if !opts.mode.samples_on_cpu() {
                 continue;
             }
@@ -512,7 +543,7 @@ mod tests {
         (
             SampleKey {
                 tid,
-                _pad: 0,
+                epoch: 0,
                 user_stack: ustack,
                 kernel_stack: 0,
             },
@@ -792,7 +823,8 @@ mod tests {
             waits: vec![(
                 WaitKey {
                     tid: 4,
-                    state: WaitState::Sleep as u32,
+                    state: WaitState::Sleep as u16,
+                    epoch: 0,
                     user_stack: 1,
                     kernel_stack: 2,
                 },

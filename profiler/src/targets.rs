@@ -13,10 +13,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use profiler_common::{
-    Thread,
-    unwind::{ProcMappings, java_method_of},
-};
+use profiler_common::unwind::{ProcMappings, java_method_of};
 
 use crate::{
     hotspot::HotSpot,
@@ -119,9 +116,6 @@ pub struct TargetSet {
     cgroup: Option<PathBuf>,
     follow_children: bool,
     next_refresh: usize,
-    /// Thread-table entries of processes that are gone, taken out of the kernel's table
-    /// during the capture (merged back at the drain).
-    pub exited_threads: HashMap<u32, Thread>,
 }
 
 impl TargetSet {
@@ -168,7 +162,6 @@ impl TargetSet {
             cgroup: selection.cgroup.clone(),
             follow_children: selection.follow_children,
             next_refresh: 0,
-            exited_threads: HashMap::new(),
         })
     }
 
@@ -180,7 +173,6 @@ impl TargetSet {
             cgroup: None,
             follow_children: true,
             next_refresh: 0,
-            exited_threads: HashMap::new(),
         }
     }
 
@@ -424,7 +416,6 @@ impl TargetSet {
 
     /// Reaped processes leave the kernel's tables, so churn does not fill them.
     fn forget_gone(&mut self, probes: &mut Probes, mut tables: Option<&mut UnwindTables>) {
-        let mut gone = BTreeSet::new();
         for target in self.processes.values_mut() {
             if !target.gone && !Path::new(&format!("/proc/{}", target.pid)).exists() {
                 target.gone = true;
@@ -432,11 +423,7 @@ impl TargetSet {
                 if let Some(tables) = tables.as_deref_mut() {
                     tables.forget_jit(target.pid);
                 }
-                gone.insert(target.pid);
             }
-        }
-        if !gone.is_empty() {
-            self.exited_threads.extend(probes.take_threads_of(&gone));
         }
     }
 

@@ -55,6 +55,7 @@ fn push_side(frames: &mut Vec<String>, id: u64, names: &HashMap<u64, Vec<Name>>,
         stack_id::SWITCHING_IN => frames.push("[on-cpu: switching in]".into()),
         stack_id::PROFILER => frames.push("[profiler overhead]".into()),
         stack_id::UNCHARGED => frames.push("[held the CPU, not charged: hypervisor steal]".into()),
+        stack_id::LOST_WAITS => frames.push("[waits lost: wait table full]".into()),
         _ => match names.get(&id) {
             Some(named) => frames.extend(named.iter().map(|n| sanitize(n))),
             None => frames.push(format!("[{side} stack missing]")),

@@ -69,6 +69,8 @@ pub struct Drained {
     pub wakers: Vec<(WakerKey, WakerValue)>,
     /// Per thread: its bookkeeping, and the wait that began its current cycle.
     pub threads: HashMap<u32, Thread>,
+    /// Per thread, time of waits the wait table had no room for.
+    pub lost_waits: HashMap<u32, u64>,
     /// Frames (leaf first) by stack id.
     pub stacks: HashMap<u64, Vec<u64>>,
     /// Mapping-table generation of each user stack unwound under one.

@@ -38,11 +38,15 @@ pub struct Entry {
 
 impl Entry {
     /// The state of a wait at a blocking site (sleep, io, other). None for CPU and run-queue
-    /// time, and for time a thread held its CPU that the kernel did not charge (state other,
-    /// but nothing waited for: no site).
+    /// time, and for time a thread held its CPU that the kernel did not charge or whose waits
+    /// were lost (state other, but no site is known).
     pub fn blocked_state(&self) -> Option<WaitState> {
         match self.kind {
-            Kind::Off(WaitState::Other) if self.user_stack == stack_id::UNCHARGED => None,
+            Kind::Off(WaitState::Other)
+                if matches!(self.user_stack, stack_id::UNCHARGED | stack_id::LOST_WAITS) =>
+            {
+                None
+            }
             Kind::Off(s @ (WaitState::Sleep | WaitState::Io | WaitState::Other)) => Some(s),
             _ => None,
         }
@@ -97,6 +101,10 @@ pub struct ThreadTime {
     /// CPU nor as run-queue wait (hypervisor steal; see `Cycle::uncharged_ns`).
     #[serde(default)]
     pub uncharged_ns: u64,
+    /// Of `off_ns[Other]`, time of waits the wait table had no room for: their state is
+    /// unknown (see `stack_id::LOST_WAITS`).
+    #[serde(default)]
+    pub lost_ns: u64,
     /// Whether `on_cpu_ns` was measured at context switches (exact) or from samples.
     pub on_cpu_exact: bool,
     /// The thread's schedstat over the window, read from /proc at its start and end (threads

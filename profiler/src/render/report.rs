@@ -667,7 +667,7 @@ fn site_rows(
         // The kernel keeps one histogram per stack pair, shared by its threads.
         let kernel_site = KernelSite {
             state: state as u32,
-            _pad: 0,
+            epoch: 0,
             user_stack: e.user_stack,
             kernel_stack: e.kernel_stack,
         };
