@@ -197,6 +197,33 @@ fn a_process_that_lives_milliseconds_is_seen_whole() {
     eprintln!("{stats:?}");
     assert_eq!(stats.malformed, 0, "{stats:?}");
     assert_eq!(stats.lost, 0, "{stats:?}");
+    let cpus = events.fds().count();
+    assert_eq!(
+        perf_fds_and_mappings(),
+        (cpus, cpus),
+        "one fd and ring per CPU"
+    );
+    drop(events);
+    assert_eq!(
+        perf_fds_and_mappings(),
+        (0, 0),
+        "dropped: all closed and unmapped"
+    );
+}
+
+/// This process's perf event fds and mapped perf rings.
+fn perf_fds_and_mappings() -> (usize, usize) {
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .expect("list /proc/self/fd")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.as_os_str() == "anon_inode:[perf_event]")
+        .count();
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps");
+    let rings = maps
+        .lines()
+        .filter(|l| l.ends_with("anon_inode:[perf_event]"))
+        .count();
+    (fds, rings)
 }
 
 #[test]
