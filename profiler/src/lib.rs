@@ -13,6 +13,7 @@ pub mod hotspot;
 pub mod jvm;
 pub mod kernel;
 pub mod launch;
+pub mod mmap_events;
 pub mod model;
 pub mod perfmap;
 pub mod preflight;
