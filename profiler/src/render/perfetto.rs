@@ -1345,6 +1345,134 @@ mod tests {
         assert_eq!(callstack, [0x08, 1, 0x10, 1, 0x10, 2, 0x10, 3]);
     }
 
+    /// Perfetto's own protos (PyPI `perfetto`) read the trace back through
+    /// tests/perfetto_decode.py: the slices are the timeline's, to the nanosecond. The
+    /// interpreter is `PERFETTO_PYTHON` (a virtualenv's, where the system Python takes no pip
+    /// packages) or `python3`; without the package the test says why and passes, unless
+    /// `PERFETTO_DECODE_REQUIRED` is set.
+    #[test]
+    fn official_protos_decode_the_trace() {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/perfetto_decode.py");
+        let python = std::env::var_os("PERFETTO_PYTHON").unwrap_or_else(|| "python3".into());
+        let import = "import perfetto.protos.perfetto.trace.perfetto_trace_pb2";
+        let missing = match std::process::Command::new(&python)
+            .args(["-c", import])
+            .output()
+        {
+            Err(e) => Some(format!("{} cannot run ({e})", python.display())),
+            Ok(o) if !o.status.success() => Some(format!(
+                "the `perfetto` Python package is missing (`pip install perfetto`): {}",
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            )),
+            Ok(_) => None,
+        };
+        if let Some(why) = missing {
+            assert!(
+                std::env::var_os("PERFETTO_DECODE_REQUIRED").is_none(),
+                "PERFETTO_DECODE_REQUIRED is set but {why}"
+            );
+            eprintln!("skipped: {why}");
+            return;
+        }
+
+        let t = timeline();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let mut w = std::io::BufWriter::new(file.as_file());
+        write(&t, &mut w).unwrap();
+        w.flush().unwrap();
+        let out = std::process::Command::new(&python)
+            .arg(script)
+            .arg(file.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+
+        assert_eq!(summary["errors"], serde_json::json!([]));
+        assert_eq!(summary["skipped_without_incremental_state"], 0);
+        assert_eq!(
+            summary["clock"]["primary_trace_clock"],
+            BUILTIN_CLOCK_MONOTONIC
+        );
+        assert_eq!(
+            summary["clock"]["sequence_clock_id"],
+            BUILTIN_CLOCK_MONOTONIC
+        );
+        assert_eq!(
+            summary["processes"],
+            serde_json::json!([{"pid": 100, "name": "db"}])
+        );
+        let threads = summary["threads"].as_array().unwrap();
+        assert_eq!(threads.len(), t.threads.len());
+        for (got, want) in threads.iter().zip(&t.threads) {
+            assert_eq!(got["pid"], want.pid);
+            assert_eq!(got["tid"], want.tid);
+            assert_eq!(got["name"], want.name.as_str());
+            let slices: Vec<(u64, u64, String, String)> = got["slices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| {
+                    assert_eq!(s["depth"], 0);
+                    let start = s["start"].as_u64().unwrap();
+                    (
+                        start,
+                        start + s["dur"].as_u64().unwrap(),
+                        s["name"].as_str().unwrap().to_string(),
+                        s["state"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect();
+            assert_eq!(slices, expected_slices(want));
+        }
+        // The waker's instant sits inside its running slice.
+        assert_eq!(
+            threads[0]["instants"],
+            serde_json::json!([{"ts": 10_000, "name": "wakes logger-101", "state": "wakeup", "depth": 1}])
+        );
+        assert_eq!(
+            threads[2]["instants"],
+            serde_json::json!([{"ts": 9_000, "name": "wakes db-100", "state": "wakeup", "depth": 1}])
+        );
+        assert_eq!(summary["flows"], 2);
+        assert_eq!(
+            summary["flow_list"],
+            serde_json::json!([
+                {"id": 1, "from": {"tid": 100, "ts": 10_000}, "to": {"tid": 101, "ts": 10_000}},
+                {"id": 2, "from": {"tid": 102, "ts": 9_000}, "to": {"tid": 100, "ts": 9_000}},
+            ])
+        );
+        assert_eq!(summary["samples"], 3);
+        let leaves: Vec<(u64, &str, &str)> = summary["sample_list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["tid"].as_u64().unwrap(),
+                    s["leaf"].as_str().unwrap(),
+                    s["cpu_mode"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            leaves,
+            [
+                (100, "memcpy", "MODE_USER"),
+                (100, "memcpy", "MODE_USER"),
+                (101, "sys_write_[k]", "MODE_KERNEL")
+            ]
+        );
+    }
+
     #[test]
     fn a_wakeup_at_a_slice_boundary_belongs_to_the_earlier_slice() {
         use State::*;
