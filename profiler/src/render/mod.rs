@@ -1,8 +1,10 @@
 //! Render: the folded profile → what users read (SVG flame graph, the end-of-run summary, the
-//! report as text, Markdown, JSON or one HTML page), and the capture as pprof for other tools.
+//! report as text, Markdown, JSON or one HTML page), the capture as pprof for other tools, and
+//! per-thread timelines as a Perfetto trace.
 
 pub mod diff;
 pub mod html;
+pub mod perfetto;
 pub mod pprof;
 pub mod report;
 pub mod summary;
