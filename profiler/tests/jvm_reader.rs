@@ -14,6 +14,7 @@ use std::{
 
 use common::*;
 use profiler::{
+    hotspot::HotSpot,
     jvm::{BlobKind, CodeBlob, Jvm},
     procmap::{MappingKind, parse_maps},
 };
@@ -481,7 +482,7 @@ fn check_inlining(home: &str) {
         inlining.chains().count(),
         inlining.heap_bytes()
     );
-    let mut with_inner = 0;
+    let mut with_inner = Vec::new();
     for (offset, chain) in inlining.chains() {
         if chain.is_empty() {
             continue;
@@ -490,7 +491,7 @@ fn check_inlining(home: &str) {
         let named = names(&mut jvm, chain);
         println!("  +{offset:#x}: {}", named.join(" -> "));
         if named == ["InlineWork.outer", "InlineWork.inner"] {
-            with_inner += 1;
+            with_inner.push((offset, chain.to_vec()));
         }
         // A return address at that PcDesc, looked up as ret - 1, gets its chain.
         if offset > 0 && outer.start + u64::from(offset) <= outer.end {
@@ -502,9 +503,21 @@ fn check_inlining(home: &str) {
         }
     }
     assert!(
-        with_inner > 0,
+        !with_inner.is_empty(),
         "no PcDesc of InlineWork.outer's C2 nmethod has the scopes [outer, inner]"
     );
+
+    // The profiler's follower of the code cache keeps them from its first read.
+    let mut hotspot = HotSpot::attach(pid).expect("the profiler attaches to the JVM");
+    let _ = hotspot.refresh();
+    for (offset, chain) in &with_inner {
+        let ret = outer.start + u64::from(*offset);
+        assert_eq!(
+            hotspot.inlined_at(ret - 1),
+            Some(&chain[..]),
+            "HotSpot::inlined_at before +{offset:#x}"
+        );
+    }
 
     let (nmethods, inlined_pcs) = check_scopes(home, &mut jvm, &blobs);
     assert!(nmethods >= 5 && inlined_pcs > 0);
