@@ -12,6 +12,8 @@ use std::{
     fs::File,
     os::unix::fs::FileExt as _,
     path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
 };
 
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
@@ -96,6 +98,71 @@ impl Memory {
             pid: self.pid,
             what,
         }
+    }
+
+    /// Reads each `(address, length)` into consecutive parts of `buf` with
+    /// `process_vm_readv` (up to 1024 parts a call); a part it did not read is read alone
+    /// through `/proc/PID/mem`. Whether each part was read.
+    fn read_ranges(&self, ranges: &[(u64, usize)], buf: &mut Vec<u8>) -> Vec<bool> {
+        const IOV_MAX: usize = 1024;
+        let total: usize = ranges.iter().map(|r| r.1).sum();
+        buf.clear();
+        buf.resize(total, 0);
+        let mut ok = vec![false; ranges.len()];
+        let mut first = 0;
+        let mut offset = 0;
+        while first < ranges.len() {
+            let batch = &ranges[first..ranges.len().min(first + IOV_MAX)];
+            let want: usize = batch.iter().map(|r| r.1).sum();
+            let mut local = Vec::with_capacity(batch.len());
+            let mut remote = Vec::with_capacity(batch.len());
+            let mut at = offset;
+            for &(addr, len) in batch {
+                local.push(libc::iovec {
+                    iov_base: buf[at..].as_mut_ptr().cast(),
+                    iov_len: len,
+                });
+                remote.push(libc::iovec {
+                    iov_base: addr as *mut libc::c_void,
+                    iov_len: len,
+                });
+                at += len;
+            }
+            // SAFETY: every local iovec points into `buf`, alive, sized above and not
+            // otherwise borrowed during the call; the remote ones are only read by the kernel
+            // from the target.
+            let got = unsafe {
+                libc::process_vm_readv(
+                    self.pid as libc::pid_t,
+                    local.as_ptr(),
+                    local.len() as libc::c_ulong,
+                    remote.as_ptr(),
+                    remote.len() as libc::c_ulong,
+                    0,
+                )
+            };
+            // The call stops at the first part it cannot read (it never splits one): the
+            // parts before it are whole, that one is read alone, and the rest is retried.
+            let mut got = usize::try_from(got).unwrap_or(0).min(want);
+            let mut done = 0;
+            for &(_, len) in batch {
+                if got < len && len > 0 {
+                    break;
+                }
+                got -= len;
+                ok[first + done] = true;
+                offset += len;
+                done += 1;
+            }
+            if done < batch.len() {
+                let (addr, len) = batch[done];
+                ok[first + done] = self.read(addr, &mut buf[offset..offset + len]).is_ok();
+                offset += len;
+                done += 1;
+            }
+            first += done;
+        }
+        ok
     }
 }
 
@@ -511,10 +578,15 @@ struct Layout {
     /// Where an interpreted frame keeps its caller's stack pointer, in words from rbp (0:
     /// not exported; the caller's sp is then taken as rbp + 16).
     interpreter_sender_sp_offset: i32,
+    /// Where an nmethod keeps its debug information; what the tables lack when they lack
+    /// it (inlined frames are then not read, everything else is).
+    debug: Result<DebugLayout, String>,
 }
 
 impl Layout {
-    fn resolve(pid: u32, vm: &VmStructs) -> Result<Layout, JvmError> {
+    /// `major`: the JDK's feature release (17), which says how its debug information is
+    /// compressed.
+    fn resolve(pid: u32, vm: &VmStructs, major: Option<i64>) -> Result<Layout, JvmError> {
         let f = |ty: &str, name: &str| vm.field(pid, ty, name);
         let blob_code = match (f("CodeBlob", "_code_begin"), f("CodeBlob", "_code_end")) {
             (Ok(begin), Ok(end)) => CodeRange::Pointers { begin, end },
@@ -556,7 +628,12 @@ impl Layout {
             blob_header = blob_header.max(kind.end());
         }
         let (interpreter_method_offset, interpreter_sender_sp_offset) = interpreter_slots(pid, vm)?;
+        let debug = DebugLayout::resolve(pid, vm, major).map_err(|e| e.to_string());
+        if let Err(e) = &debug {
+            log::debug!("process {pid}: inlined Java frames not read: {e}");
+        }
         Ok(Layout {
+            debug,
             interpreter_sender_sp_offset,
             heaps: vm.static_address(pid, "CodeCache", "_heaps")?,
             array_len: f("GrowableArrayBase", "_len")?,
@@ -640,6 +717,612 @@ fn shifted(f: Field, by: u64) -> Field {
     }
 }
 
+/// The JDK's feature release (17, 25): `Abstract_VM_Version::_vm_major_version`, else the
+/// leading number of the release string.
+fn major_version(mem: &Memory, vm: &VmStructs) -> Option<i64> {
+    let pid = mem.pid;
+    if let Ok(at) = vm.static_address(pid, "Abstract_VM_Version", "_vm_major_version") {
+        let mut b = [0u8; 4];
+        if mem.read(at, &mut b).is_ok() {
+            let v = i64::from(i32::from_le_bytes(b));
+            if v > 0 {
+                return Some(v);
+            }
+        }
+    }
+    let var = vm
+        .static_address(pid, "Abstract_VM_Version", "_s_vm_release")
+        .ok()?;
+    let release = mem.cstr(mem.u64(var).ok()?, MAX_CSTR).ok()?;
+    let digits: String = release.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Where an nmethod keeps its debug information — the PcDescs (pc offset → scope), the scopes
+/// data (the compressed stream the scopes are encoded in) and the metadata section (the
+/// `Method*`s the scopes name by index) — as fields of its header.
+#[derive(Clone, Copy, Debug)]
+struct DebugLayout {
+    /// `nmethod::_compile_id`: with the blob's address, names one compilation.
+    compile_id: Field,
+    sections: DebugSections,
+    /// `sizeof(PcDesc)` and the two fields read of it (`pcDesc.hpp`).
+    pc_desc_size: u64,
+    pc_offset: Field,
+    scope_offset: Field,
+    /// How the scopes data is compressed.
+    stream: Unsigned5,
+    /// Bytes of an nmethod's header that hold every field above.
+    header_end: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum DebugSections {
+    /// JDK 17 (`code/nmethod.hpp`: `metadata_begin()`, `metadata_end()`,
+    /// `scopes_data_end()`, `scopes_pcs_begin()`, `scopes_pcs_end()`), and the releases after
+    /// it until the nmethod's data left the code cache (the fields say which): the three lie
+    /// one after the other in the blob, `header + _metadata_offset` up to
+    /// `CompiledMethod::_scopes_data_begin`, then up to `header + _scopes_pcs_offset`, then
+    /// up to `header + _dependencies_offset`.
+    InBlob {
+        metadata_offset: Field,
+        scopes_data_begin: Field,
+        scopes_pcs_offset: Field,
+        dependencies_offset: Field,
+    },
+    /// JDK 25 (and the release or two before it that have `nmethod::_immutable_data`):
+    /// PcDescs and scopes data in the nmethod's immutable data, outside the code cache
+    /// (`code/nmethod.hpp`: `_immutable_data + _scopes_pcs_offset` up to
+    /// `+ _scopes_data_offset`, then the scopes up to `+ _immutable_data_size` at most: JVMCI
+    /// speculations, and in later JDKs a reference counter, may follow them).
+    Immutable {
+        immutable_data: Field,
+        immutable_data_size: Field,
+        scopes_pcs_offset: Field,
+        scopes_data_offset: Field,
+        metadata: MetadataSection,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+enum MetadataSection {
+    /// Before JDK 25, with immutable data (`data_begin() + _metadata_offset`,
+    /// `CodeBlob::_data_offset`, as async-profiler reads it "since JDK 23"), up to the blob's
+    /// end at most. Not tried: no such JDK was at hand.
+    Data {
+        data_offset: Field,
+        metadata_offset: Field,
+    },
+    /// JDK 25 (`code/nmethod.hpp`, `metadata_begin()`: `mutable_data_begin() +
+    /// _relocation_size`, up to `mutable_data_end()`, `CodeBlob::_mutable_data +
+    /// _mutable_data_size`).
+    Mutable {
+        mutable_data: Field,
+        relocation_size: Field,
+        mutable_data_size: Field,
+    },
+}
+
+impl DebugLayout {
+    fn resolve(pid: u32, vm: &VmStructs, major: Option<i64>) -> Result<DebugLayout, JvmError> {
+        let f = |ty: &str, name: &str| vm.field(pid, ty, name);
+        let nm = |name: &str| f("nmethod", name);
+        let sections = match nm("_immutable_data") {
+            Ok(immutable_data) => DebugSections::Immutable {
+                immutable_data,
+                immutable_data_size: nm("_immutable_data_size")?,
+                scopes_pcs_offset: nm("_scopes_pcs_offset")?,
+                scopes_data_offset: nm("_scopes_data_offset")?,
+                metadata: match f("CodeBlob", "_mutable_data") {
+                    Ok(mutable_data) => MetadataSection::Mutable {
+                        mutable_data,
+                        relocation_size: f("CodeBlob", "_relocation_size")?,
+                        mutable_data_size: f("CodeBlob", "_mutable_data_size")?,
+                    },
+                    Err(_) => MetadataSection::Data {
+                        data_offset: f("CodeBlob", "_data_offset")?,
+                        metadata_offset: nm("_metadata_offset")?,
+                    },
+                },
+            },
+            Err(_) => DebugSections::InBlob {
+                metadata_offset: nm("_metadata_offset")?,
+                scopes_data_begin: nm("_scopes_data_begin")
+                    .or_else(|_| f("CompiledMethod", "_scopes_data_begin"))?,
+                scopes_pcs_offset: nm("_scopes_pcs_offset")?,
+                dependencies_offset: nm("_dependencies_offset")?,
+            },
+        };
+        let compile_id = nm("_compile_id")?;
+        let pc_desc_size = vm.size_of(pid, "PcDesc")?;
+        let pc_offset = f("PcDesc", "_pc_offset")?;
+        let scope_offset = f("PcDesc", "_scope_decode_offset")?;
+        if pc_desc_size == 0
+            || pc_desc_size > 64
+            || pc_offset.end() > pc_desc_size
+            || scope_offset.end() > pc_desc_size
+        {
+            return Err(JvmError::Invalid {
+                pid,
+                what: format!("sizeof(PcDesc) {pc_desc_size}"),
+            });
+        }
+        let major = major.ok_or_else(|| JvmError::Unsupported {
+            pid,
+            what: "major version (Abstract_VM_Version::_vm_major_version)".into(),
+        })?;
+        let fields: Vec<Field> = match sections {
+            DebugSections::InBlob {
+                metadata_offset,
+                scopes_data_begin,
+                scopes_pcs_offset,
+                dependencies_offset,
+            } => vec![
+                metadata_offset,
+                scopes_data_begin,
+                scopes_pcs_offset,
+                dependencies_offset,
+            ],
+            DebugSections::Immutable {
+                immutable_data,
+                immutable_data_size,
+                scopes_pcs_offset,
+                scopes_data_offset,
+                metadata,
+            } => {
+                let mut v = vec![
+                    immutable_data,
+                    immutable_data_size,
+                    scopes_pcs_offset,
+                    scopes_data_offset,
+                ];
+                match metadata {
+                    MetadataSection::Data {
+                        data_offset,
+                        metadata_offset,
+                    } => v.extend([data_offset, metadata_offset]),
+                    MetadataSection::Mutable {
+                        mutable_data,
+                        relocation_size,
+                        mutable_data_size,
+                    } => v.extend([mutable_data, relocation_size, mutable_data_size]),
+                }
+                v
+            }
+        };
+        let header_end = fields
+            .iter()
+            .chain([&compile_id])
+            .map(|f| f.end())
+            .max()
+            .unwrap_or(0);
+        Ok(DebugLayout {
+            compile_id,
+            sections,
+            pc_desc_size,
+            pc_offset,
+            scope_offset,
+            stream: Unsigned5::for_major(major),
+            header_end,
+        })
+    }
+
+    /// Where the debug information of the nmethod at `addr` lies, from its header at the
+    /// start of `buf` (`size`: the blob's size, `room`: bytes left in its block); None when it
+    /// does not look whole.
+    fn locate(&self, addr: u64, buf: &[u8], size: u64, room: usize) -> Option<DebugInfoAt> {
+        if self.header_end as usize > room {
+            return None;
+        }
+        let get = |f: Field| f.get(buf, 0);
+        // An offset from `base`, within `[0, limit]`.
+        let at = |base: u64, f: Field, limit: u64| -> Option<u64> {
+            let off = u64::try_from(get(f)?).ok()?;
+            (off <= limit).then(|| base.checked_add(off))?
+        };
+        let blob_end = addr.checked_add(size)?;
+        let (metadata, scopes, pcs) = match self.sections {
+            DebugSections::InBlob {
+                metadata_offset,
+                scopes_data_begin,
+                scopes_pcs_offset,
+                dependencies_offset,
+            } => {
+                let metadata = at(addr, metadata_offset, size)?;
+                let scopes = get(scopes_data_begin)? as u64;
+                let pcs = at(addr, scopes_pcs_offset, size)?;
+                let pcs_end = at(addr, dependencies_offset, size)?;
+                if !(metadata <= scopes && scopes <= pcs && pcs <= pcs_end && pcs_end <= blob_end) {
+                    return None;
+                }
+                ((metadata, scopes), (scopes, pcs), (pcs, pcs_end))
+            }
+            DebugSections::Immutable {
+                immutable_data,
+                immutable_data_size,
+                scopes_pcs_offset,
+                scopes_data_offset,
+                metadata,
+            } => {
+                let data = get(immutable_data)? as u64;
+                let data_size = u64::try_from(get(immutable_data_size)?).ok()?;
+                let data_end = data.checked_add(data_size)?;
+                let pcs = at(data, scopes_pcs_offset, data_size)?;
+                let scopes = at(data, scopes_data_offset, data_size)?;
+                if pcs > scopes {
+                    return None;
+                }
+                let metadata = match metadata {
+                    MetadataSection::Data {
+                        data_offset,
+                        metadata_offset,
+                    } => {
+                        let data_begin = at(addr, data_offset, size)?;
+                        (at(data_begin, metadata_offset, size)?, blob_end)
+                    }
+                    MetadataSection::Mutable {
+                        mutable_data,
+                        relocation_size,
+                        mutable_data_size,
+                    } => {
+                        let mutable = get(mutable_data)? as u64;
+                        let mutable_size = u64::try_from(get(mutable_data_size)?).ok()?;
+                        (
+                            at(mutable, relocation_size, mutable_size)?,
+                            mutable.checked_add(mutable_size)?,
+                        )
+                    }
+                };
+                if metadata.0 > metadata.1 {
+                    return None;
+                }
+                (metadata, (scopes, data_end), (pcs, scopes))
+            }
+        };
+        Some(DebugInfoAt {
+            compile_id: i32::try_from(get(self.compile_id)?).ok()?,
+            metadata,
+            scopes,
+            pcs,
+        })
+    }
+}
+
+/// Where one nmethod's debug information lies: `[begin, end)` of each part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DebugInfoAt {
+    compile_id: i32,
+    metadata: (u64, u64),
+    scopes: (u64, u64),
+    pcs: (u64, u64),
+}
+
+impl DebugInfoAt {
+    /// The three parts, as `(address, length)` for reading, bounded (a part above its bound
+    /// is not believed: a torn header).
+    fn parts(&self) -> Option<[(u64, usize); 3]> {
+        let part = |(begin, end): (u64, u64), max: u64| {
+            let len = end.checked_sub(begin)?;
+            (len <= max).then_some((begin, len as usize))
+        };
+        Some([
+            part(self.pcs, MAX_PCS_BYTES)?,
+            part(self.scopes, MAX_SCOPES_BYTES)?,
+            part(self.metadata, MAX_METADATA_BYTES)?,
+        ])
+    }
+}
+
+/// Bounds on one nmethod's debug information: a header torn by the JVM writing it while it
+/// is read can say anything, and what it says is not read above these.
+const MAX_PCS_BYTES: u64 = 4 << 20;
+const MAX_SCOPES_BYTES: u64 = 16 << 20;
+const MAX_METADATA_BYTES: u64 = 1 << 20;
+/// Deepest chain of scopes believed (C2 inlines 15 levels deep by default, `MaxInlineLevel`).
+const MAX_SCOPE_DEPTH: usize = 256;
+
+/// HotSpot's compressed unsigned integers, UNSIGNED5 from Pack200: one to five bytes, base-64
+/// digits, least significant first. A byte below 192 is the last; a byte of 192 or more
+/// carries six bits and more follow, up to the fifth byte, which is last whatever its value.
+/// Each byte's digit is the byte less the count of excluded byte values: none up to JDK 19
+/// (JDK 17 `code/compressedStream.cpp`, `CompressedReadStream::read_int_mb`: `sum += b[i] <<
+/// 6*i`, with `L = 192` low codes), one since JDK 20 (JDK-8292758,
+/// `utilities/unsigned5.hpp`: `X = 1`, `L = 191`, `sum += (b[i] - X) << 6*i`), which keeps
+/// the byte 0 out of the stream. Both stop at a byte below `X + L = 192`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Unsigned5 {
+    excluded: u8,
+}
+
+impl Unsigned5 {
+    const UP_TO_JDK19: Unsigned5 = Unsigned5 { excluded: 0 };
+    const SINCE_JDK20: Unsigned5 = Unsigned5 { excluded: 1 };
+
+    fn for_major(major: i64) -> Unsigned5 {
+        if major >= 20 {
+            Self::SINCE_JDK20
+        } else {
+            Self::UP_TO_JDK19
+        }
+    }
+
+    /// The number at `*pos` in `buf`, `*pos` moved past it; None when it runs past `buf` or
+    /// holds an excluded byte.
+    fn read(self, buf: &[u8], pos: &mut usize) -> Option<u32> {
+        let mut sum = 0u32;
+        for i in 0..5 {
+            let b = *buf.get(pos.checked_add(i)?)?;
+            let digit = u32::from(b.checked_sub(self.excluded)?);
+            // The JVM sums in 32 bits: a fifth byte's high bits fall off.
+            sum = sum.wrapping_add(digit << (6 * i));
+            if b < 192 || i == 4 {
+                *pos += i + 1;
+                return Some(sum);
+            }
+        }
+        None
+    }
+}
+
+/// One scope of a PcDesc: a method, and the bytecode it was at (-1,
+/// `InvocationEntryBci`, before its first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scope {
+    pub method: u64,
+    pub bci: i32,
+}
+
+/// One PcDesc of an nmethod: the end of the instruction(s) it describes, as an offset from
+/// the code's start, and its scopes, outermost (the nmethod's own method) first, innermost
+/// last; empty for the PcDescs that record no scope (the sentinels at both ends).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PcScopes {
+    pub pc_offset: u32,
+    pub scopes: Vec<Scope>,
+}
+
+/// An nmethod's debug information as read from the target.
+struct DebugInfo<'a> {
+    /// The PcDesc array.
+    pcs: &'a [u8],
+    /// The scopes data, where scope decode offsets point.
+    scopes: &'a [u8],
+    /// The metadata array (`Metadata*`, 8 bytes each).
+    metadata: &'a [u8],
+    stream: Unsigned5,
+    /// The nmethod's own `Method*`: every chain must end in it.
+    method: u64,
+}
+
+impl DebugInfo<'_> {
+    /// Each PcDesc's `(pc offset, scope decode offset)` in order, the leading sentinel (pc
+    /// offset -1, `PcDesc::lower_offset_limit`) left out.
+    fn pc_descs(&self, l: &DebugLayout) -> Result<Vec<(u32, u32)>, String> {
+        let size = l.pc_desc_size as usize;
+        if !self.pcs.len().is_multiple_of(size) {
+            return Err(format!(
+                "{} bytes of PcDescs of {size} bytes each",
+                self.pcs.len()
+            ));
+        }
+        let mut out = Vec::with_capacity(self.pcs.len() / size);
+        let mut last = -1;
+        for pc in self.pcs.chunks_exact(size) {
+            let (Some(offset), Some(scope)) = (l.pc_offset.get(pc, 0), l.scope_offset.get(pc, 0))
+            else {
+                return Err("PcDesc layout".into());
+            };
+            // HotSpot binary-searches them (`PcDescContainer::find_pc_desc_internal`): sorted,
+            // equal only where copies of the last fill a rounding gap (`copy_scopes_pcs`).
+            if offset < last {
+                return Err(format!("PcDescs out of order ({offset} after {last})"));
+            }
+            last = offset;
+            if offset < 0 {
+                continue;
+            }
+            let (Ok(offset), Ok(scope)) = (u32::try_from(offset), u32::try_from(scope)) else {
+                return Err(format!("PcDesc at {offset} with scope offset {scope}"));
+            };
+            out.push((offset, scope));
+        }
+        Ok(out)
+    }
+
+    /// The scopes from the one at `offset` in the scopes data out to the outermost, pushed
+    /// innermost first. Each scope starts with its sender's decode offset, its method's
+    /// metadata index and its bci + 1, all UNSIGNED5 (JDK 17 `code/scopeDesc.cpp`,
+    /// `ScopeDesc::decode_body`; `code/debugInfo.hpp`, `DebugInfoReadStream::read_method`,
+    /// `read_bci`); the outermost has sender 0 (`DebugInformationRecorder::serialized_null`).
+    fn chain(&self, mut offset: u32, out: &mut Vec<Scope>) -> Result<(), String> {
+        let start = out.len();
+        while offset != 0 {
+            if out.len() - start == MAX_SCOPE_DEPTH {
+                return Err(format!("scopes deeper than {MAX_SCOPE_DEPTH}"));
+            }
+            let mut pos = offset as usize;
+            let mut next = || self.stream.read(self.scopes, &mut pos);
+            let (Some(sender), Some(index), Some(bci)) = (next(), next(), next()) else {
+                return Err(format!(
+                    "the scope at {offset} runs past the scopes data ({} bytes)",
+                    self.scopes.len()
+                ));
+            };
+            let method = self
+                .metadata_at(index)
+                .ok_or_else(|| format!("the scope at {offset} names metadata {index}"))?;
+            out.push(Scope {
+                method,
+                bci: (bci as i32).wrapping_sub(1),
+            });
+            offset = sender;
+        }
+        match out.last() {
+            Some(s) if out.len() > start && s.method != self.method => Err(format!(
+                "a scope chain ends in {:#x}, not in the nmethod's method {:#x}",
+                s.method, self.method
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The `Method*` at a metadata index: index 0 is NULL, index i is the (i-1)th entry
+    /// (`nmethod::metadata_at`); None for NULL or a misaligned pointer.
+    fn metadata_at(&self, index: u32) -> Option<u64> {
+        let at = (index as usize).checked_sub(1)?.checked_mul(8)?;
+        le(self.metadata, at, 8).filter(|&m| m != 0 && m.is_multiple_of(8))
+    }
+
+    /// Every PcDesc with its whole chain of scopes.
+    fn pc_scopes(&self, l: &DebugLayout) -> Result<Vec<PcScopes>, String> {
+        let mut out = Vec::new();
+        for (pc_offset, scope) in self.pc_descs(l)? {
+            let mut scopes = Vec::new();
+            self.chain(scope, &mut scopes)?;
+            scopes.reverse();
+            out.push(PcScopes { pc_offset, scopes });
+        }
+        Ok(out)
+    }
+
+    /// The inlining this nmethod records, compactly; None when it inlined nothing.
+    fn inlining(&self, l: &DebugLayout) -> Result<Option<Inlining>, String> {
+        let pcs = self.pc_descs(l)?;
+        // Scopes are shared between PcDescs (and chains between scopes): each decode offset
+        // is decoded once, into `methods`, outermost first.
+        let mut decoded: HashMap<u32, (u32, u32)> = HashMap::new();
+        let mut methods: Vec<u64> = Vec::new();
+        let mut scratch = Vec::new();
+        let mut entries: Vec<PcChain> = Vec::with_capacity(pcs.len());
+        let mut inlined = false;
+        for (offset, scope) in pcs {
+            let (start, len) = match decoded.get(&scope) {
+                Some(&r) => r,
+                None => {
+                    scratch.clear();
+                    self.chain(scope, &mut scratch)?;
+                    let r = (methods.len() as u32, scratch.len() as u32);
+                    methods.extend(scratch.iter().rev().map(|s| s.method));
+                    decoded.insert(scope, r);
+                    r
+                }
+            };
+            inlined |= len > 1;
+            let chain = PcChain { offset, start, len };
+            // A lookup takes the first PcDesc after an address, so of a run of PcDescs with
+            // the same chain only the last is needed.
+            match entries.last_mut() {
+                Some(last) if last.methods(&methods) == chain.methods(&methods) => {
+                    last.offset = offset;
+                }
+                _ => entries.push(chain),
+            }
+        }
+        if !inlined {
+            return Ok(None);
+        }
+        // Keep only the chains still referenced, each once.
+        let mut kept: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut compact = Vec::new();
+        for e in &mut entries {
+            let key = (e.start, e.len);
+            e.start = match kept.get(&key) {
+                Some(&s) => s,
+                None => {
+                    let s = compact.len() as u32;
+                    compact.extend_from_slice(e.methods(&methods).unwrap_or(&[]));
+                    kept.insert(key, s);
+                    s
+                }
+            };
+        }
+        compact.shrink_to_fit();
+        entries.shrink_to_fit();
+        Ok(Some(Inlining {
+            pcs: entries,
+            methods: compact,
+        }))
+    }
+}
+
+/// One PcDesc kept: its offset, and its chain as a range of `Inlining::methods`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PcChain {
+    offset: u32,
+    start: u32,
+    len: u32,
+}
+
+impl PcChain {
+    fn methods(self, methods: &[u64]) -> Option<&[u64]> {
+        methods.get(self.start as usize..(self.start as usize).checked_add(self.len as usize)?)
+    }
+}
+
+/// The methods an nmethod inlined, by pc: for each of its PcDescs (those ending a run of
+/// PcDescs with the same chain), the chain of `Method*`s from the nmethod's own method
+/// (first) to the innermost inlined one (last). Read once per nmethod (`Jvm::read_inlining`)
+/// and kept after it is freed, so frames are named after the capture.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Inlining {
+    pcs: Vec<PcChain>,
+    methods: Vec<u64>,
+}
+
+impl Inlining {
+    /// The chain of the instruction `offset` bytes into the code: that of the first PcDesc
+    /// after `offset`. None where no scope is recorded.
+    ///
+    /// A PcDesc records the JVM state at the end of an instruction: a call's at its return
+    /// address (C2 `PhaseOutput::Process_OopMap_Node` is given the offset after the call;
+    /// a caller frame's scope is found there exactly, `nmethod::pc_desc_at(return pc)`),
+    /// and with `-XX:+DebugNonSafepoints` the end of each run of instructions of one scope.
+    /// So the instruction holding `offset` is described by the first PcDesc past it: for a
+    /// return address looked up as `ret - 1` (as the symbolizer does), the one at `ret`; for
+    /// a sampled pc, the first after it, as AsyncGetCallTrace picks (`forte.cpp`,
+    /// `is_decipherable_compiled_frame`: `pc_desc_near(pc + 1)`; async-profiler takes the
+    /// first at or after the pc, which differs only for a pc that ends a described
+    /// instruction). Without `-XX:+DebugNonSafepoints` (the default) only calls and
+    /// safepoint polls have PcDescs, so a sampled pc between them gets the chain of the
+    /// next one, which may name a neighbouring inlined method: exact for callers' frames,
+    /// approximate for a leaf.
+    pub fn at(&self, offset: u64) -> Option<&[u64]> {
+        let i = self.pcs.partition_point(|p| u64::from(p.offset) <= offset);
+        let pc = self.pcs.get(i)?;
+        pc.methods(&self.methods).filter(|m| !m.is_empty())
+    }
+
+    /// Each PcDesc kept: its pc offset and chain (outermost first; empty: no scope).
+    pub fn chains(&self) -> impl Iterator<Item = (u32, &[u64])> {
+        self.pcs
+            .iter()
+            .map(|p| (p.offset, p.methods(&self.methods).unwrap_or(&[])))
+    }
+
+    /// Bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.pcs.capacity() * size_of::<PcChain>() + self.methods.capacity() * 8
+    }
+}
+
+/// What one `Jvm::read_inlining` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InliningRead {
+    /// Nmethods whose debug information was read and decoded now.
+    pub decoded: usize,
+    /// Of those, nmethods that inlined something.
+    pub inlined: usize,
+    /// Nmethods read before (cached).
+    pub cached: usize,
+    /// Nmethods left for a later call: the time budget ran out.
+    pub deferred: usize,
+    /// Nmethods whose debug information could not be read or did not decode (freed or
+    /// being written while read); tried again next call.
+    pub failed: usize,
+    /// Bytes of debug information read from the target.
+    pub bytes: usize,
+}
+
 /// What a code blob is, as far as unwinding cares.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BlobKind {
@@ -667,6 +1350,31 @@ pub struct CodeBlob {
     pub kind: BlobKind,
     /// The blob's name; for nmethods the Java method's (`JitWork.leaf`) when it could be read.
     pub name: String,
+    /// For an nmethod: where its debug information lies, from its header.
+    debug: Option<DebugInfoAt>,
+    /// For an nmethod that inlined methods: their chains by pc, once `Jvm::read_inlining`
+    /// has read them.
+    pub inlining: Option<Arc<Inlining>>,
+}
+
+impl CodeBlob {
+    /// The nmethod's compile id (with its start, it names one compilation); None for other
+    /// blobs, or when the JVM's tables do not say where it lies.
+    pub fn compile_id(&self) -> Option<i32> {
+        self.debug.map(|d| d.compile_id)
+    }
+
+    /// The inlined methods at `addr`, an address inside an instruction of this blob (a
+    /// sampled pc, or a return address minus one: what the symbolizer looks up), as
+    /// `Method*`s from the nmethod's own method (first) to the innermost inlined one
+    /// (last); None outside the blob, in an nmethod that inlined nothing, before
+    /// `Jvm::read_inlining` read it, or where no scope is recorded. See `Inlining::at`.
+    pub fn inlined_at(&self, addr: u64) -> Option<&[u64]> {
+        if !(self.start..self.end).contains(&addr) {
+            return None;
+        }
+        self.inlining.as_ref()?.at(addr - self.start)
+    }
 }
 
 /// Segment-map value of a segment outside any block (`CodeHeap::free_sentinel`).
@@ -690,6 +1398,17 @@ pub struct Jvm {
     /// Buffers kept between calls to `code_blobs` (segment map; block headers or heap span).
     segmap: Vec<u8>,
     heap: Vec<u8>,
+    /// Inlining read per nmethod, by (code start, compile id): an installed nmethod's
+    /// debug information never changes, so it is read once.
+    inlining: HashMap<(u64, i32), ReadInlining>,
+    inlining_calls: u64,
+}
+
+/// One nmethod's inlining as read (None: it inlined nothing), and the number of the last
+/// `read_inlining` call that saw the nmethod (entries of nmethods gone are dropped).
+struct ReadInlining {
+    seen: u64,
+    inlining: Option<Arc<Inlining>>,
 }
 
 /// A hidden class's name without the address the JVM appends to it (`JitWork$$Lambda+0x…`,
@@ -721,7 +1440,7 @@ impl Jvm {
         })?;
         let mem = Memory { pid, file };
         let vm = VmStructs::read(&mem, &lib)?;
-        let layout = Layout::resolve(pid, &vm)?;
+        let layout = Layout::resolve(pid, &vm, major_version(&mem, &vm))?;
         let mut jvm = Jvm {
             pid,
             mem,
@@ -731,6 +1450,8 @@ impl Jvm {
             blob_names: HashMap::new(),
             segmap: Vec::new(),
             heap: Vec::new(),
+            inlining: HashMap::new(),
+            inlining_calls: 0,
         };
         // A JVM still starting has no interpreter yet: `code_blobs` tries again.
         jvm.interpreter = jvm.read_interpreter().unwrap_or((0, 0));
@@ -864,9 +1585,11 @@ impl Jvm {
         // its header's length skips them).
         let starts: Vec<usize> = (0..=last).filter(|&s| self.segmap[s] == 0).collect();
         let (block_length, block_used, block_size) = (l.block_length, l.block_used, l.block_size);
-        // Bytes read per block: the block header, the blob header, an nmethod's `_method`.
-        let header =
-            (block_size + l.blob_header.max(l.nmethod_method.end())).next_multiple_of(8) as usize;
+        // Bytes read per block: the block header, the blob header, an nmethod's `_method`
+        // and the fields that locate its debug information.
+        let debug_end = l.debug.as_ref().map_or(0, |d| d.header_end);
+        let header = (block_size + l.blob_header.max(l.nmethod_method.end()).max(debug_end))
+            .next_multiple_of(8) as usize;
 
         let mut buf = std::mem::take(&mut self.heap);
         let gathered = self.gather(low, log2, used, &starts, header, &mut buf);
@@ -1022,6 +1745,10 @@ impl Jvm {
         } else {
             (BlobKind::Stub, blob_name)
         };
+        let debug = match (&kind, &self.layout.debug) {
+            (BlobKind::Nmethod { .. }, Ok(d)) => d.locate(addr, buf, size as u64, room),
+            _ => None,
+        };
         Some(CodeBlob {
             start,
             end,
@@ -1029,7 +1756,160 @@ impl Jvm {
             frame_size_words,
             kind,
             name,
+            debug,
+            inlining: None,
         })
+    }
+
+    /// Sets `inlining` of the nmethods among `blobs` (all the blobs of one `code_blobs`
+    /// call: entries for nmethods not among them are dropped). An nmethod's debug
+    /// information is read once (keyed by its code start and compile id) and reused; new
+    /// nmethods are read a batch at a time until `budget` is spent, the rest on the next
+    /// call.
+    pub fn read_inlining(&mut self, blobs: &mut [CodeBlob], budget: Duration) -> InliningRead {
+        let started = Instant::now();
+        self.inlining_calls += 1;
+        let call = self.inlining_calls;
+        let mut read = InliningRead::default();
+        let mut pending = Vec::new();
+        for (i, b) in blobs.iter_mut().enumerate() {
+            let Some(at) = b.debug else { continue };
+            match self.inlining.get_mut(&(b.start, at.compile_id)) {
+                Some(known) => {
+                    known.seen = call;
+                    b.inlining = known.inlining.clone();
+                    read.cached += 1;
+                }
+                None => pending.push(i),
+            }
+        }
+        // Nmethods read per `process_vm_readv` (three parts each), and between two looks at
+        // the clock; and the bytes a batch may hold beyond its first nmethod's.
+        const BATCH: usize = 64;
+        const BATCH_BYTES: usize = 4 << 20;
+        let mut buf = Vec::new();
+        let mut rest = &pending[..];
+        while !rest.is_empty() {
+            if rest.len() < pending.len() && started.elapsed() >= budget {
+                read.deferred = rest.len();
+                break;
+            }
+            let mut parts: Vec<Option<[(u64, usize); 3]>> = Vec::with_capacity(BATCH);
+            let mut batch_bytes = 0;
+            for &i in rest.iter().take(BATCH) {
+                let p = blobs[i].debug.and_then(|d| d.parts());
+                let len: usize = p.iter().flatten().map(|r| r.1).sum();
+                if !parts.is_empty() && batch_bytes + len > BATCH_BYTES {
+                    break;
+                }
+                batch_bytes += len;
+                parts.push(p);
+            }
+            let (batch, tail) = rest.split_at(parts.len());
+            rest = tail;
+            let ranges: Vec<(u64, usize)> = parts.iter().flatten().flatten().copied().collect();
+            let ok = self.mem.read_ranges(&ranges, &mut buf);
+            let mut next = 0;
+            let mut part = 0;
+            for (&i, parts) in batch.iter().zip(&parts) {
+                let b = &mut blobs[i];
+                let Some(parts) = parts else {
+                    read.failed += 1;
+                    continue;
+                };
+                let mut bytes: [&[u8]; 3] = [&[]; 3];
+                let mut whole = true;
+                for (k, &(_, len)) in parts.iter().enumerate() {
+                    bytes[k] = &buf[next..next + len];
+                    whole &= ok[part];
+                    next += len;
+                    part += 1;
+                }
+                if !whole {
+                    read.failed += 1;
+                    continue;
+                }
+                read.bytes += bytes.iter().map(|b| b.len()).sum::<usize>();
+                let BlobKind::Nmethod { method } = b.kind else {
+                    continue;
+                };
+                let Ok(layout) = &self.layout.debug else {
+                    continue;
+                };
+                let info = DebugInfo {
+                    pcs: bytes[0],
+                    scopes: bytes[1],
+                    metadata: bytes[2],
+                    stream: layout.stream,
+                    method,
+                };
+                match info.inlining(layout) {
+                    Ok(inlining) => {
+                        let inlining = inlining.map(Arc::new);
+                        read.decoded += 1;
+                        read.inlined += usize::from(inlining.is_some());
+                        if let Some(at) = b.debug {
+                            self.inlining.insert(
+                                (b.start, at.compile_id),
+                                ReadInlining {
+                                    seen: call,
+                                    inlining: inlining.clone(),
+                                },
+                            );
+                        }
+                        b.inlining = inlining;
+                    }
+                    Err(e) => {
+                        log::debug!(
+                            "process {}: the debug information of {} at {:#x} did not decode: {e}",
+                            self.pid,
+                            b.name,
+                            b.start
+                        );
+                        read.failed += 1;
+                    }
+                }
+            }
+        }
+        self.inlining.retain(|_, r| r.seen == call);
+        read
+    }
+
+    /// Every PcDesc of an nmethod with its whole chain of scopes (bcis included), read now.
+    pub fn pc_scopes(&self, blob: &CodeBlob) -> Result<Vec<PcScopes>, JvmError> {
+        let layout = self
+            .layout
+            .debug
+            .as_ref()
+            .map_err(|what| JvmError::Unsupported {
+                pid: self.pid,
+                what: what.clone(),
+            })?;
+        let bad = |what: String| {
+            self.mem
+                .invalid(format!("nmethod at {:#x}: {what}", blob.start))
+        };
+        let BlobKind::Nmethod { method } = blob.kind else {
+            return Err(bad("not an nmethod".into()));
+        };
+        let parts = blob
+            .debug
+            .and_then(|d| d.parts())
+            .ok_or_else(|| bad("its debug information cannot be located".into()))?;
+        let mut bytes: [Vec<u8>; 3] = Default::default();
+        for (b, &(addr, len)) in bytes.iter_mut().zip(&parts) {
+            b.resize(len, 0);
+            self.mem.read(addr, b)?;
+        }
+        DebugInfo {
+            pcs: &bytes[0],
+            scopes: &bytes[1],
+            metadata: &bytes[2],
+            stream: layout.stream,
+            method,
+        }
+        .pc_scopes(layout)
+        .map_err(bad)
     }
 
     fn blob_name(&mut self, ptr: u64) -> String {
@@ -1136,6 +2016,481 @@ mod tests {
     fn jvm_not_a_jvm_is_none() {
         let attached = Jvm::attach(std::process::id()).expect("read our own maps");
         assert!(attached.is_none());
+    }
+
+    /// UNSIGNED5 written from its definition (JDK 17 `CompressedWriteStream::write_int_mb`,
+    /// JDK 20+ `UNSIGNED5::write_uint`): while the rest is not below `L` (and fewer than four
+    /// bytes were written), write the high code `X + L + (rest - L) % 64` and go on with
+    /// `(rest - L) / 64`; end with the low code `X + rest`.
+    fn encode(value: u32, format: Unsigned5) -> Vec<u8> {
+        let x = u32::from(format.excluded);
+        let l = 256 - 64 - x;
+        let mut out = Vec::new();
+        let mut rest = value;
+        for i in 0..5 {
+            if rest < l || i == 4 {
+                out.push(u8::try_from(x + rest).expect("a byte"));
+                break;
+            }
+            rest -= l;
+            out.push(u8::try_from(x + l + rest % 64).expect("a byte"));
+            rest >>= 6;
+        }
+        out
+    }
+
+    fn decode_all(bytes: &[u8], format: Unsigned5) -> Option<Vec<u32>> {
+        let mut pos = 0;
+        let mut out = Vec::new();
+        while pos < bytes.len() {
+            out.push(format.read(bytes, &mut pos)?);
+        }
+        Some(out)
+    }
+
+    #[test]
+    fn unsigned5_as_jdk17_writes_it() {
+        let f = Unsigned5::UP_TO_JDK19;
+        // One byte up to 191; 192 + 64 * (the rest) after that (L = 192, H = 64, X = 0).
+        let cases: &[(&[u8], u32)] = &[
+            (&[0x00], 0),
+            (&[0x05], 5),
+            (&[0xbf], 191),
+            (&[0xc0, 0x00], 192),
+            (&[0xff, 0x00], 255),
+            (&[0xc0, 0x01], 256),
+            (&[0xff, 0xbf], 255 + 191 * 64),
+            (&[0xc0, 0xc0, 0x00], 256 + 191 * 64),
+            // 255 + 252 * 64 + 252 * 64^2 + 252 * 64^3 + 252 * 64^4
+            (&[0xff, 0xfc, 0xfc, 0xfc, 0xfc], u32::MAX),
+        ];
+        for &(bytes, value) in cases {
+            assert_eq!(decode_all(bytes, f), Some(vec![value]), "{bytes:x?}");
+            assert_eq!(encode(value, f), bytes, "{value}");
+        }
+        // The JVM sums in 32 bits: what no writer writes wraps.
+        assert_eq!(
+            f.read(&[0xff; 5], &mut 0),
+            Some((255u64 * (1 + 64 + 64 * 64 + 64 * 64 * 64 + 64 * 64 * 64 * 64)) as u32)
+        );
+        // Runs past the end: a high byte last.
+        assert_eq!(f.read(&[0xc0], &mut 0), None);
+        assert_eq!(f.read(&[0x10, 0xc5], &mut 1), None);
+        // A fifth byte ends the number whatever its value.
+        let mut pos = 0;
+        assert_eq!(
+            f.read(&[0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0x07], &mut pos),
+            Some(192 + (192 << 6) + (192 << 12) + (192 << 18) + (192 << 24))
+        );
+        assert_eq!(pos, 5);
+    }
+
+    #[test]
+    fn unsigned5_as_jdk20_writes_it() {
+        let f = Unsigned5::SINCE_JDK20;
+        // Every digit is one less than its byte (X = 1), so no byte is 0 (L = 191).
+        let cases: &[(&[u8], u32)] = &[
+            (&[0x01], 0),
+            (&[0xbf], 190),
+            (&[0xc0, 0x01], 191),
+            (&[0xff, 0x01], 254),
+            (&[0xc0, 0x02], 255),
+        ];
+        for &(bytes, value) in cases {
+            assert_eq!(decode_all(bytes, f), Some(vec![value]), "{bytes:x?}");
+            assert_eq!(encode(value, f), bytes, "{value}");
+        }
+        assert_eq!(f.read(&[0x00], &mut 0), None, "0 is excluded");
+        assert_eq!(f.read(&[0xc0, 0x00], &mut 0), None, "0 is excluded");
+    }
+
+    #[test]
+    fn unsigned5_round_trips() {
+        let mut values: Vec<u32> = (0..70_000).collect();
+        for shift in 0..32 {
+            let v = 1u32 << shift;
+            values.extend([v - 1, v, v + 1]);
+        }
+        values.extend([
+            u32::MAX - 1,
+            u32::MAX,
+            0x8000_0000,
+            0x0208_2080,
+            0x0308_207f,
+        ]);
+        for f in [Unsigned5::UP_TO_JDK19, Unsigned5::SINCE_JDK20] {
+            let mut stream = Vec::new();
+            for &v in &values {
+                let bytes = encode(v, f);
+                assert!((1..=5).contains(&bytes.len()));
+                stream.extend(bytes);
+            }
+            assert_eq!(
+                decode_all(&stream, f).as_deref(),
+                Some(&values[..]),
+                "{f:?}"
+            );
+        }
+    }
+
+    /// An nmethod's debug information as HotSpot records it, built by hand: the PcDescs
+    /// (16 bytes: `_pc_offset`, `_scope_decode_offset`, `_obj_decode_offset`, `_flags`), the
+    /// scopes data and the metadata.
+    struct Recorded {
+        pcs: Vec<u8>,
+        scopes: Vec<u8>,
+        metadata: Vec<u8>,
+    }
+
+    const OUTER: u64 = 0x7f00_0000_1000;
+    const INNER: u64 = 0x7f00_0000_2000;
+    const LEAF: u64 = 0x7f00_0000_3000;
+
+    fn pc_layout(stream: Unsigned5) -> DebugLayout {
+        let int = |offset| Field {
+            offset,
+            size: 4,
+            signed: true,
+        };
+        DebugLayout {
+            compile_id: int(0),
+            sections: DebugSections::InBlob {
+                metadata_offset: int(0),
+                scopes_data_begin: int(0),
+                scopes_pcs_offset: int(0),
+                dependencies_offset: int(0),
+            },
+            pc_desc_size: 16,
+            pc_offset: int(0),
+            scope_offset: int(4),
+            stream,
+            header_end: 0,
+        }
+    }
+
+    /// Scopes: OUTER@5 (top), INNER@7 called from it, LEAF@-1 called from INNER, and
+    /// OUTER@9; PcDescs at 10 (OUTER@5), 20 and 30 (INNER), 35 (LEAF), 40 (OUTER@9), with
+    /// the sentinels: -1 before, 101 (`content_size() + 1`) after, no scope.
+    fn recorded(f: Unsigned5) -> (Recorded, [u32; 4]) {
+        // `DebugInformationRecorder`'s constructor writes one byte so that no scope starts at
+        // 0, the offset meaning "none".
+        let mut scopes = vec![0xff];
+        let mut scope = |sender: u32, method_index: u32, bci: i32| -> u32 {
+            let at = scopes.len() as u32;
+            // sender, method, bci + 1, then the locals, expressions and monitors offsets.
+            for v in [sender, method_index, (bci + 1) as u32, 0, 0, 0] {
+                scopes.extend(encode(v, f));
+            }
+            at
+        };
+        let outer = scope(0, 1, 5);
+        let inner = scope(outer, 2, 7);
+        let leaf = scope(inner, 3, -1);
+        let outer9 = scope(0, 1, 9);
+        let mut pcs = Vec::new();
+        for (pc, scope) in [
+            (-1i32, 0u32),
+            (10, outer),
+            (20, inner),
+            (30, inner),
+            (35, leaf),
+            (40, outer9),
+            (101, 0),
+        ] {
+            pcs.extend(pc.to_le_bytes());
+            pcs.extend(scope.to_le_bytes());
+            pcs.extend([0u8; 8]);
+        }
+        let metadata = [OUTER, INNER, LEAF]
+            .iter()
+            .flat_map(|m| m.to_le_bytes())
+            .collect();
+        (
+            Recorded {
+                pcs,
+                scopes,
+                metadata,
+            },
+            [outer, inner, leaf, outer9],
+        )
+    }
+
+    fn info(r: &Recorded, stream: Unsigned5) -> DebugInfo<'_> {
+        DebugInfo {
+            pcs: &r.pcs,
+            scopes: &r.scopes,
+            metadata: &r.metadata,
+            stream,
+            method: OUTER,
+        }
+    }
+
+    #[test]
+    fn scope_chains_decode_from_recorded_debug_info() {
+        for f in [Unsigned5::UP_TO_JDK19, Unsigned5::SINCE_JDK20] {
+            let (r, _) = recorded(f);
+            let l = pc_layout(f);
+            let pcs = info(&r, f).pc_scopes(&l).expect("decode");
+            let s = |method, bci| Scope { method, bci };
+            assert_eq!(
+                pcs,
+                vec![
+                    PcScopes {
+                        pc_offset: 10,
+                        scopes: vec![s(OUTER, 5)]
+                    },
+                    PcScopes {
+                        pc_offset: 20,
+                        scopes: vec![s(OUTER, 5), s(INNER, 7)]
+                    },
+                    PcScopes {
+                        pc_offset: 30,
+                        scopes: vec![s(OUTER, 5), s(INNER, 7)]
+                    },
+                    PcScopes {
+                        pc_offset: 35,
+                        scopes: vec![s(OUTER, 5), s(INNER, 7), s(LEAF, -1)]
+                    },
+                    PcScopes {
+                        pc_offset: 40,
+                        scopes: vec![s(OUTER, 9)]
+                    },
+                    PcScopes {
+                        pc_offset: 101,
+                        scopes: vec![]
+                    },
+                ],
+                "{f:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn inlining_takes_the_first_pc_desc_after_an_address() {
+        let f = Unsigned5::UP_TO_JDK19;
+        let (r, _) = recorded(f);
+        let inlining = info(&r, f)
+            .inlining(&pc_layout(f))
+            .expect("decode")
+            .expect("something inlined");
+        // The run 20, 30 is kept as 30; 10 and 40 have the same methods (OUTER at different
+        // bcis) but are not one run.
+        let chains: Vec<(u32, Vec<u64>)> =
+            inlining.chains().map(|(o, c)| (o, c.to_vec())).collect();
+        assert_eq!(
+            chains,
+            vec![
+                (10, vec![OUTER]),
+                (30, vec![OUTER, INNER]),
+                (35, vec![OUTER, INNER, LEAF]),
+                (40, vec![OUTER]),
+                (101, vec![]),
+            ]
+        );
+        let at = |o| inlining.at(o).map(<[u64]>::to_vec);
+        assert_eq!(at(0), Some(vec![OUTER]));
+        // A return address at 10, looked up as 9.
+        assert_eq!(at(9), Some(vec![OUTER]));
+        // A pc at 10 is the instruction after the one the PcDesc at 10 ends.
+        assert_eq!(at(10), Some(vec![OUTER, INNER]));
+        assert_eq!(at(19), Some(vec![OUTER, INNER]));
+        assert_eq!(at(29), Some(vec![OUTER, INNER]));
+        assert_eq!(at(34), Some(vec![OUTER, INNER, LEAF]));
+        assert_eq!(at(35), Some(vec![OUTER]));
+        assert_eq!(at(39), Some(vec![OUTER]));
+        // Past the last PcDesc with a scope: the sentinel records none.
+        assert_eq!(at(40), None);
+        assert_eq!(at(100), None);
+        assert_eq!(at(101), None);
+        assert_eq!(at(1 << 40), None);
+
+        let blob = CodeBlob {
+            start: 0x1000,
+            end: 0x1100,
+            frame_complete: 0x1010,
+            frame_size_words: 4,
+            kind: BlobKind::Nmethod { method: OUTER },
+            name: "Outer.outer".into(),
+            debug: None,
+            inlining: Some(Arc::new(inlining)),
+        };
+        assert_eq!(blob.inlined_at(0x1000 + 29), Some(&[OUTER, INNER][..]));
+        assert_eq!(blob.inlined_at(0xfff), None);
+        assert_eq!(blob.inlined_at(0x1100), None);
+    }
+
+    #[test]
+    fn an_nmethod_that_inlined_nothing_keeps_nothing() {
+        let f = Unsigned5::UP_TO_JDK19;
+        let (mut r, [outer, ..]) = recorded(f);
+        // Every PcDesc in the top scope.
+        for pc in r.pcs.chunks_exact_mut(16) {
+            if pc[4..8] != [0; 4] {
+                pc[4..8].copy_from_slice(&outer.to_le_bytes());
+            }
+        }
+        assert_eq!(info(&r, f).inlining(&pc_layout(f)), Ok(None));
+    }
+
+    #[test]
+    fn debug_info_that_does_not_fit_is_refused() {
+        let f = Unsigned5::UP_TO_JDK19;
+        let l = pc_layout(f);
+        let (r, [outer, inner, ..]) = recorded(f);
+        // A chain that does not end in the nmethod's method.
+        let other = DebugInfo {
+            method: INNER,
+            ..info(&r, f)
+        };
+        assert!(other.inlining(&l).is_err());
+        // The other format reads other numbers.
+        assert!(info(&r, Unsigned5::SINCE_JDK20).pc_scopes(&l).is_err());
+        // A scope cut short.
+        let cut = DebugInfo {
+            scopes: &r.scopes[..inner as usize + 2],
+            ..info(&r, f)
+        };
+        assert!(cut.pc_scopes(&l).is_err());
+        // Metadata index 0 (NULL) or past the metadata.
+        let short = DebugInfo {
+            metadata: &r.metadata[..8],
+            ..info(&r, f)
+        };
+        assert!(short.pc_scopes(&l).is_err());
+        // PcDescs out of order, or not a whole number of them.
+        let mut swapped = r.pcs.clone();
+        swapped[16..20].copy_from_slice(&50i32.to_le_bytes());
+        let unordered = DebugInfo {
+            pcs: &swapped,
+            ..info(&r, f)
+        };
+        assert!(unordered.pc_scopes(&l).is_err());
+        let ragged = DebugInfo {
+            pcs: &r.pcs[..20],
+            ..info(&r, f)
+        };
+        assert!(ragged.pc_scopes(&l).is_err());
+        // A scope that is its own sender never ends.
+        let mut looped = r.scopes.clone();
+        let at = inner as usize;
+        assert_eq!(looped[at] as u32, outer);
+        looped[at] = u8::try_from(inner).expect("a small offset");
+        let endless = DebugInfo {
+            scopes: &looped,
+            ..info(&r, f)
+        };
+        assert!(endless.pc_scopes(&l).is_err());
+    }
+
+    #[test]
+    fn debug_info_is_located_from_an_nmethod_header() {
+        let int = |offset| Field {
+            offset,
+            size: 4,
+            signed: true,
+        };
+        let ptr = |offset| Field {
+            offset,
+            size: 8,
+            signed: false,
+        };
+        let mut header = vec![0u8; 64];
+        let mut put = |at: usize, bytes: &[u8]| header[at..at + bytes.len()].copy_from_slice(bytes);
+        let addr = 0x7f00_0000_0000u64;
+        // JDK 17: metadata at +200, scopes data from addr + 300, PcDescs +400 to +480.
+        put(0, &200i32.to_le_bytes());
+        put(8, &(addr + 300).to_le_bytes());
+        put(16, &400i32.to_le_bytes());
+        put(20, &480i32.to_le_bytes());
+        put(24, &77i32.to_le_bytes());
+        let mut jdk17 = pc_layout(Unsigned5::UP_TO_JDK19);
+        jdk17.sections = DebugSections::InBlob {
+            metadata_offset: int(0),
+            scopes_data_begin: ptr(8),
+            scopes_pcs_offset: int(16),
+            dependencies_offset: int(20),
+        };
+        jdk17.compile_id = int(24);
+        jdk17.header_end = 28;
+        let at = jdk17.locate(addr, &header, 1000, 1000).expect("located");
+        assert_eq!(
+            at,
+            DebugInfoAt {
+                compile_id: 77,
+                metadata: (addr + 200, addr + 300),
+                scopes: (addr + 300, addr + 400),
+                pcs: (addr + 400, addr + 480),
+            }
+        );
+        // Past the blob, or the parts out of order: a torn header.
+        assert_eq!(jdk17.locate(addr, &header, 450, 1000), None);
+        assert_eq!(jdk17.locate(addr, &header, 1000, 20), None);
+        let mut torn = header.clone();
+        torn[8..16].copy_from_slice(&(addr + 450).to_le_bytes());
+        assert_eq!(jdk17.locate(addr, &torn, 1000, 1000), None);
+
+        // JDK 25: PcDescs and scopes in the immutable data, metadata after the relocations
+        // in the mutable data.
+        let immutable = 0x5500_0000_0000u64;
+        let mutable = 0x5600_0000_0000u64;
+        let mut header = vec![0u8; 64];
+        let mut put = |at: usize, bytes: &[u8]| header[at..at + bytes.len()].copy_from_slice(bytes);
+        put(0, &immutable.to_le_bytes());
+        put(8, &900i32.to_le_bytes());
+        put(12, &100i32.to_le_bytes());
+        put(16, &260i32.to_le_bytes());
+        put(24, &mutable.to_le_bytes());
+        put(32, &40i32.to_le_bytes());
+        put(36, &64i32.to_le_bytes());
+        put(40, &5i32.to_le_bytes());
+        let mut jdk25 = jdk17;
+        jdk25.sections = DebugSections::Immutable {
+            immutable_data: ptr(0),
+            immutable_data_size: int(8),
+            scopes_pcs_offset: int(12),
+            scopes_data_offset: int(16),
+            metadata: MetadataSection::Mutable {
+                mutable_data: ptr(24),
+                relocation_size: int(32),
+                mutable_data_size: int(36),
+            },
+        };
+        jdk25.compile_id = int(40);
+        jdk25.header_end = 44;
+        assert_eq!(
+            jdk25.locate(addr, &header, 1000, 1000),
+            Some(DebugInfoAt {
+                compile_id: 5,
+                metadata: (mutable + 40, mutable + 64),
+                scopes: (immutable + 260, immutable + 900),
+                pcs: (immutable + 100, immutable + 260),
+            })
+        );
+    }
+
+    #[test]
+    fn ranges_are_read_around_one_that_cannot_be() {
+        let mem = Memory {
+            pid: std::process::id(),
+            file: File::open("/proc/self/mem").expect("open our own memory"),
+        };
+        let data: Vec<u8> = (0..=255).collect();
+        let at = |i: usize| data.as_ptr() as u64 + i as u64;
+        // Address 8 is never mapped.
+        let ranges = [(at(0), 4), (8, 16), (at(10), 0), (at(100), 3), (at(250), 6)];
+        let mut buf = Vec::new();
+        assert_eq!(
+            mem.read_ranges(&ranges, &mut buf),
+            vec![true, false, true, true, true]
+        );
+        assert_eq!(buf.len(), 29);
+        assert_eq!(&buf[..4], &data[..4]);
+        assert_eq!(&buf[20..23], &data[100..103]);
+        assert_eq!(&buf[23..], &data[250..]);
+        // More parts than one call takes.
+        let many: Vec<(u64, usize)> = (0..3000).map(|i| (at(i % 256), 1)).collect();
+        assert!(mem.read_ranges(&many, &mut buf).iter().all(|&ok| ok));
+        assert!(buf.iter().enumerate().all(|(i, &b)| b == (i % 256) as u8));
     }
 
     #[test]

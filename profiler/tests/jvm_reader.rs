@@ -6,7 +6,7 @@
 mod common;
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
@@ -14,6 +14,7 @@ use std::{
 
 use common::*;
 use profiler::{
+    hotspot::HotSpot,
     jvm::{BlobKind, CodeBlob, Jvm},
     procmap::{MappingKind, parse_maps},
 };
@@ -193,6 +194,21 @@ fn check(home: &str, version_prefix: &str) {
         "{home}: code_blobs() of {count} blobs: {:?} per call ({runs} calls, names cached)",
         t.elapsed() / runs
     );
+    // Inlining: every nmethod's debug information read once, then reused.
+    let mut blobs = jvm.code_blobs().expect("walk the code cache");
+    let t = Instant::now();
+    let cold = jvm.read_inlining(&mut blobs, Duration::MAX);
+    let cold_time = t.elapsed();
+    let t = Instant::now();
+    let warm = jvm.read_inlining(&mut blobs, Duration::MAX);
+    println!(
+        "{home}: read_inlining of {count} blobs: {cold:?} in {cold_time:?}; again: {warm:?} in {:?}",
+        t.elapsed()
+    );
+    assert!(
+        cold.decoded > 0 && cold.failed * 10 <= cold.decoded,
+        "{cold:?}"
+    );
 
     // Against the JVM's own perf map: snapshots before and after it, as the JIT runs on.
     let before = jvm.code_blobs().expect("walk the code cache");
@@ -288,4 +304,406 @@ fn jvm_reader_not_a_jvm() {
             .expect("read its maps")
             .is_none()
     );
+}
+
+/// InlineWork compiled once per test binary.
+fn inline_classes() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| javac(Some(JDK17), "InlineWork"))
+        .clone()
+}
+
+/// One line of `jcmd PID Compiler.codelist` (`CodeCache::print_codelist`: `compile_id
+/// comp_level state Class.method(signature) [header, code_begin - code_end]`).
+#[derive(Debug)]
+struct Compiled {
+    id: i32,
+    level: i32,
+    method: String,
+    code: u64,
+}
+
+fn codelist(home: &str, pid: u32) -> Vec<Compiled> {
+    let out = Command::new(format!("{home}/bin/jcmd"))
+        .args([&pid.to_string(), "Compiler.codelist"])
+        .output()
+        .expect("run jcmd");
+    assert!(
+        out.status.success(),
+        "jcmd Compiler.codelist failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (head, addrs) = l.split_once(" [")?;
+            let mut f = head.splitn(4, ' ');
+            let id = f.next()?.parse().ok()?;
+            let level = f.next()?.parse().ok()?;
+            let _state = f.next()?;
+            let method = f.next()?.to_string();
+            let code = addrs.split(", ").nth(1)?.split(' ').next()?;
+            let code = u64::from_str_radix(code.trim_start_matches("0x"), 16).ok()?;
+            Some(Compiled {
+                id,
+                level,
+                method,
+                code,
+            })
+        })
+        .collect()
+}
+
+/// `Class.method` of each `Method*` of a chain.
+fn names(jvm: &mut Jvm, chain: &[u64]) -> Vec<String> {
+    chain
+        .iter()
+        .map(|&m| {
+            jvm.method_name(m)
+                .unwrap_or_else(|e| panic!("Method* {m:#x} of a scope names no method: {e}"))
+        })
+        .collect()
+}
+
+/// Every PcDesc of every nmethod among `blobs` whose inlining was read, decoded whole (bcis
+/// included), agrees with the compact chains; every chain starts at the nmethod's own method;
+/// every `Method*` names a method. The nmethods checked and their PcDescs in inlined code.
+fn check_scopes(home: &str, jvm: &mut Jvm, blobs: &[CodeBlob]) -> (usize, usize) {
+    let mut methods = HashSet::new();
+    let (mut nmethods, mut pc_descs, mut inlined_pcs, mut gone) = (0, 0, 0, 0);
+    for b in blobs {
+        let BlobKind::Nmethod { method } = b.kind else {
+            continue;
+        };
+        let Ok(pcs) = jvm.pc_scopes(b) else {
+            // Freed since the walk.
+            gone += 1;
+            continue;
+        };
+        nmethods += 1;
+        for pc in &pcs {
+            pc_descs += 1;
+            let chain: Vec<u64> = pc.scopes.iter().map(|s| s.method).collect();
+            assert!(pc.scopes.iter().all(|s| s.bci >= -1), "{b:x?}: {pc:?}");
+            if let Some(&first) = chain.first() {
+                assert_eq!(first, method, "{b:x?}: {pc:?}");
+            }
+            inlined_pcs += usize::from(chain.len() > 1);
+            methods.extend(chain.iter().copied());
+            let lookup = u64::from(pc.pc_offset).checked_sub(1);
+            match (&b.inlining, lookup) {
+                (Some(i), Some(o)) if b.start + o < b.end => {
+                    let want = (!chain.is_empty()).then_some(&chain[..]);
+                    assert_eq!(i.at(o), want, "{b:x?} at PcDesc +{:#x}", pc.pc_offset);
+                }
+                (None, _) => assert!(chain.len() <= 1, "{b:x?} inlined at {pc:?}"),
+                _ => {}
+            }
+        }
+    }
+    let unnamed: Vec<u64> = methods
+        .iter()
+        .copied()
+        .filter(|&m| jvm.method_name(m).is_err())
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "Method*s of scopes naming no method: {unnamed:x?}"
+    );
+    println!(
+        "{home}: {nmethods} nmethods decoded whole ({gone} gone), {pc_descs} PcDescs \
+         ({inlined_pcs} in inlined code), {} distinct methods named",
+        methods.len()
+    );
+    (nmethods, inlined_pcs)
+}
+
+fn check_inlining(home: &str) {
+    let (workload, ready) = start_java(
+        Some(home),
+        &["-XX:CompileCommand=quiet"],
+        &inline_classes(),
+        "InlineWork",
+    );
+    assert_eq!(ready, "ready");
+    let pid = workload.pid();
+    let mut jvm = Jvm::attach(pid)
+        .expect("attach to the JVM")
+        .expect("a JVM maps libjvm.so");
+
+    // outer() compiled by C2 (level 4), as jcmd says and as read: retried while the JIT works.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut blobs, at) = loop {
+        let c2: Vec<Compiled> = codelist(home, pid)
+            .into_iter()
+            .filter(|c| c.level == 4 && c.method == "InlineWork.outer(I)J")
+            .collect();
+        let blobs = jvm.code_blobs().expect("walk the code cache");
+        let found = blobs.iter().position(|b| {
+            c2.iter()
+                .any(|c| c.code == b.start && Some(c.id) == b.compile_id())
+        });
+        if let Some(at) = found {
+            break (blobs, at);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no C2 nmethod of InlineWork.outer read within 30 s; jcmd lists {c2:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let t = Instant::now();
+    let read = jvm.read_inlining(&mut blobs, Duration::MAX);
+    let cold = t.elapsed();
+    println!(
+        "{home}: read_inlining of {} blobs, cold: {read:?} in {cold:?}",
+        blobs.len()
+    );
+    assert_eq!(read.deferred, 0);
+    assert!(read.decoded > 0 && read.inlined > 0, "{read:?}");
+
+    let outer = &blobs[at];
+    let BlobKind::Nmethod {
+        method: outer_method,
+    } = outer.kind
+    else {
+        panic!("{outer:x?} is not an nmethod");
+    };
+    let inlining = outer
+        .inlining
+        .clone()
+        .expect("the C2 nmethod of InlineWork.outer inlined nothing");
+    println!(
+        "{home}: InlineWork.outer compile id {:?} at {:#x}..{:#x}, {} PcDescs kept ({} bytes)",
+        outer.compile_id(),
+        outer.start,
+        outer.end,
+        inlining.chains().count(),
+        inlining.heap_bytes()
+    );
+    let mut with_inner = Vec::new();
+    for (offset, chain) in inlining.chains() {
+        if chain.is_empty() {
+            continue;
+        }
+        assert_eq!(chain[0], outer_method, "a chain of outer() at +{offset:#x}");
+        let named = names(&mut jvm, chain);
+        println!("  +{offset:#x}: {}", named.join(" -> "));
+        if named == ["InlineWork.outer", "InlineWork.inner"] {
+            with_inner.push((offset, chain.to_vec()));
+        }
+        // A return address at that PcDesc, looked up as ret - 1, gets its chain.
+        if offset > 0 && outer.start + u64::from(offset) <= outer.end {
+            assert_eq!(
+                outer.inlined_at(outer.start + u64::from(offset) - 1),
+                Some(chain),
+                "lookup before +{offset:#x}"
+            );
+        }
+    }
+    assert!(
+        !with_inner.is_empty(),
+        "no PcDesc of InlineWork.outer's C2 nmethod has the scopes [outer, inner]"
+    );
+
+    // The profiler's follower of the code cache keeps them from its first read.
+    let mut hotspot = HotSpot::attach(pid).expect("the profiler attaches to the JVM");
+    let _ = hotspot.refresh();
+    for (offset, chain) in &with_inner {
+        let ret = outer.start + u64::from(*offset);
+        assert_eq!(
+            hotspot.inlined_at(ret - 1),
+            Some(&chain[..]),
+            "HotSpot::inlined_at before +{offset:#x}"
+        );
+    }
+
+    let (nmethods, inlined_pcs) = check_scopes(home, &mut jvm, &blobs);
+    assert!(nmethods >= 5 && inlined_pcs > 0);
+
+    // Compile ids as jcmd lists them, by code start.
+    let listed: HashMap<u64, i32> = codelist(home, pid).iter().map(|c| (c.code, c.id)).collect();
+    let (mut ours, mut matched) = (0, 0);
+    for b in &blobs {
+        let Some(id) = b.compile_id() else { continue };
+        ours += 1;
+        if let Some(&listed) = listed.get(&b.start) {
+            assert_eq!(id, listed, "compile id of {b:x?}");
+            matched += 1;
+        }
+    }
+    // The JIT may have freed a few since the walk.
+    assert!(
+        matched >= 5 && matched * 10 >= ours * 9,
+        "only {matched} of our {ours} nmethods listed by jcmd"
+    );
+
+    // Once read, an nmethod is not read again.
+    let mut again = jvm.code_blobs().expect("walk the code cache");
+    let t = Instant::now();
+    let warm = jvm.read_inlining(&mut again, Duration::MAX);
+    println!(
+        "{home}: read_inlining again: {warm:?} in {:?}, {matched} compile ids matched jcmd's",
+        t.elapsed()
+    );
+    assert!(warm.cached > 0 && warm.decoded < read.decoded, "{warm:?}");
+}
+
+#[test]
+fn jvm_reader_inlining_jdk17() {
+    require_root();
+    let _serial = serial();
+    assert!(
+        Path::new(JDK17).exists(),
+        "{JDK17} not found: `cargo xtask test` installs openjdk-17-jdk-headless when run as root"
+    );
+    check_inlining(JDK17);
+}
+
+#[test]
+fn jvm_reader_inlining_jdk25() {
+    require_root();
+    let _serial = serial();
+    if !Path::new(JDK25).exists() {
+        eprintln!("{JDK25} not installed: JDK 25 not checked");
+        return;
+    }
+    check_inlining(JDK25);
+}
+
+/// This thread's CPU time.
+fn cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write to.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// What reading inlining costs on a large code cache: javac compiling in a loop under
+/// `-Xcomp` (every method compiled at its first call). A measurement, printed; run by hand:
+/// `cargo test --release -p profiler --test jvm_reader -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement of a minute or more"]
+fn inlining_cost_on_a_large_code_cache() {
+    require_root();
+    let _serial = serial();
+    let classes = javac(Some(JDK17), "JavacLoop");
+    let out = scratch_dir().join(format!("javac-loop-{}", std::process::id()));
+    std::fs::create_dir_all(&out).expect("create javac's output directory");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/InlineWork.java");
+    let (workload, ready) = start_java(
+        Some(JDK17),
+        &[
+            "-Xcomp",
+            "-XX:CompileCommand=quiet",
+            &format!("-Dsource={}", source.display()),
+            &format!("-Dout={}", out.display()),
+        ],
+        &classes,
+        "JavacLoop",
+    );
+    assert_eq!(ready, "ready");
+    let pid = workload.pid();
+    let mut jvm = Jvm::attach(pid).expect("attach").expect("a JVM");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut count = 0;
+    while Instant::now() < deadline {
+        count = jvm.code_blobs().expect("walk the code cache").len();
+        if count >= 8000 {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    println!("{count} blobs");
+
+    // Wall time on a busy machine says little: this thread's CPU time too.
+    let runs = 10;
+    let (t, c) = (Instant::now(), cpu_time());
+    for _ in 0..runs {
+        jvm.code_blobs().expect("walk the code cache");
+    }
+    println!(
+        "code_blobs(): {:?} per call, {:?} of CPU",
+        t.elapsed() / runs,
+        (cpu_time() - c) / runs
+    );
+
+    let mut blobs = jvm.code_blobs().expect("walk the code cache");
+    let nmethods = blobs
+        .iter()
+        .filter(|b| matches!(b.kind, BlobKind::Nmethod { .. }))
+        .count();
+    let (t, c) = (Instant::now(), cpu_time());
+    let cold = jvm.read_inlining(&mut blobs, Duration::MAX);
+    println!(
+        "read_inlining, cold, {} blobs ({nmethods} nmethods): {cold:?} in {:?}, {:?} of CPU",
+        blobs.len(),
+        t.elapsed(),
+        cpu_time() - c
+    );
+    let kept: usize = blobs
+        .iter()
+        .filter_map(|b| b.inlining.as_ref())
+        .map(|i| i.heap_bytes())
+        .sum();
+    println!("kept: {kept} bytes");
+    assert!(
+        cold.failed * 100 <= cold.decoded,
+        "more than 1 % of the nmethods did not decode: {cold:?}"
+    );
+    let (nmethods, _) = check_scopes(JDK17, &mut jvm, &blobs);
+    assert!(nmethods > 1000, "{nmethods} nmethods");
+
+    let (t, c) = (Instant::now(), cpu_time());
+    for _ in 0..runs {
+        let mut blobs = jvm.code_blobs().expect("walk the code cache");
+        jvm.read_inlining(&mut blobs, Duration::MAX);
+    }
+    println!(
+        "code_blobs() + read_inlining, warm: {:?} per call, {:?} of CPU",
+        t.elapsed() / runs,
+        (cpu_time() - c) / runs
+    );
+    let mut blobs = jvm.code_blobs().expect("walk the code cache");
+    let (t, c) = (Instant::now(), cpu_time());
+    let warm = jvm.read_inlining(&mut blobs, Duration::MAX);
+    println!(
+        "read_inlining alone, warm: {warm:?} in {:?}, {:?} of CPU",
+        t.elapsed(),
+        cpu_time() - c
+    );
+
+    // As the profiler reads it (hotspot.rs, `INLINING_BUDGET`): a budget per read, a fresh
+    // reader.
+    let mut fresh = Jvm::attach(pid).expect("attach").expect("a JVM");
+    let mut calls = 0;
+    let (t, c) = (Instant::now(), cpu_time());
+    let mut inlining_cpu = Duration::ZERO;
+    loop {
+        let mut blobs = fresh.code_blobs().expect("walk the code cache");
+        let (s, sc) = (Instant::now(), cpu_time());
+        let read = fresh.read_inlining(&mut blobs, Duration::from_millis(20));
+        let cpu = cpu_time() - sc;
+        inlining_cpu += cpu;
+        calls += 1;
+        println!(
+            "  budget 20 ms: {read:?} in {:?}, {cpu:?} of CPU",
+            s.elapsed()
+        );
+        if read.deferred == 0 || calls == 200 {
+            break;
+        }
+    }
+    println!(
+        "budget 20 ms: {calls} reads, {:?} in all, {:?} of CPU (walks included), \
+         {inlining_cpu:?} of it reading inlining",
+        t.elapsed(),
+        cpu_time() - c
+    );
+    let _ = std::fs::remove_dir_all(&out);
 }
