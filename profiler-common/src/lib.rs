@@ -1176,6 +1176,12 @@ pub enum Counter {
     /// Threads whose lost wait time could not be recorded (that table full too): their
     /// missing time shows as nothing at all.
     LostWaitsFull,
+    /// Set by user space: the kernel's mapping records it dropped (their ring was full), so
+    /// a process that exited unseen may be unnamed.
+    MappingRecordsLost,
+    /// Set by user space: files whose unwind rows did not fit the row array (unwound by
+    /// frame pointers).
+    UnwindRowsNotLoaded,
 }
 
 /// What a counter counts: something lost (the user must see it, with the flag that avoids it)
@@ -1187,7 +1193,7 @@ pub enum CounterKind {
 }
 
 impl Counter {
-    pub const COUNT: u32 = 23;
+    pub const COUNT: u32 = 25;
 
     /// Every counter is one or the other: the match has no wildcard, so a new counter must be
     /// classified before it compiles.
@@ -1196,7 +1202,7 @@ impl Counter {
         match self {
             SamplesMapFull | UserStackFailed | KernelStackFailed | StackTableFull
             | WaitsMapFull | ThreadsFull | WakersMapFull | SiteHistsFull | ProcsFull
-            | LostWaitsFull => CounterKind::Loss,
+            | LostWaitsFull | MappingRecordsLost | UnwindRowsNotLoaded => CounterKind::Loss,
             Samples | SwitchesOut | Waits | WaitsFiltered | MissedSwitchIns | Wakeups
             | UnwindMemoHits | UnwindMemoMisses | UnwindFrames | RowCacheMisses
             | KernelMemoHits | KernelMemoMisses | MemoDisagreements => CounterKind::Event,
@@ -1230,6 +1236,8 @@ impl Counter {
             MemoDisagreements => "memo_disagreements",
             ProcsFull => "procs_full",
             LostWaitsFull => "lost_waits_full",
+            MappingRecordsLost => "mapping_records_lost",
+            UnwindRowsNotLoaded => "unwind_rows_not_loaded",
         }
     }
 
@@ -1248,6 +1256,11 @@ impl Counter {
             ThreadsFull => Some(("threads: thread table full", Some("--max-threads"))),
             ProcsFull => Some(("processes: process table full", Some("--max-processes"))),
             LostWaitsFull => Some(("lost wait time: its table full too", Some("--max-keys"))),
+            MappingRecordsLost => Some(("mapping records: the kernel's ring was full", None)),
+            UnwindRowsNotLoaded => Some((
+                "files unwound by frame pointers: the unwind row array full",
+                Some("--unwind-chunks"),
+            )),
             StackTableFull => Some(("stacks: stack table full", Some("--max-stacks"))),
             UserStackFailed => Some(("user stacks: unwinding failed", None)),
             KernelStackFailed => Some(("kernel stacks: unwinding failed", None)),
@@ -1279,6 +1292,8 @@ impl Counter {
         Counter::ProcsFull,
         Counter::MemoDisagreements,
         Counter::LostWaitsFull,
+        Counter::MappingRecordsLost,
+        Counter::UnwindRowsNotLoaded,
     ];
 }
 

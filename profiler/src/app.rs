@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result};
 
 use crate::{
     analysis,
-    capture::{EndReason, Tick, Waiter},
+    capture::{EndReason, Tick, TickKind, Waiter},
     cli::{Args, Cli, Command, DiffArgs, OutputArgs, ReplayArgs, Unwind},
     diff,
     drain::{self, Drainer},
@@ -33,6 +33,9 @@ use crate::{
 
 /// Row chunks (65,536 rows, 768 KiB each) kept free for files mapped during the capture.
 const UNWIND_CHUNKS_HEADROOM: usize = 4;
+/// The same for a launched command: its programs (a build's compilers: cc1 alone needs
+/// about 5 chunks) are not known when the array is sized.
+const UNWIND_CHUNKS_HEADROOM_COMMAND: usize = 12;
 
 /// Runs one command; returns the exit status the profiler should exit with (a launched
 /// command's), if any.
@@ -479,8 +482,14 @@ async fn capture(
     waiter: &mut Waiter,
 ) -> Result<Captured> {
     let load_started = Instant::now();
-    let mut probes = Probes::load(&probe_config(args, verbose, prepared))?;
+    let config = probe_config(args, verbose, prepared);
+    let mut probes = Probes::load(&config)?;
+    if let (Some(tables), Some(chunks)) = (prepared.tables.as_mut(), config.dwarf_chunks) {
+        tables.set_capacity(chunks as usize);
+    }
     let loaded = load_started.elapsed();
+    // Before a command starts: its exec's mappings are among the records.
+    prepared.targets.open_mapping_records();
     // A command starts now, held before its exec: in the target set before its first
     // instruction.
     if let Some(command) = &prepared.command {
@@ -539,8 +548,9 @@ async fn capture(
         std::mem::replace(&mut prepared.targets, TargetSet::empty()),
         prepared.tables.take(),
     );
+    let wake = state.1.mapping_records_ready();
     let (reason, stop_ns, (probes, targets, tables)) = waiter
-        .wait(opened, secs, state, tick, || {
+        .wait(opened, secs, state, wake, tick, || {
             window
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -550,7 +560,13 @@ async fn capture(
     prepared.targets = targets;
     prepared.tables = tables;
     let stop_ns = stop_ns?;
-    let drained = drain_all(&probes, draining.stop(), &prepared.targets, sched_at_start)?;
+    let drained = drain_all(
+        &probes,
+        draining.stop(),
+        &prepared.targets,
+        prepared.tables.as_ref(),
+        sched_at_start,
+    )?;
     Ok(Captured {
         drained,
         seeds,
@@ -561,9 +577,13 @@ async fn capture(
 }
 
 /// One tick of the capture: the target set kept current (processes, mappings, JIT code),
-/// progress read.
-fn tick(state: &mut (Probes, TargetSet, Option<UnwindTables>)) -> Tick {
+/// progress read; or only the kernel's mapping records applied.
+fn tick(state: &mut (Probes, TargetSet, Option<UnwindTables>), kind: TickKind) -> Tick {
     let (probes, targets, tables) = state;
+    if kind == TickKind::Mappings {
+        targets.follow_mappings(probes, tables.as_mut());
+        return Tick::default();
+    }
     let tick = targets.tick(probes, tables.as_mut());
     for (pid, name) in &tick.ended {
         eprintln!("profiler: {name} (PID {pid}) exited");
@@ -589,11 +609,7 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
         max_block_ns: args.max_block_ns(),
         kernel_stacks: !args.no_kernel_stacks,
         waker_stacks: args.out.wakers,
-        // Room for libraries loaded during the capture.
-        dwarf_chunks: prepared
-            .tables
-            .as_ref()
-            .map(|t| (t.chunks_needed() + UNWIND_CHUNKS_HEADROOM) as u32),
+        dwarf_chunks: prepared.tables.as_ref().map(|t| unwind_chunks(args, t)),
         max_stacks: args.max_stacks,
         max_keys: args.max_keys,
         max_threads: args.max_threads,
@@ -609,6 +625,19 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
             Default::default()
         },
     }
+}
+
+/// The kernel's row array: as asked, else what the files need now and room for files mapped
+/// during the capture.
+fn unwind_chunks(args: &Args, tables: &UnwindTables) -> u32 {
+    let headroom = if args.command.is_empty() {
+        UNWIND_CHUNKS_HEADROOM
+    } else {
+        UNWIND_CHUNKS_HEADROOM_COMMAND
+    };
+    args.unwind_chunks
+        .unwrap_or((tables.chunks_needed() + headroom) as u32)
+        .max(tables.chunks_needed() as u32)
 }
 
 /// The line that says the window is open, the moment it opens.
@@ -636,10 +665,25 @@ fn drain_all(
     probes: &Probes,
     drainer: Drainer,
     targets: &TargetSet,
+    tables: Option<&UnwindTables>,
     sched_at_start: std::collections::HashMap<u32, crate::model::SchedStat>,
 ) -> Result<Drained> {
     let pids: Vec<u32> = targets.processes.keys().copied().collect();
     let (mut drained, stats) = drainer.finish(probes, &pids)?;
+    // Losses of user space's own, beside the kernel's.
+    drained.counters.set(
+        profiler_common::Counter::MappingRecordsLost,
+        targets.mapping_records_lost,
+    );
+    if let Some(tables) = tables {
+        drained.counters.set(
+            profiler_common::Counter::UnwindRowsNotLoaded,
+            tables.not_loaded.len() as u64,
+        );
+        for (file, rows) in &tables.not_loaded {
+            log::info!("unwind rows of {file} not loaded ({rows} rows): the row array is full");
+        }
+    }
     log::info!(
         "drained {} times during the capture ({:.3} s in all); most keys at one drain: {} waits, {} samples, {} wakers, {} stacks, {} threads",
         stats.drains,

@@ -57,17 +57,21 @@ impl Waiter {
     }
 
     /// Waits out a capture window that opened at `started`, calling `tick` on `state` five
-    /// times a second (new processes and mappings, progress counters). A tick runs on a
-    /// blocking thread: one that builds unwind rows for a library just loaded, or reads a
-    /// JVM's code cache, may take longer than a tick, and the window must still end on time
-    /// and on Ctrl-C. `close` runs the moment the capture ends (it closes the window), before
-    /// a tick still running is waited for; then `state` is handed back.
+    /// times a second (new processes and mappings, progress counters), and a light one
+    /// ([`TickKind::Mappings`]) a moment after `wake` becomes readable (the kernel reported
+    /// a new process or mapping: a compiler that lives 20 ms gets its unwind tables within
+    /// milliseconds of its exec). A tick runs on a blocking thread: one that builds unwind
+    /// rows for a library just loaded, or reads a JVM's code cache, may take longer than a
+    /// tick, and the window must still end on time and on Ctrl-C. `close` runs the moment the
+    /// capture ends (it closes the window), before a tick still running is waited for; then
+    /// `state` is handed back.
     pub async fn wait<S, E>(
         &mut self,
         started: Instant,
         secs: u64,
         state: S,
-        tick: fn(&mut S) -> Tick,
+        wake: Option<OwnedFd>,
+        tick: fn(&mut S, TickKind) -> Tick,
         close: impl FnOnce() -> E,
     ) -> (EndReason, E, S)
     where
@@ -75,9 +79,11 @@ impl Waiter {
     {
         let total = Duration::from_secs(secs);
         let mut progress = Progress::new(secs);
-        // Often enough that a library loaded mid-capture gets its unwind rows within a few
-        // of its first waits; reading /proc/<pid>/maps costs well under a millisecond.
-        let mut interval = tokio::time::interval(Duration::from_millis(200));
+        let mut interval = tokio::time::interval(TICK);
+        let wake = wake.and_then(|fd| {
+            // SAFETY: the AsyncFd owns the OwnedFd, which stays open until it is dropped.
+            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
+        });
         let exited = async {
             match &self.exited {
                 Some(fd) => {
@@ -97,6 +103,19 @@ impl Waiter {
                     None => std::future::pending().await,
                 }
             };
+            let woken = async {
+                match &wake {
+                    Some(fd) => {
+                        if let Ok(mut guard) = fd.readable().await {
+                            guard.clear_ready();
+                        }
+                        // The rest of an exec's mappings (its libraries) come within a
+                        // millisecond or two: read them in one go.
+                        tokio::time::sleep(MAPPINGS_SETTLE).await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
             tokio::select! {
                 _ = tokio::time::sleep(left) => break EndReason::Elapsed,
                 _ = self.sigint.recv() => break EndReason::Interrupted,
@@ -105,7 +124,15 @@ impl Waiter {
                 _ = interval.tick(), if idle.is_some() => {
                     if let Some(mut s) = idle.take() {
                         running = Some(tokio::task::spawn_blocking(move || {
-                            let t = tick(&mut s);
+                            let t = tick(&mut s, TickKind::Full);
+                            (s, t)
+                        }));
+                    }
+                }
+                _ = woken, if idle.is_some() => {
+                    if let Some(mut s) = idle.take() {
+                        running = Some(tokio::task::spawn_blocking(move || {
+                            let t = tick(&mut s, TickKind::Mappings);
                             (s, t)
                         }));
                     }
@@ -117,7 +144,10 @@ impl Waiter {
                     if t.target_gone {
                         break EndReason::TargetExited;
                     }
-                    progress.show(started.elapsed(), t.samples, t.switches);
+                    // A mappings tick reads no counters.
+                    if t.samples != 0 || t.switches != 0 {
+                        progress.show(started.elapsed(), t.samples, t.switches);
+                    }
                 }
             }
         };
@@ -149,6 +179,23 @@ impl Waiter {
             _ = self.sigterm.recv() => {}
         }
     }
+}
+
+/// The full tick's period: often enough that a library loaded mid-capture gets its unwind
+/// rows within a few of its first waits; reading /proc/<pid>/maps costs well under a
+/// millisecond.
+pub const TICK: Duration = Duration::from_millis(200);
+
+/// How long after the kernel reported a new mapping the mappings tick runs.
+const MAPPINGS_SETTLE: Duration = Duration::from_millis(2);
+
+/// Which tick runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TickKind {
+    /// Everything the target set follows: processes, names, `/proc` mappings, JVM code.
+    Full,
+    /// Only the kernel's mapping records (new processes, execs, mappings).
+    Mappings,
 }
 
 /// What the periodic tick learned.
@@ -228,7 +275,7 @@ mod tests {
     /// slow that a window held open by it is told from one that was not by seconds, not by
     /// the scheduling noise of a loaded machine.
     const SLOW_TICK: Duration = Duration::from_secs(3);
-    fn slow_tick(ticks: &mut u32) -> Tick {
+    fn slow_tick(ticks: &mut u32, _: TickKind) -> Tick {
         std::thread::sleep(SLOW_TICK);
         *ticks += 1;
         Tick::default()
@@ -241,7 +288,7 @@ mod tests {
             let mut waiter = Waiter::new().expect("signal handlers");
             let started = Instant::now();
             let (reason, closed_after, ticks) = waiter
-                .wait(started, 1, 0u32, slow_tick, || started.elapsed())
+                .wait(started, 1, 0u32, None, slow_tick, || started.elapsed())
                 .await;
             assert_eq!(reason, EndReason::Elapsed);
             assert!(
@@ -267,7 +314,7 @@ mod tests {
                 unsafe { libc::kill(libc::getpid(), libc::SIGINT) };
             });
             let (reason, closed_after, _) = waiter
-                .wait(started, 30, 0u32, slow_tick, || started.elapsed())
+                .wait(started, 30, 0u32, None, slow_tick, || started.elapsed())
                 .await;
             signaller.join().expect("the signalling thread");
             assert_eq!(reason, EndReason::Interrupted);

@@ -238,6 +238,12 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_THREADS, value_parser = table_size)]
     pub max_threads: u32,
 
+    /// Size of the in-kernel unwind row array, in chunks of 65,536 rows (768 KiB each).
+    /// Default: what the target's files need now, plus room for files mapped later (more for
+    /// a launched command, whose programs are not known yet).
+    #[arg(long, value_name = "N", value_parser = table_size)]
+    pub unwind_chunks: Option<u32>,
+
     /// Unwind every stack even when a memo recognises it, and count the disagreements
     /// (`memo_disagreements` in the JSON report): for tests, at the cost of the memos' saving.
     #[arg(long, hide = true)]

@@ -832,6 +832,15 @@ pub struct MmapEvents {
     stats: Stats,
 }
 
+impl std::fmt::Debug for MmapEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MmapEvents")
+            .field("cpus", &self.rings.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
 impl MmapEvents {
     /// Opens and enables the events on every online CPU with the default [`Config`].
     pub fn open() -> Result<Self, Error> {
@@ -920,6 +929,37 @@ impl MmapEvents {
 
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// An epoll instance watching every ring: readable when any ring was written to, one
+    /// descriptor for an async runtime to wait on.
+    pub fn epoll(&self) -> io::Result<OwnedFd> {
+        // SAFETY: epoll_create1 takes flags and returns a new fd or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new fd nobody else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+        for ring in &self.rings {
+            let mut event = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: u64::from(ring.cpu),
+            };
+            // SAFETY: both fds are open; `event` is a valid epoll_event.
+            let r = unsafe {
+                libc::epoll_ctl(
+                    epoll.as_raw_fd(),
+                    libc::EPOLL_CTL_ADD,
+                    ring.fd.as_raw_fd(),
+                    &mut event,
+                )
+            };
+            if r < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(epoll)
     }
 }
 

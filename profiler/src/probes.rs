@@ -170,6 +170,8 @@ impl Probes {
             .map_max_entries(names::MAP_SAMPLES, cfg.max_keys)
             .map_max_entries(names::MAP_WAITS, cfg.max_keys)
             .map_max_entries(names::MAP_WAKERS, cfg.max_keys)
+            // 3.3 KiB an entry, and one per blocking site (not per thread and site).
+            .map_max_entries(names::MAP_SITE_HISTS, (cfg.max_keys / 8).max(64))
             .map_max_entries(names::MAP_UNWIND_ROWS, cfg.dwarf_chunks.unwrap_or(1).max(1))
             .map_max_entries(names::MAP_THREADS, cfg.max_threads)
             .map_max_entries(names::MAP_TARGETS, cfg.target_words.max(1))

@@ -100,6 +100,22 @@ fn parse_line(line: &str) -> Option<Mapping> {
     })
 }
 
+/// This process's vDSO image (the kernel's, the same in every process).
+fn own_vdso() -> Option<Vec<u8>> {
+    static VDSO: std::sync::OnceLock<Option<Vec<u8>>> = std::sync::OnceLock::new();
+    VDSO.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let vdso = parse_maps(&text)
+            .into_iter()
+            .find(|m| m.kind == MappingKind::Vdso)?;
+        let mem = File::open("/proc/self/mem").ok()?;
+        let mut buf = vec![0u8; (vdso.end - vdso.start) as usize];
+        mem.read_exact_at(&mut buf, vdso.start).ok()?;
+        Some(buf)
+    })
+    .clone()
+}
+
 /// Every executable mapping seen during the capture, with open handles on their files. Cheap
 /// to clone (the handles are shared): a clone is a snapshot of one layout.
 #[derive(Clone, Debug, Default)]
@@ -130,6 +146,46 @@ impl ProcessMaps {
         Ok(())
     }
 
+    /// Adds an executable mapping the kernel reported as it was made (a `PERF_RECORD_MMAP2`,
+    /// `mmap_events`): a process that exits before its `/proc/<pid>/maps` is read is still
+    /// known from these.
+    pub fn add_recorded(&mut self, m: &crate::mmap_events::Mmap2) {
+        if !m.is_exec() || m.len == 0 {
+            return;
+        }
+        let name = m.filename.to_string_lossy();
+        let kind = if name == "[vdso]" {
+            MappingKind::Vdso
+        } else if m.ino != 0 && name.starts_with('/') {
+            MappingKind::File {
+                path: PathBuf::from(name.strip_suffix(" (deleted)").unwrap_or(&name)),
+                // As /proc/<pid>/maps prints them (`%02x:%02x`), so a file read both ways is
+                // one file.
+                dev: format!("{:02x}:{:02x}", m.maj, m.min),
+                inode: m.ino,
+            }
+        } else {
+            MappingKind::Anon {
+                name: name.into_owned(),
+            }
+        };
+        self.add(Mapping {
+            start: m.addr,
+            end: m.end(),
+            offset: m.pgoff,
+            kind,
+        });
+    }
+
+    /// The mappings of a child just forked from this process: the same address space (a
+    /// fork reports no mapping of its own), its own pid.
+    pub fn forked(&self, pid: u32) -> Self {
+        Self {
+            pid,
+            ..self.clone()
+        }
+    }
+
     fn add(&mut self, mapping: Mapping) {
         if let Some(existing) = self
             .mappings
@@ -149,9 +205,12 @@ impl ProcessMaps {
                 }
             }
             MappingKind::Vdso if self.vdso.is_none() => {
+                // Every process maps the same kernel's vDSO: ours stands in for a target
+                // that is gone before its own could be copied.
                 self.vdso = self
                     .read_memory(mapping.start, mapping.end - mapping.start)
-                    .ok();
+                    .ok()
+                    .or_else(own_vdso);
             }
             _ => {}
         }
@@ -177,6 +236,9 @@ impl ProcessMaps {
     }
 
     fn read_memory(&self, addr: u64, len: u64) -> io::Result<Vec<u8>> {
+        if self.pid == 0 {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
         let mem = File::open(format!("/proc/{}/mem", self.pid))?;
         let mut buf = vec![0u8; len as usize];
         mem.read_exact_at(&mut buf, addr)?;

@@ -17,6 +17,7 @@ use profiler_common::unwind::{ProcMappings, java_method_of};
 
 use crate::{
     hotspot::HotSpot,
+    mmap_events::{Event, MmapEvents},
     model::{Kind, ProcessInfo, Profile},
     perfmap::PerfMap,
     preflight::{self, PreflightError},
@@ -116,6 +117,13 @@ pub struct TargetSet {
     cgroup: Option<PathBuf>,
     follow_children: bool,
     next_refresh: usize,
+    /// The kernel's mapping records of every process (`mmap_events`): new processes'
+    /// executables and libraries as they are mapped, so a process that lives 10 ms is
+    /// unwound and named like one that lives an hour. None when they could not be opened
+    /// (then `/proc/<pid>/maps`, read each tick, is all there is).
+    events: Option<MmapEvents>,
+    /// Mapping records the kernel dropped (its ring was full before it was read).
+    pub mapping_records_lost: u64,
 }
 
 impl TargetSet {
@@ -162,6 +170,8 @@ impl TargetSet {
             cgroup: selection.cgroup.clone(),
             follow_children: selection.follow_children,
             next_refresh: 0,
+            events: None,
+            mapping_records_lost: 0,
         })
     }
 
@@ -173,6 +183,8 @@ impl TargetSet {
             cgroup: None,
             follow_children: true,
             next_refresh: 0,
+            events: None,
+            mapping_records_lost: 0,
         }
     }
 
@@ -194,6 +206,119 @@ impl TargetSet {
             tables.update(&target.maps);
             target.follow_jit(Some(tables), true);
         }
+    }
+
+    /// Starts receiving the kernel's mapping records (before a launched command execs, so
+    /// its program's own mappings are among them). Without them the capture goes on with
+    /// `/proc/<pid>/maps` alone, and says so.
+    pub fn open_mapping_records(&mut self) {
+        match MmapEvents::open() {
+            Ok(events) => self.events = Some(events),
+            Err(e) => log::warn!(
+                "mapping records unavailable ({e}): processes that exit within a tick are \
+                 unwound by frame pointers and may stay unnamed"
+            ),
+        }
+    }
+
+    /// An fd that becomes readable when mapping records wait to be read.
+    pub fn mapping_records_ready(&self) -> Option<std::os::fd::OwnedFd> {
+        self.events.as_ref().and_then(|e| e.epoll().ok())
+    }
+
+    /// New processes, execs and mappings from the kernel's records, applied as they came:
+    /// a fork's child starts with its parent's mappings, an exec drops them, a new
+    /// executable mapping is added; then the rows and mapping tables that changed go to the
+    /// kernel. Cheap enough to run within milliseconds of every exec.
+    pub fn follow_mappings(&mut self, probes: &mut Probes, mut tables: Option<&mut UnwindTables>) {
+        let Some(events) = self.events.as_mut() else {
+            return;
+        };
+        let mut batch = Vec::new();
+        events.read(&mut |e| batch.push(e));
+        // One CPU's records are in order; the CPUs' are merged by time.
+        batch.sort_by_key(|e| e.time_ns().unwrap_or(0));
+        let mut changed: BTreeSet<u32> = BTreeSet::new();
+        for event in batch {
+            match event {
+                Event::Fork(t) if t.pid != t.ppid && self.follow_children => {
+                    let Some(parent) = self.processes.get(&t.ppid).filter(|p| !p.gone) else {
+                        continue;
+                    };
+                    let maps = parent.maps.forked(t.pid);
+                    let target = self
+                        .processes
+                        .entry(t.pid)
+                        .or_insert_with(|| Target::new(t.pid));
+                    if target.maps.mappings().is_empty() {
+                        target.maps = maps;
+                    }
+                    target.parent = Some(t.ppid);
+                    target.forked_ns = target.forked_ns.or(Some(t.time_ns));
+                    if let Err(e) = probes.set_target(t.pid, true) {
+                        log::warn!("process {}, forked from a target: {e}", t.pid);
+                    }
+                    changed.insert(t.pid);
+                }
+                Event::Comm(c) if c.exec => {
+                    let Some(target) = self.processes.get_mut(&c.pid) else {
+                        continue;
+                    };
+                    // A new program: its own mappings follow. Counted here, so the kernel's
+                    // exec count read at the next tick does not drop what follows.
+                    target.execs += 1;
+                    target.maps = ProcessMaps::new(c.pid);
+                    target.hotspot = None;
+                    target.name = c.name;
+                    target.rename_checks = RENAME_CHECKS;
+                    if let Some(tables) = tables.as_deref_mut() {
+                        tables.forget_jit(c.pid);
+                    }
+                    changed.insert(c.pid);
+                }
+                Event::Mmap2(m) if m.is_exec() => {
+                    if let Some(target) = self.processes.get_mut(&m.pid) {
+                        target.maps.add_recorded(&m);
+                        changed.insert(m.pid);
+                    }
+                }
+                Event::Lost { count, .. } => self.mapping_records_lost += count,
+                _ => {}
+            }
+        }
+        if changed.is_empty() {
+            return;
+        }
+        let mut rows_changed = false;
+        if let Some(tables) = tables.as_deref_mut() {
+            for &pid in &changed {
+                rows_changed |= self.update_rows(tables, pid);
+            }
+            if rows_changed && let Err(e) = probes.upload_rows(tables) {
+                log::warn!("new unwind rows not uploaded: {e}");
+            }
+        }
+        for pid in changed {
+            if let Err(e) = self.upload_table(pid, probes, tables.as_deref_mut()) {
+                log::warn!("mapping table of process {pid} not uploaded: {e}");
+            }
+        }
+    }
+
+    /// Rows for the files process `pid` maps; when the kernel's array is full, the rows of
+    /// files no live process maps make room first. Whether rows changed.
+    fn update_rows(&self, tables: &mut UnwindTables, pid: u32) -> bool {
+        let Some(target) = self.processes.get(&pid) else {
+            return false;
+        };
+        let mut changed = tables.update(&target.maps);
+        if tables.wants_room() {
+            let live = self.processes.values().filter(|t| !t.gone).map(|t| &t.maps);
+            if tables.evict_unused(live) {
+                changed |= tables.update(&target.maps);
+            }
+        }
+        changed
     }
 
     /// Hands the kernel every process: its bit in the target set and its mapping table.
@@ -276,6 +401,7 @@ impl TargetSet {
     /// that ended) and whether every process is gone.
     pub fn tick(&mut self, probes: &mut Probes, mut tables: Option<&mut UnwindTables>) -> Tick {
         let mut tick = Tick::default();
+        self.follow_mappings(probes, tables.as_deref_mut());
         let mut reload: BTreeSet<u32> = BTreeSet::new();
         self.follow_events(probes, tables.as_deref_mut(), &mut tick, &mut reload);
         self.join_cgroup(probes, &mut reload);
@@ -377,7 +503,7 @@ impl TargetSet {
                 continue;
             }
             if let Some(tables) = tables.as_deref_mut() {
-                rows_changed |= tables.update(&target.maps);
+                rows_changed |= self.update_rows(tables, pid);
             }
         }
         // JVMs' code caches: new code unwinds once its rows are in, named from then on.

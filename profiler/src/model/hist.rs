@@ -6,7 +6,9 @@ use profiler_common::{WAIT_HIST_BUCKETS, WaitHist, hist_bucket_bounds};
 /// Merged waits: exact count, total, minimum and maximum, and (where kept) their histogram.
 #[derive(Clone)]
 pub struct Hist {
-    pub buckets: [u64; WAIT_HIST_BUCKETS],
+    /// Empty until a histogram is added ([`Hist::add_buckets`]): a thread's run-queue
+    /// totals need none, and 6.7 KiB each for 20 000 short-lived threads was 165 MB.
+    pub buckets: Vec<u64>,
     pub count: u64,
     pub total_ns: u64,
     /// `u64::MAX` until a wait is added.
@@ -17,7 +19,7 @@ pub struct Hist {
 impl Default for Hist {
     fn default() -> Self {
         Self {
-            buckets: [0; WAIT_HIST_BUCKETS],
+            buckets: Vec::new(),
             count: 0,
             total_ns: 0,
             min_ns: u64::MAX,
@@ -38,6 +40,9 @@ impl Hist {
     }
 
     pub fn add_buckets(&mut self, hist: &WaitHist) {
+        if self.buckets.is_empty() {
+            self.buckets = vec![0; WAIT_HIST_BUCKETS];
+        }
         for (b, v) in self.buckets.iter_mut().zip(hist.buckets.iter()) {
             *b += u64::from(*v);
         }

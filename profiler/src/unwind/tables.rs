@@ -2,11 +2,15 @@
 //! (each file's rows once, however often it is mapped) and the per-process mapping table that
 //! says which rows cover which addresses and with what bias.
 //!
-//! Append-only: files seen later in the capture (dlopen, JIT-adjacent libraries) add rows at
-//! the end, so only the chunks that changed are uploaded again.
+//! The kernel's row array has a fixed size (set at load). Files seen later in the capture
+//! (dlopen, a new program's executable) go at the end while there is room, else into the
+//! room of files no process of the set maps any more (evicted: a build's compilers come and
+//! go); only the chunks that changed are uploaded again. A file that still does not fit is
+//! unwound by frame pointers and counted (`not_loaded`), with the remedy in the report.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::Arc,
     time::Instant,
 };
 
@@ -28,6 +32,14 @@ enum FileKey {
     Vdso,
 }
 
+/// A file's rows as built, before they are placed in the global array.
+#[derive(Debug)]
+struct BuiltFile {
+    rows: Vec<UnwindRow>,
+    base: u64,
+    segments: Vec<(u64, u64, u64)>,
+}
+
 /// A file's rows in the global array, and what it takes to place them at runtime.
 #[derive(Clone, Debug)]
 struct FileRows {
@@ -43,6 +55,19 @@ struct FileRows {
 pub struct UnwindTables {
     files: HashMap<FileKey, FileRows>,
     rows: Vec<UnwindRow>,
+    /// Rows the kernel's array holds (None until it is sized: before the programs load,
+    /// everything is appended and the array is sized to fit).
+    capacity: Option<usize>,
+    /// Ranges of rows of evicted files, free for new ones: (first row, rows), by first row.
+    free: Vec<(usize, usize)>,
+    /// Rows built for files, kept when a file is evicted (a compiler run again by the next
+    /// build step is placed again without being parsed again).
+    built: HashMap<FileKey, Arc<BuiltFile>>,
+    /// Files whose rows did not fit the kernel's array, by name, with their rows: unwound by
+    /// frame pointers.
+    pub not_loaded: BTreeMap<String, usize>,
+    /// A file did not fit since the last eviction.
+    room_wanted: bool,
     /// Rows already in the kernel; chunks from `uploaded / ROWS_PER_CHUNK` on are stale.
     uploaded: usize,
     /// Files that could not be read or parsed (frame pointers for them), with the reason.
@@ -93,23 +118,31 @@ impl UnwindTables {
         let started = Instant::now();
         let mut changed = false;
         for mapping in maps.mappings() {
-            let key = match &mapping.kind {
-                MappingKind::File { dev, inode, .. } => FileKey::File(dev.clone(), *inode),
-                MappingKind::Vdso => FileKey::Vdso,
-                MappingKind::Anon { .. } => continue,
+            let Some(key) = file_key(mapping) else {
+                continue;
             };
             if self.files.contains_key(&key) {
                 continue;
             }
-            let built = match &mapping.kind {
-                MappingKind::Vdso => maps.vdso_image().map(|image| self.add_file(image)),
-                _ => maps
-                    .readable_path(mapping)
-                    .and_then(|path| std::fs::read(path).ok())
-                    .map(|bytes| self.add_file(&bytes)),
+            let built = match self.built.get(&key) {
+                Some(built) => Some(Ok(Arc::clone(built))),
+                None => match &mapping.kind {
+                    MappingKind::Vdso => maps.vdso_image().map(build_file),
+                    _ => maps
+                        .readable_path(mapping)
+                        .and_then(|path| std::fs::read(path).ok())
+                        .map(|bytes| build_file(&bytes)),
+                },
             };
             let rows = match built {
-                Some(Ok(rows)) => rows,
+                Some(Ok(built)) => {
+                    self.built.insert(key.clone(), Arc::clone(&built));
+                    match self.place(&built, &mapping.display_name()) {
+                        Some(rows) => rows,
+                        // Not kept: tried again once room is made (`evict_unused`).
+                        None => continue,
+                    }
+                }
                 Some(Err(e)) => {
                     self.failures.push((mapping.display_name(), e.to_string()));
                     empty_file()
@@ -127,18 +160,115 @@ impl UnwindTables {
         changed
     }
 
-    fn add_file(&mut self, bytes: &[u8]) -> Result<FileRows, UnwindError> {
-        let table = build_rows(bytes)?;
-        let segments = load_segments(bytes);
-        let first_row = self.rows.len() as u32;
-        let row_count = table.rows.len() as u32;
-        self.rows.extend_from_slice(&table.rows);
-        Ok(FileRows {
-            first_row,
-            row_count,
-            base: table.base,
-            segments,
-        })
+    /// Puts a file's rows into the global array: into the room of evicted files, else at
+    /// the end. A file that fits nowhere is counted in `not_loaded` (until a later try
+    /// places it) and unwinds by frame pointers meanwhile.
+    fn place(&mut self, built: &BuiltFile, name: &str) -> Option<FileRows> {
+        let count = built.rows.len();
+        let first = match self.free.iter().position(|&(_, len)| len >= count) {
+            Some(i) if count > 0 => {
+                let (first, len) = self.free[i];
+                if len == count {
+                    self.free.remove(i);
+                } else {
+                    self.free[i] = (first + count, len - count);
+                }
+                self.rows[first..first + count].copy_from_slice(&built.rows);
+                self.mark_dirty(first, count);
+                Some(first)
+            }
+            _ if self
+                .capacity
+                .is_none_or(|cap| self.rows.len() + count <= cap)
+                && u32::try_from(self.rows.len() + count).is_ok() =>
+            {
+                let first = self.rows.len();
+                self.rows.extend_from_slice(&built.rows);
+                Some(first)
+            }
+            _ => None,
+        };
+        match first {
+            Some(first) => {
+                self.not_loaded.remove(name);
+                Some(FileRows {
+                    first_row: first as u32,
+                    row_count: count as u32,
+                    base: built.base,
+                    segments: built.segments.clone(),
+                })
+            }
+            None => {
+                self.not_loaded.insert(name.to_string(), count);
+                self.room_wanted = true;
+                None
+            }
+        }
+    }
+
+    /// A file did not fit since the last eviction: the caller should make room
+    /// ([`Self::evict_unused`]) and update again.
+    pub fn wants_room(&self) -> bool {
+        self.room_wanted
+    }
+
+    /// Chunks below `uploaded` that rows were written into since.
+    fn mark_dirty(&mut self, first: usize, count: usize) {
+        if count > 0 && first < self.uploaded {
+            let last = (first + count - 1).min(self.uploaded - 1);
+            self.dirty
+                .extend(first / ROWS_PER_CHUNK..=last / ROWS_PER_CHUNK);
+        }
+    }
+
+    /// The kernel's array holds `chunks` chunks: files placed from now on must fit in them.
+    pub fn set_capacity(&mut self, chunks: usize) {
+        self.capacity = Some(chunks * ROWS_PER_CHUNK);
+    }
+
+    /// Frees the rows of files no process in `live` maps (nor any JVM's code cache, which
+    /// is not a file), so new files can take their place. Their built rows are kept. Returns
+    /// whether any room was freed.
+    pub fn evict_unused<'a>(&mut self, live: impl Iterator<Item = &'a ProcessMaps>) -> bool {
+        self.room_wanted = false;
+        let mut freed = false;
+        let mut in_use = std::collections::HashSet::new();
+        for maps in live {
+            for mapping in maps.mappings() {
+                if let Some(key) = file_key(mapping) {
+                    in_use.insert(key);
+                }
+            }
+        }
+        let unused: Vec<FileKey> = self
+            .files
+            .keys()
+            .filter(|k| !in_use.contains(*k))
+            .cloned()
+            .collect();
+        for key in unused {
+            if let Some(file) = self.files.remove(&key)
+                && file.row_count > 0
+            {
+                freed = true;
+                self.free
+                    .push((file.first_row as usize, file.row_count as usize));
+            }
+        }
+        if !freed {
+            return false;
+        }
+        // Adjacent free ranges become one, so a large file fits where several small ones were.
+        self.free.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::new();
+        for (first, len) in self.free.drain(..) {
+            match merged.last_mut() {
+                Some((f, l)) if *f + *l == first => *l += len,
+                _ => merged.push((first, len)),
+            }
+        }
+        self.free = merged;
+        true
     }
 
     pub fn row_count(&self) -> usize {
@@ -198,7 +328,13 @@ impl UnwindTables {
             // A new pair of regions, twice the size needed: the old pair stays unused.
             let capacity = (rows.len() * 2).max(JIT_MIN_ROWS);
             let first = self.rows.len();
-            if u32::try_from(first + 2 * capacity).is_err() {
+            if u32::try_from(first + 2 * capacity).is_err()
+                || self.capacity.is_some_and(|cap| first + 2 * capacity > cap)
+            {
+                *self
+                    .not_loaded
+                    .entry(format!("JIT code of process {pid}"))
+                    .or_default() = rows.len();
                 return false;
             }
             self.rows.resize(first + 2 * capacity, UnwindRow::default());
@@ -216,18 +352,17 @@ impl UnwindTables {
                 },
             );
         }
-        let Some(region) = self.jit.get_mut(&pid) else {
+        let Some(region) = self.jit.get(&pid) else {
             return false;
         };
         let next = 1 - region.active;
         let first = region.first_rows[next] as usize;
         self.rows[first..first + rows.len()].copy_from_slice(rows);
-        if first < self.uploaded {
-            let last = (first + rows.len() - 1).min(self.uploaded - 1);
-            self.dirty
-                .extend(first / ROWS_PER_CHUNK..=last / ROWS_PER_CHUNK);
-        }
+        self.mark_dirty(first, rows.len());
         self.jit_version += 1;
+        let Some(region) = self.jit.get_mut(&pid) else {
+            return false;
+        };
         region.version = self.jit_version;
         region.active = next;
         region.rows = rows.len() as u32;
@@ -251,10 +386,8 @@ impl UnwindTables {
         });
         let mut n = 0;
         for mapping in maps.mappings().iter().take(MAX_MAPPINGS) {
-            let key = match &mapping.kind {
-                MappingKind::File { dev, inode, .. } => FileKey::File(dev.clone(), *inode),
-                MappingKind::Vdso => FileKey::Vdso,
-                MappingKind::Anon { .. } => continue,
+            let Some(key) = file_key(mapping) else {
+                continue;
             };
             let Some(file) = self.files.get(&key) else {
                 continue;
@@ -312,6 +445,24 @@ impl UnwindTables {
         let first = m.first_row as usize;
         let rows = self.rows.get(first..first + m.row_count as usize)?;
         super::rows::find_row(rows, pc).copied()
+    }
+}
+
+fn build_file(bytes: &[u8]) -> Result<Arc<BuiltFile>, UnwindError> {
+    let table = build_rows(bytes)?;
+    Ok(Arc::new(BuiltFile {
+        rows: table.rows,
+        base: table.base,
+        segments: load_segments(bytes),
+    }))
+}
+
+/// The file a mapping shows, if any.
+fn file_key(mapping: &Mapping) -> Option<FileKey> {
+    match &mapping.kind {
+        MappingKind::File { dev, inode, .. } => Some(FileKey::File(dev.clone(), *inode)),
+        MappingKind::Vdso => Some(FileKey::Vdso),
+        MappingKind::Anon { .. } => None,
     }
 }
 
@@ -493,4 +644,68 @@ mod tests {
 
     #[inline(never)]
     fn own_code() {}
+
+    fn built(n: usize, cfa_offset: i32) -> BuiltFile {
+        BuiltFile {
+            rows: (0..n)
+                .map(|i| UnwindRow {
+                    pc: i as u32,
+                    cfa_offset,
+                    ..UnwindRow::default()
+                })
+                .collect(),
+            base: 0,
+            segments: Vec::new(),
+        }
+    }
+
+    fn file(path: &str, inode: u64) -> Mapping {
+        Mapping {
+            start: inode << 20,
+            end: (inode << 20) + 0x1000,
+            offset: 0,
+            kind: MappingKind::File {
+                path: path.into(),
+                dev: "fd:01".into(),
+                inode,
+            },
+        }
+    }
+
+    #[test]
+    fn files_no_process_maps_make_room_for_new_ones_and_the_rest_is_counted() {
+        let mut tables = UnwindTables::default();
+        tables.set_capacity(1);
+        let half = ROWS_PER_CHUNK / 2;
+        let a = tables.place(&built(half, 8), "cc1").unwrap();
+        tables
+            .files
+            .insert(file_key(&file("/cc1", 1)).unwrap(), a.clone());
+        let b = tables.place(&built(half, 16), "as").unwrap();
+        tables
+            .files
+            .insert(file_key(&file("/as", 2)).unwrap(), b.clone());
+        tables.mark_uploaded();
+        assert_eq!((a.first_row, b.first_row), (0, half as u32));
+        // Full: a third file gets no rows and is counted.
+        assert!(tables.place(&built(half, 24), "ld").is_none());
+        assert_eq!(tables.not_loaded.get("ld"), Some(&half));
+        assert!(tables.wants_room());
+        // Only `as` is still mapped: cc1's room is freed and taken, its chunk re-uploaded.
+        let live = ProcessMaps::from_mappings(vec![file("/as", 2)]);
+        assert!(tables.evict_unused(std::iter::once(&live)));
+        let c = tables.place(&built(half, 24), "ld").unwrap();
+        assert_eq!((c.first_row, c.row_count), (0, half as u32));
+        assert!(
+            tables.not_loaded.is_empty(),
+            "placed at last: no longer a loss"
+        );
+        assert_eq!(tables.rows[0].cfa_offset, 24);
+        assert_eq!(tables.rows[half].cfa_offset, 16, "as kept its rows");
+        assert_eq!(tables.pending_chunks().len(), 1);
+        assert!(
+            !tables.evict_unused(std::iter::once(&live)),
+            "nothing left to evict"
+        );
+    }
 }
