@@ -383,6 +383,11 @@ fn parse_schedstat(text: &str) -> Option<SchedStat> {
 struct BatchMap<K, V> {
     name: &'static str,
     data: MapData,
+    /// Entries per batch call, and the buffers the kernel fills (kept from drain to drain:
+    /// zeroing fresh megabytes five times a second was most of a drain's cost).
+    batch: usize,
+    keys: Vec<K>,
+    values: Vec<V>,
     _types: PhantomData<(K, V)>,
 }
 
@@ -393,9 +398,9 @@ struct Found<K, V> {
     taken: Vec<(K, V)>,
 }
 
-/// Entries asked for per batch call: a hash bucket never holds more, and the buffers stay
-/// small (a stack is 1 KiB).
-const BATCH: usize = 1024;
+/// Bytes of keys and values asked for per batch call: a few hundred entries of the larger
+/// values (a stack is 1 KiB, a site histogram 3.3 KiB), far more than a hash bucket holds.
+const BATCH_BYTES: usize = 256 * 1024;
 
 /// `enum bpf_cmd` (include/uapi/linux/bpf.h).
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
@@ -420,11 +425,17 @@ struct BatchAttr {
 impl<K: Pod, V: Pod> BatchMap<K, V> {
     fn take(probes: &mut Probes, name: &'static str) -> Result<Self, ProbeError> {
         match probes.take_map(name)? {
-            Map::HashMap(data) => Ok(Self {
-                name,
-                data,
-                _types: PhantomData,
-            }),
+            Map::HashMap(data) => {
+                let batch = (BATCH_BYTES / (size_of::<K>() + size_of::<V>())).max(16);
+                Ok(Self {
+                    name,
+                    data,
+                    batch,
+                    keys: vec![zeroed(); batch],
+                    values: vec![zeroed(); batch],
+                    _types: PhantomData,
+                })
+            }
             _ => Err(ProbeError::MissingMap(name)),
         }
     }
@@ -438,19 +449,19 @@ impl<K: Pod, V: Pod> BatchMap<K, V> {
     }
 
     /// Every entry.
-    fn read_all(&self) -> Result<Vec<(K, V)>, ProbeError> {
+    fn read_all(&mut self) -> Result<Vec<(K, V)>, ProbeError> {
         self.batches(BPF_MAP_LOOKUP_BATCH)
             .map_err(|e| self.error("reading", e))
     }
 
     /// Every entry, each deleted as it is read.
-    fn take_all(&self) -> Result<Vec<(K, V)>, ProbeError> {
+    fn take_all(&mut self) -> Result<Vec<(K, V)>, ProbeError> {
         self.batches(BPF_MAP_LOOKUP_AND_DELETE_BATCH)
             .map_err(|e| self.error("taking", e))
     }
 
     /// The entries whose key `pick` selects, deleted from the table.
-    fn take_where(&self, pick: impl Fn(&K) -> bool) -> Result<Found<K, V>, ProbeError> {
+    fn take_where(&mut self, pick: impl Fn(&K) -> bool) -> Result<Found<K, V>, ProbeError> {
         let all = self.read_all()?;
         let seen = all.len();
         let taken: Vec<(K, V)> = all.into_iter().filter(|(k, _)| pick(k)).collect();
@@ -459,10 +470,10 @@ impl<K: Pod, V: Pod> BatchMap<K, V> {
         Ok(Found { seen, taken })
     }
 
-    fn batches(&self, cmd: libc::c_long) -> io::Result<Vec<(K, V)>> {
+    fn batches(&mut self, cmd: libc::c_long) -> io::Result<Vec<(K, V)>> {
         let mut out = Vec::new();
-        let mut keys: Vec<K> = vec![zeroed(); BATCH];
-        let mut values: Vec<V> = vec![zeroed(); BATCH];
+        let batch = self.batch;
+        let (keys, values) = (&mut self.keys, &mut self.values);
         // The position token of a hash map is its next bucket's index (a u32); room for more.
         let mut token = [0u64; 2];
         let mut next = [0u64; 2];
@@ -473,12 +484,12 @@ impl<K: Pod, V: Pod> BatchMap<K, V> {
                 out_batch: next.as_mut_ptr() as u64,
                 keys: keys.as_mut_ptr() as u64,
                 values: values.as_mut_ptr() as u64,
-                count: BATCH as u32,
+                count: batch as u32,
                 map_fd: self.data.fd().as_fd().as_raw_fd() as u32,
                 ..BatchAttr::default()
             };
             let result = bpf(cmd, &mut attr);
-            let n = (attr.count as usize).min(BATCH);
+            let n = (attr.count as usize).min(batch);
             out.extend(keys[..n].iter().copied().zip(values[..n].iter().copied()));
             match result {
                 Ok(()) => {}
