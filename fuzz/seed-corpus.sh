@@ -1,9 +1,9 @@
 #!/bin/sh
 # Seeds corpus/ with real inputs (never committed: corpus/ is gitignored): small ELF files
-# for eh_frame, /proc maps and a perf map for elf_symbols.
+# for eh_frame, /proc maps and a perf map for proc_text.
 set -eu
 cd "$(dirname "$0")"
-mkdir -p corpus/eh_frame corpus/elf_symbols
+mkdir -p corpus/eh_frame corpus/proc_text
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cat > "$tmp/t.c" <<'C'
@@ -19,7 +19,7 @@ done
 for f in /bin/true /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 /lib/x86_64-linux-gnu/libc.so.6; do
     [ -f "$f" ] && cp "$f" "corpus/eh_frame/$(basename "$f")"
 done
-cat /proc/self/maps > corpus/elf_symbols/self-maps
+cat /proc/self/maps > corpus/proc_text/self-maps
 
 printf '7f0000001000 20 jitted_fn\n7f0000001020 1a LazyCompile:~main /app.js:1\nzz bad line\n' \
-    > corpus/elf_symbols/perf-map
+    > corpus/proc_text/perf-map

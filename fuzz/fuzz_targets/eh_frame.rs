@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use profiler::unwind::rows::{MAX_ROWS, build_rows, find_row};
+use profiler_core::unwind::rows::{MAX_ROWS, build_rows, find_row};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(table) = build_rows(data) else {

@@ -39,7 +39,7 @@ pub struct ProcEvent {
     pub exited_ns: u64,
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), u32 and u64 fields, no padding.
 unsafe impl aya::Pod for ProcEvent {}
 
@@ -217,7 +217,7 @@ pub mod waker_context {
     }
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), only integer fields, no padding holes.
 unsafe impl aya::Pod for Config {}
 
@@ -320,7 +320,7 @@ impl Stack {
     }
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), only u64 fields.
 unsafe impl aya::Pod for Stack {}
 
@@ -345,17 +345,17 @@ pub struct SampleValue {
     pub period_ns: u64,
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), only integer fields, explicit padding.
 unsafe impl aya::Pod for SampleKey {}
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), only u64 fields.
 unsafe impl aya::Pod for SampleValue {}
 
 /// Why a thread is off the CPU. Stored as `u32` in the wire types.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum WaitState {
     /// Interruptible sleep: sockets, futexes, epoll, nanosleep.
     Sleep = 1,
@@ -476,13 +476,13 @@ pub struct WaitValue {
 /// reported per site; per thread the exact count, total, minimum and maximum remain).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SiteKey {
     /// A [`WaitState`].
     pub state: u32,
     /// The drain epoch's parity ([`Control::epoch`]); 0 once drained (saved captures name
     /// the field `_pad`, as it was before epochs).
-    #[cfg_attr(feature = "user", serde(rename = "_pad"))]
+    #[cfg_attr(feature = "serde", serde(rename = "_pad"))]
     pub epoch: u32,
     pub user_stack: u64,
     pub kernel_stack: u64,
@@ -505,7 +505,7 @@ impl Default for WaitHist {
 }
 
 /// Saved as its non-empty buckets, `[[bucket, count], …]`.
-#[cfg(feature = "user")]
+#[cfg(feature = "serde")]
 impl serde::Serialize for WaitHist {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq as _;
@@ -520,7 +520,7 @@ impl serde::Serialize for WaitHist {
     }
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "serde")]
 impl<'de> serde::Deserialize<'de> for WaitHist {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Buckets;
@@ -695,26 +695,26 @@ pub struct WakerValue {
     pub waker_comm: [u8; COMM_LEN],
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), integer fields, no padding holes.
 unsafe impl aya::Pod for WakerKey {}
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), integer fields and a byte array, no padding.
 unsafe impl aya::Pod for WakerValue {}
 
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), only integer fields, no padding holes.
 unsafe impl aya::Pod for WaitKey {}
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), only u64 fields.
 unsafe impl aya::Pod for WaitValue {}
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), integer fields, explicit padding.
 unsafe impl aya::Pod for SiteKey {}
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), an array of u32 (834 of them: a multiple of 2, so no tail padding).
 unsafe impl aya::Pod for WaitHist {}
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), only integer fields, explicit padding.
 unsafe impl aya::Pod for WaitStart {}
 
@@ -728,7 +728,7 @@ pub struct Thread {
     pub wait: WaitStart,
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C) of two Pod structs whose sizes are multiples of 8: no padding.
 unsafe impl aya::Pod for Thread {}
 
@@ -792,7 +792,7 @@ pub mod thread_flags {
     pub const EXITED: u32 = 1 << 1;
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), byte array of 16, u64 fields, two u32: no padding.
 unsafe impl aya::Pod for ThreadStats {}
 
@@ -950,7 +950,7 @@ impl Control {
     }
 }
 
-#[cfg(feature = "user")]
+#[cfg(feature = "aya")]
 // SAFETY: repr(C), only u64 fields.
 unsafe impl aya::Pod for Control {}
 
@@ -1105,16 +1105,16 @@ pub mod unwind {
         pub entries: [ExecMapping; MAX_MAPPINGS],
     }
 
-    #[cfg(feature = "user")]
+    #[cfg(feature = "aya")]
     // SAFETY: repr(C), integer fields, no padding (4 + 4 + 2 + 1 + 1).
     unsafe impl aya::Pod for UnwindRow {}
-    #[cfg(feature = "user")]
+    #[cfg(feature = "aya")]
     // SAFETY: an array of Pod rows.
     unsafe impl aya::Pod for RowChunk {}
-    #[cfg(feature = "user")]
+    #[cfg(feature = "aya")]
     // SAFETY: repr(C), u64/u32 fields, no padding.
     unsafe impl aya::Pod for ExecMapping {}
-    #[cfg(feature = "user")]
+    #[cfg(feature = "aya")]
     // SAFETY: repr(C), u32 fields then an array of Pod mappings (8-byte aligned at offset 8).
     unsafe impl aya::Pod for ProcMappings {}
 }

@@ -13,21 +13,23 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
-    analysis,
     capture::{EndReason, Tick, TickKind, Waiter},
     cli::{Args, Cli, Command, DiffArgs, OutputArgs, ReplayArgs, Unwind},
-    diff,
     drain::{self, Drainer},
-    fold::{self, FoldOptions, Folded},
     kernel::{self, TaskOffsets},
     launch,
-    model::{CaptureMeta, Drained, Mode, SavedCapture, Seeds, Window, saved::SAVED_FORMAT},
     preflight::{self, Output, PreflightError, Target},
     probes::{self, ProbeConfig, Probes},
-    profile::{self, AccountOptions},
-    render::{self, html, pprof, report, summary, svg},
-    snapshot, symbolize,
+    snapshot,
     targets::{Selection, TargetSet},
+};
+use profiler_core::{
+    account::{self, AccountOptions},
+    analysis, diff,
+    fold::{self, FoldOptions, Folded},
+    model::{CaptureMeta, Drained, Mode, SavedCapture, Seeds, Window, saved::SAVED_FORMAT},
+    render::{self, html, pprof, report, summary, svg},
+    symbolize,
     unwind::tables::UnwindTables,
 };
 
@@ -666,7 +668,7 @@ fn drain_all(
     drainer: Drainer,
     targets: &TargetSet,
     tables: Option<&UnwindTables>,
-    sched_at_start: std::collections::HashMap<u32, crate::model::SchedStat>,
+    sched_at_start: std::collections::HashMap<u32, profiler_core::model::SchedStat>,
 ) -> Result<Drained> {
     let pids: Vec<u32> = targets.processes.keys().copied().collect();
     let (mut drained, stats) = drainer.finish(probes, &pids)?;
@@ -745,7 +747,7 @@ fn post_process(
     meta: CaptureMeta,
     targets: &mut TargetSet,
 ) -> SavedCapture {
-    let profile = profile::account(drained, seeds, opts);
+    let profile = account::account(drained, seeds, opts);
     let mut meta = meta;
     meta.notes.extend(targets.jit_partial_notes(&profile));
     let jit = targets.jit_names(&profile);

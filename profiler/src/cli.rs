@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-pub use crate::model::Mode;
+pub use profiler_core::model::Mode;
 
 /// Default sampling frequency: 99 Hz avoids lockstep with 100 Hz timers in the target.
 pub const DEFAULT_FREQ_HZ: u64 = 99;
@@ -197,8 +197,9 @@ pub struct Args {
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub freq: u64,
 
-    /// What to profile: `wall` = on-CPU + off-CPU in microseconds.
-    #[arg(long, value_enum, default_value_t = Mode::Wall)]
+    /// What to profile: `wall` = on-CPU and off-CPU in one graph, in microseconds; `cpu` =
+    /// on-CPU samples; `off` = waits only, in microseconds.
+    #[arg(long, default_value = "wall", value_parser = mode_arg())]
     pub mode: Mode,
 
     #[command(flatten)]
@@ -251,6 +252,13 @@ pub struct Args {
     /// (`memo_disagreements` in the JSON report): for tests, at the cost of the memos' saving.
     #[arg(long, hide = true)]
     pub verify_memos: bool,
+}
+
+/// `--mode`: one of the core's mode names (the core knows no command-line crate).
+fn mode_arg() -> impl clap::builder::TypedValueParser<Value = Mode> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(Mode::ALL.map(Mode::name))
+        .try_map(|name| Mode::from_name(&name).ok_or("not a mode"))
 }
 
 /// `--max-stacks`, `--max-keys`, `--max-threads`: the `max_entries` of in-kernel maps. The

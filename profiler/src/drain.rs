@@ -32,10 +32,8 @@ use profiler_common::{
     unwind::ProcMappings,
 };
 
-use crate::{
-    model::{Drained, SchedStat},
-    probes::{ProbeError, Probes, WindowSwitch},
-};
+use crate::probes::{ProbeError, Probes, WindowSwitch};
+use profiler_core::model::{Drained, SchedStat};
 
 /// How often the tables are drained while the capture runs. They must hold two intervals'
 /// worth of keys (the epoch being written and the one waiting for its drain).

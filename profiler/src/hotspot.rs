@@ -17,7 +17,7 @@ use std::{
 
 use profiler_common::unwind::{UnwindRow, java_method_of};
 
-use crate::{
+use profiler_core::{
     jvm::{BlobKind, CodeBlob, Inlining, Jvm},
     perfmap::PerfMap,
     unwind::jit::{JitCode, JitFrame, jit_rows},

@@ -8,7 +8,7 @@ use btf_rs::{Btf, Type};
 use profiler_common::IRQ_ENTRY_RANGES;
 use thiserror::Error;
 
-use crate::model::named::is_interrupt_entry;
+use profiler_core::model::named::is_interrupt_entry;
 
 #[derive(Debug, Error)]
 pub enum KernelError {

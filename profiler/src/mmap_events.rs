@@ -179,6 +179,19 @@ pub struct Mmap2 {
 }
 
 impl Mmap2 {
+    /// The mapping as the pure stages keep it.
+    pub fn recorded(&self) -> profiler_core::procmap::RecordedMapping {
+        profiler_core::procmap::RecordedMapping {
+            start: self.addr,
+            end: self.end(),
+            offset: self.pgoff,
+            dev_major: self.maj,
+            dev_minor: self.min,
+            inode: self.ino,
+            filename: self.filename.clone(),
+        }
+    }
+
     pub fn is_exec(&self) -> bool {
         self.prot & libc::PROT_EXEC as u32 != 0
     }

@@ -19,8 +19,8 @@ use profiler_common::{
 };
 use thiserror::Error;
 
-use crate::{
-    kernel::{PreemptCountPath, TaskOffsets},
+use crate::kernel::{PreemptCountPath, TaskOffsets};
+use profiler_core::{
     model::{Counters, Mode},
     unwind::tables::UnwindTables,
 };

@@ -13,9 +13,11 @@ use profiler_common::{
 };
 
 use crate::{
-    model::{Seeds, comm_name},
     probes::{ProbeError, Probes, SeedOutcome},
     targets::TargetSet,
+};
+use profiler_core::{
+    model::{Seeds, comm_name},
     unwind::{
         tables::UnwindTables,
         walk::{Regs, walk},

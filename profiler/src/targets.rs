@@ -18,10 +18,12 @@ use profiler_common::unwind::{ProcMappings, java_method_of};
 use crate::{
     hotspot::HotSpot,
     mmap_events::{Event, MmapEvents},
-    model::{Kind, ProcessInfo, Profile},
-    perfmap::PerfMap,
     preflight::{self, PreflightError},
     probes::{ProbeError, Probes},
+};
+use profiler_core::{
+    model::{Kind, ProcessInfo, Profile},
+    perfmap::PerfMap,
     procmap::{MappingKind, ProcessMaps},
     unwind::tables::UnwindTables,
 };
@@ -278,7 +280,7 @@ impl TargetSet {
                 }
                 Event::Mmap2(m) if m.is_exec() => {
                     if let Some(target) = self.processes.get_mut(&m.pid) {
-                        target.maps.add_recorded(&m);
+                        target.maps.add_recorded(&m.recorded());
                         changed.insert(m.pid);
                     }
                 }
@@ -707,7 +709,7 @@ pub struct Tick {
     pub all_gone: bool,
 }
 
-fn is_libjvm(mapping: &crate::procmap::Mapping) -> bool {
+fn is_libjvm(mapping: &profiler_core::procmap::Mapping) -> bool {
     matches!(&mapping.kind, MappingKind::File { path, .. }
         if path.file_name().is_some_and(|n| n == "libjvm.so"))
 }

@@ -11,11 +11,11 @@ use std::{
 };
 
 use common::{Build, PROFILER, Workload, assert_success, require_root, scratch_dir, serial};
-use profiler::model::{
+use profiler_common::{WaitState, stack_id};
+use profiler_core::model::{
     CaptureMeta, Entry, Kind, Mode, Name, Profile, SavedCapture, StackNames, ThreadTime, Window,
     saved::SAVED_FORMAT,
 };
-use profiler_common::{WaitState, stack_id};
 
 fn run_diff(before: &Path, after: &Path, dir: &Path, extra: &[&str]) -> Output {
     Command::new(PROFILER)

@@ -1,4 +1,4 @@
-//! Privileged: the JVM reader (`profiler::jvm`) against a live JVM run with default flags (no
+//! Privileged: the JVM reader (`profiler_core::jvm`) against a live JVM run with default flags (no
 //! `-XX:+PreserveFramePointer`). What it reads from the JVM's memory is checked against what
 //! the JVM says about itself: `jcmd <pid> Compiler.perfmap` lists every code blob with its
 //! code start, size and name.
@@ -13,8 +13,8 @@ use std::{
 };
 
 use common::*;
-use profiler::{
-    hotspot::HotSpot,
+use profiler::hotspot::HotSpot;
+use profiler_core::{
     jvm::{BlobKind, CodeBlob, Jvm},
     procmap::{MappingKind, parse_maps},
 };

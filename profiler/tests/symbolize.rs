@@ -11,7 +11,7 @@ use std::{
 };
 
 use object::{Object as _, ObjectSymbol as _};
-use profiler::{perfmap::PerfMap, procmap::ProcessMaps, symbolize::Symbolizer};
+use profiler_core::{perfmap::PerfMap, procmap::ProcessMaps, symbolize::Symbolizer};
 
 const LIB: &str = r#"
 __attribute__((noinline)) int exported_fn(int x) { return x * 3 + 1; }

@@ -3,16 +3,13 @@
 //! missing, seeds the corpus with real files, runs each target for a time budget, and fails
 //! on any crash, timeout or out-of-memory.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{path::Path, process::Command};
 
 use anyhow::{Context as _, Result, bail};
 
 use crate::toolchain;
 
-const TARGETS: [&str; 2] = ["eh_frame", "elf_symbols"];
+const TARGETS: [&str; 2] = ["eh_frame", "proc_text"];
 
 pub fn run(root: &Path, secs: u64) -> Result<()> {
     ensure_cargo_fuzz()?;
@@ -24,9 +21,6 @@ pub fn run(root: &Path, secs: u64) -> Result<()> {
     if !status.success() {
         bail!("fuzz/seed-corpus.sh failed");
     }
-    // The fuzz build compiles the profiler library with sanitizers; its build script would
-    // build the eBPF object again, so hand it the one the release build already made.
-    let object = ebpf_object(root)?;
     for target in TARGETS {
         eprintln!("xtask: fuzzing {target} for {secs} s");
         let status = toolchain::nightly_cargo()
@@ -40,7 +34,6 @@ pub fn run(root: &Path, secs: u64) -> Result<()> {
                 "-rss_limit_mb=2048",
                 "-timeout=10",
             ])
-            .env("PROFILER_EBPF_OBJECT_OVERRIDE", &object)
             .status()
             .with_context(|| format!("cannot start cargo fuzz run {target}"))?;
         if !status.success() {
@@ -70,19 +63,4 @@ fn ensure_cargo_fuzz() -> Result<()> {
         bail!("cargo install cargo-fuzz failed");
     }
     Ok(())
-}
-
-/// The newest eBPF object a release build of the profiler produced.
-fn ebpf_object(root: &Path) -> Result<PathBuf> {
-    let build = root.join("target/release/build");
-    let newest = std::fs::read_dir(&build)
-        .with_context(|| format!("cannot list {}", build.display()))?
-        .filter_map(Result::ok)
-        .map(|e| {
-            e.path()
-                .join("out/ebpf-target/bpfel-unknown-none/release/profiler-ebpf")
-        })
-        .filter(|p| p.is_file())
-        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok());
-    newest.context("no eBPF object under target/release/build: build the profiler first")
 }

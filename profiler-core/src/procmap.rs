@@ -11,6 +11,21 @@ use std::{
     sync::Arc,
 };
 
+/// An executable mapping as the kernel reported it when it was made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedMapping {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub inode: u64,
+    /// The path the process mapped, or the kernel's name for memory without a file
+    /// (`[vdso]`, `//anon`).
+    pub filename: PathBuf,
+}
+
 /// One executable mapping.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
@@ -147,22 +162,22 @@ impl ProcessMaps {
     }
 
     /// Adds an executable mapping the kernel reported as it was made (a `PERF_RECORD_MMAP2`,
-    /// `mmap_events`): a process that exits before its `/proc/<pid>/maps` is read is still
-    /// known from these.
-    pub fn add_recorded(&mut self, m: &crate::mmap_events::Mmap2) {
-        if !m.is_exec() || m.len == 0 {
+    /// read by the capture side): a process that exits before its `/proc/<pid>/maps` is read
+    /// is still known from these.
+    pub fn add_recorded(&mut self, m: &RecordedMapping) {
+        if m.end <= m.start {
             return;
         }
         let name = m.filename.to_string_lossy();
         let kind = if name == "[vdso]" {
             MappingKind::Vdso
-        } else if m.ino != 0 && name.starts_with('/') {
+        } else if m.inode != 0 && name.starts_with('/') {
             MappingKind::File {
                 path: PathBuf::from(name.strip_suffix(" (deleted)").unwrap_or(&name)),
                 // As /proc/<pid>/maps prints them (`%02x:%02x`), so a file read both ways is
                 // one file.
-                dev: format!("{:02x}:{:02x}", m.maj, m.min),
-                inode: m.ino,
+                dev: format!("{:02x}:{:02x}", m.dev_major, m.dev_minor),
+                inode: m.inode,
             }
         } else {
             MappingKind::Anon {
@@ -170,9 +185,9 @@ impl ProcessMaps {
             }
         };
         self.add(Mapping {
-            start: m.addr,
-            end: m.end(),
-            offset: m.pgoff,
+            start: m.start,
+            end: m.end,
+            offset: m.offset,
             kind,
         });
     }

@@ -21,11 +21,10 @@ pub use raw::{Counters, Drained, SchedStat, Seeds, Window, comm_name};
 pub use saved::{CaptureMeta, SavedCapture};
 pub use time::{Entry, Kind, ProcessInfo, ProcessTotals, Profile, ThreadTime, Waker};
 
-use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 /// What a capture records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// On-CPU samples only; counts are samples.
@@ -37,6 +36,13 @@ pub enum Mode {
 }
 
 impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Wall, Mode::Cpu, Mode::Off];
+
+    /// The mode a name (`wall`, `cpu`, `off`) stands for.
+    pub fn from_name(name: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Mode::Cpu => "cpu",

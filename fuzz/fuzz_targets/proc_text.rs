@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use profiler::{perfmap::PerfMap, procmap::parse_maps};
+use profiler_core::{perfmap::PerfMap, procmap::parse_maps};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
