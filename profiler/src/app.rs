@@ -345,8 +345,6 @@ struct Prepared {
     selection: String,
     outputs: Outputs,
     offsets: TaskOffsets,
-    /// `.eh_frame` rows of every executable file the targets map (with `--unwind dwarf`).
-    tables: Option<UnwindTables>,
 }
 
 /// Everything that can be refused is refused here, before anything is attached.
@@ -407,22 +405,23 @@ fn prepare(args: &Args) -> Result<Prepared> {
         .context("cannot find the task_struct layout of this kernel")?;
     // Unwind tables for every executable file the targets map, before the programs load:
     // their size decides the size of the kernel's row array.
-    let tables = (args.unwind == Unwind::Dwarf).then(|| {
-        let mut tables = UnwindTables::default();
-        targets.build_rows(&mut tables);
-        log::info!(
-            "unwind tables: {} rows from {} files in {:.3} s ({:.1} MiB)",
-            tables.row_count(),
-            tables.file_count(),
-            tables.build_secs,
-            (tables.row_count() * std::mem::size_of::<profiler_common::unwind::UnwindRow>()) as f64
-                / (1024.0 * 1024.0)
-        );
-        for (file, why) in &tables.failures {
-            log::debug!("no unwind table for {file} ({why}): frame pointers there");
+    if args.unwind == Unwind::Dwarf {
+        targets.use_tables(UnwindTables::default());
+        if let Some(tables) = targets.uploads.tables() {
+            log::info!(
+                "unwind tables: {} rows from {} files in {:.3} s ({:.1} MiB)",
+                tables.row_count(),
+                tables.file_count(),
+                tables.build_secs,
+                (tables.row_count() * std::mem::size_of::<profiler_common::unwind::UnwindRow>())
+                    as f64
+                    / (1024.0 * 1024.0)
+            );
+            for (file, why) in &tables.failures {
+                log::debug!("no unwind table for {file} ({why}): frame pointers there");
+            }
         }
-        tables
-    });
+    }
     Ok(Prepared {
         targets,
         command,
@@ -430,7 +429,6 @@ fn prepare(args: &Args) -> Result<Prepared> {
         selection: words,
         outputs,
         offsets,
-        tables,
     })
 }
 
@@ -486,9 +484,7 @@ async fn capture(
     let load_started = Instant::now();
     let config = probe_config(args, verbose, prepared);
     let mut probes = Probes::load(&config)?;
-    if let (Some(tables), Some(chunks)) = (prepared.tables.as_mut(), config.dwarf_chunks) {
-        tables.set_capacity(chunks as usize);
-    }
+    prepared.targets.uploads.set_capacity(config.dwarf_chunks);
     let loaded = load_started.elapsed();
     // Before a command starts: its exec's mappings are among the records.
     prepared.targets.open_mapping_records();
@@ -502,13 +498,9 @@ async fn capture(
         waiter.watch(launched.pid());
         prepared.launched = Some(launched);
     }
-    prepared
-        .targets
-        .install(&mut probes, prepared.tables.as_mut())?;
+    prepared.targets.install(&mut probes)?;
     probes.attach()?;
-    prepared
-        .targets
-        .catch_up(&mut probes, prepared.tables.as_mut());
+    prepared.targets.catch_up(&mut probes);
     let attached = load_started.elapsed();
 
     // The window opens now and lasts exactly `--secs`: the line below says so the moment it
@@ -524,12 +516,7 @@ async fn capture(
     let pids: Vec<u32> = prepared.targets.processes.keys().copied().collect();
     let sched_at_start = drain::sched_stats(&pids);
     let seeds = if args.mode.traces_switches() {
-        snapshot::seed_threads(
-            &mut probes,
-            &prepared.targets,
-            start_ns,
-            prepared.tables.as_mut(),
-        )?
+        snapshot::seed_threads(&mut probes, &mut prepared.targets, start_ns)?
     } else {
         Seeds::default()
     };
@@ -548,10 +535,9 @@ async fn capture(
     let state = (
         probes,
         std::mem::replace(&mut prepared.targets, TargetSet::empty()),
-        prepared.tables.take(),
     );
     let wake = state.1.mapping_records_ready();
-    let (reason, stop_ns, (probes, targets, tables)) = waiter
+    let (reason, stop_ns, (probes, targets)) = waiter
         .wait(opened, secs, state, wake, tick, || {
             window
                 .lock()
@@ -560,15 +546,8 @@ async fn capture(
         })
         .await;
     prepared.targets = targets;
-    prepared.tables = tables;
     let stop_ns = stop_ns?;
-    let drained = drain_all(
-        &probes,
-        draining.stop(),
-        &prepared.targets,
-        prepared.tables.as_ref(),
-        sched_at_start,
-    )?;
+    let drained = drain_all(&probes, draining.stop(), &prepared.targets, sched_at_start)?;
     Ok(Captured {
         drained,
         seeds,
@@ -580,13 +559,13 @@ async fn capture(
 
 /// One tick of the capture: the target set kept current (processes, mappings, JIT code),
 /// progress read; or only the kernel's mapping records applied.
-fn tick(state: &mut (Probes, TargetSet, Option<UnwindTables>), kind: TickKind) -> Tick {
-    let (probes, targets, tables) = state;
+fn tick(state: &mut (Probes, TargetSet), kind: TickKind) -> Tick {
+    let (probes, targets) = state;
     if kind == TickKind::Mappings {
-        targets.follow_mappings(probes, tables.as_mut());
+        targets.follow_mappings(probes);
         return Tick::default();
     }
-    let tick = targets.tick(probes, tables.as_mut());
+    let tick = targets.tick(probes);
     for (pid, name) in &tick.ended {
         eprintln!("profiler: {name} (PID {pid}) exited");
     }
@@ -611,7 +590,11 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
         max_block_ns: args.max_block_ns(),
         kernel_stacks: !args.no_kernel_stacks,
         waker_stacks: args.out.wakers,
-        dwarf_chunks: prepared.tables.as_ref().map(|t| unwind_chunks(args, t)),
+        dwarf_chunks: prepared
+            .targets
+            .uploads
+            .tables()
+            .map(|t| unwind_chunks(args, t)),
         max_stacks: args.max_stacks,
         max_keys: args.max_keys,
         max_threads: args.max_threads,
@@ -667,7 +650,6 @@ fn drain_all(
     probes: &Probes,
     drainer: Drainer,
     targets: &TargetSet,
-    tables: Option<&UnwindTables>,
     sched_at_start: std::collections::HashMap<u32, profiler_core::model::SchedStat>,
 ) -> Result<Drained> {
     let pids: Vec<u32> = targets.processes.keys().copied().collect();
@@ -677,7 +659,7 @@ fn drain_all(
         profiler_common::Counter::MappingRecordsLost,
         targets.mapping_records_lost,
     );
-    if let Some(tables) = tables {
+    if let Some(tables) = targets.uploads.tables() {
         drained.counters.set(
             profiler_common::Counter::UnwindRowsNotLoaded,
             tables.not_loaded.len() as u64,
@@ -753,7 +735,7 @@ fn post_process(
     let jit = targets.jit_names(&profile);
     let spaces = symbolize::Spaces {
         jit,
-        layouts: &targets.layouts,
+        layouts: &targets.uploads.layouts,
         processes: targets
             .processes
             .iter()

@@ -14,3 +14,4 @@ pub mod preflight;
 pub mod probes;
 pub mod snapshot;
 pub mod targets;
+pub mod uploads;

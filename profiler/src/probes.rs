@@ -20,10 +20,7 @@ use profiler_common::{
 use thiserror::Error;
 
 use crate::kernel::{PreemptCountPath, TaskOffsets};
-use profiler_core::{
-    model::{Counters, Mode},
-    unwind::tables::UnwindTables,
-};
+use profiler_core::model::{Counters, Mode};
 
 /// The eBPF object built by build.rs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("PROFILER_EBPF_OBJECT"));
@@ -306,8 +303,8 @@ impl Probes {
         self.ebpf.take_map(name).ok_or(ProbeError::MissingMap(name))
     }
 
-    /// Uploads the unwind rows not in the kernel yet.
-    pub fn upload_rows(&mut self, tables: &mut UnwindTables) -> Result<(), ProbeError> {
+    /// Writes chunks of the unwind row array (index, rows).
+    pub fn upload_rows(&mut self, chunks: &[(u32, Box<RowChunk>)]) -> Result<(), ProbeError> {
         let map = self
             .ebpf
             .map_mut(names::MAP_UNWIND_ROWS)
@@ -318,19 +315,18 @@ impl Probes {
                 source,
             })?;
         let capacity = rows.len();
-        for (index, chunk) in tables.pending_chunks() {
-            if index >= capacity {
-                // More rows than the array was sized for (many libraries loaded during the
-                // capture): those files unwind with frame pointers.
+        for (index, chunk) in chunks {
+            if *index >= capacity {
+                // The tables place rows within the capacity they were given; this would be a
+                // bug, not a full array.
                 return Err(ProbeError::UnwindRowsFull(capacity));
             }
-            rows.set(index, *chunk, 0)
+            rows.set(*index, **chunk, 0)
                 .map_err(|source| ProbeError::Map {
                     name: names::MAP_UNWIND_ROWS,
                     source,
                 })?;
         }
-        tables.mark_uploaded();
         Ok(())
     }
 

@@ -348,7 +348,7 @@ fn measure(commands: &[&[&str]], maps: &[ProcessMaps], per_file: u64) {
         .map(|m| {
             m.mappings()
                 .iter()
-                .filter(|m| matches!(m.kind, profiler::procmap::MappingKind::File { .. }))
+                .filter(|m| matches!(m.kind, profiler_core::procmap::MappingKind::File { .. }))
                 .flat_map(|m| {
                     let step = ((m.end - m.start) / per_file).max(1);
                     (0..per_file)
