@@ -349,6 +349,9 @@ struct Prepared {
 
 /// Everything that can be refused is refused here, before anything is attached.
 fn prepare(args: &Args) -> Result<Prepared> {
+    if !Probes::built() {
+        return Err(probes::ProbeError::NotBuilt.into());
+    }
     preflight::check_privilege()?;
     preflight::check_btf()?;
     if args.out.wakers && !args.mode.traces_switches() {

@@ -53,6 +53,11 @@ pub enum ProbeError {
     Iterator(String),
     #[error("the unwind row array ({0} chunks) is full")]
     UnwindRowsFull(u32),
+    #[error(
+        "this profiler was built without its eBPF programs (the nightly toolchain or \
+         bpf-linker was missing): build it with `cargo xtask build`"
+    )]
+    NotBuilt,
     #[error("process {0} is beyond pid_max as read at start")]
     PidBeyondPidMax(u32),
     #[error("map `{name}`: {what} it failed: {error}")]
@@ -128,7 +133,15 @@ pub struct Probes {
 }
 
 impl Probes {
+    /// Whether the eBPF programs were built into this binary (see build.rs).
+    pub fn built() -> bool {
+        !EBPF_OBJECT.is_empty()
+    }
+
     pub fn load(cfg: &ProbeConfig) -> Result<Self, ProbeError> {
+        if !Self::built() {
+            return Err(ProbeError::NotBuilt);
+        }
         let preempt = cfg.offsets.preempt_count.unwrap_or(PreemptCountPath {
             task_cfs_rq: 0,
             cfs_rq_rq: 0,
