@@ -104,6 +104,9 @@ pub mod names {
     /// `HashMap<u32 tgid, ProcEvent>`: what happened to target processes (forked, exec'd,
     /// exited) since user space last looked.
     pub const MAP_PROCS: &str = "PROCS";
+    /// `RingBuf`: the timeline's records ([`super::TimelineWait`], [`super::TimelineSample`]),
+    /// read by user space while the capture runs.
+    pub const MAP_TIMELINE: &str = "TIMELINE";
     /// tp_btf programs that keep the target set: a target's new process joins it
     /// (`sched_process_fork`), an exec or exit is noted for user space.
     pub const PROG_FORK: &str = "sched_process_fork";
@@ -157,6 +160,9 @@ pub struct Config {
     pub min_block_ns: u64,
     /// Waits longer than this are not aggregated (`--max-block-us`); `u64::MAX` = no limit.
     pub max_block_ns: u64,
+    /// With [`config_flags::TIMELINE`]: waits at least this long (blocked and runnable
+    /// together) are written to the timeline one by one (`--timeline-resolution-us`).
+    pub timeline_min_ns: u64,
 }
 
 /// Address ranges of interrupt entry code handed to the waker probe (see
@@ -183,6 +189,9 @@ pub mod config_flags {
     pub const VERIFY_MEMOS: u32 = 1 << 6;
     /// A target's new processes join the target set (not with `--no-children`).
     pub const FOLLOW_CHILDREN: u32 = 1 << 7;
+    /// Write the timeline: each wait of at least `Config::timeline_min_ns` and each on-CPU
+    /// sample, with its time, to [`super::names::MAP_TIMELINE`] (not with `--no-timeline`).
+    pub const TIMELINE: u32 = 1 << 8;
 }
 
 /// Where a wakeup ran (`WaitStart::waker_context`, `WakerKey::waker_context`).
@@ -980,6 +989,57 @@ pub struct TaskSnapshot {
     pub kernel_frames: [u64; MAX_STACK_DEPTH],
 }
 
+/// What a timeline record is: the first field of every record in
+/// [`names::MAP_TIMELINE`].
+pub mod timeline_kind {
+    /// A [`super::TimelineWait`].
+    pub const WAIT: u32 = 1;
+    /// A [`super::TimelineSample`].
+    pub const SAMPLE: u32 = 2;
+}
+
+/// A timeline record: one wait of a target thread at least `Config::timeline_min_ns` long,
+/// written by `sched_switch` at the switch-out that closes its cycle. The wait is blocked
+/// (in `state`) for `blocked_ns` from `start_ns`, then runnable for `runnable_ns` (a wait for
+/// a CPU from the start, `state` a run-queue state, is all `runnable_ns`): the same split
+/// the aggregates have, from the scheduler's own counters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimelineWait {
+    /// [`timeline_kind::WAIT`].
+    pub kind: u32,
+    pub tid: u32,
+    /// The switch-out that began the wait (CLOCK_MONOTONIC; the window start for a wait the
+    /// start snapshot seeded).
+    pub start_ns: u64,
+    pub blocked_ns: u64,
+    pub runnable_ns: u64,
+    pub user_stack: u64,
+    pub kernel_stack: u64,
+    /// The thread's CPU time in the window before the wait began (`ThreadStats::on_cpu_ns`
+    /// then): between two records of a thread, the difference is its CPU time, the rest its
+    /// shorter waits.
+    pub cpu_before_ns: u64,
+    /// A [`WaitState`].
+    pub state: u16,
+    /// Bit set of [`wait_flags`].
+    pub flags: u16,
+    /// Who made it runnable (0: an interrupt, or not seen).
+    pub waker_tid: u32,
+}
+
+/// A timeline record: one on-CPU sample of a target thread, with its time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimelineSample {
+    /// [`timeline_kind::SAMPLE`].
+    pub kind: u32,
+    pub tid: u32,
+    pub ts_ns: u64,
+    pub user_stack: u64,
+    pub kernel_stack: u64,
+}
+
 /// Wire types of the in-kernel `.eh_frame` unwinder (x86_64).
 ///
 /// User space turns each executable file's `.eh_frame` into sorted [`UnwindRow`]s: from a row's
@@ -1182,6 +1242,13 @@ pub enum Counter {
     /// Set by user space: files whose unwind rows did not fit the row array (unwound by
     /// frame pointers).
     UnwindRowsNotLoaded,
+    /// Timeline records (waits and samples) written to the ring.
+    TimelineRecords,
+    /// Timeline records the ring had no room for (user space reads it every drain): the
+    /// timeline of their threads has a hole there.
+    TimelineRingFull,
+    /// Set by user space: timeline records read beyond `--timeline-max-records` and dropped.
+    TimelineDropped,
 }
 
 /// What a counter counts: something lost (the user must see it, with the flag that avoids it)
@@ -1193,7 +1260,7 @@ pub enum CounterKind {
 }
 
 impl Counter {
-    pub const COUNT: u32 = 25;
+    pub const COUNT: u32 = 28;
 
     /// Every counter is one or the other: the match has no wildcard, so a new counter must be
     /// classified before it compiles.
@@ -1202,10 +1269,13 @@ impl Counter {
         match self {
             SamplesMapFull | UserStackFailed | KernelStackFailed | StackTableFull
             | WaitsMapFull | ThreadsFull | WakersMapFull | SiteHistsFull | ProcsFull
-            | LostWaitsFull | MappingRecordsLost | UnwindRowsNotLoaded => CounterKind::Loss,
+            | LostWaitsFull | MappingRecordsLost | UnwindRowsNotLoaded | TimelineRingFull
+            | TimelineDropped => CounterKind::Loss,
             Samples | SwitchesOut | Waits | WaitsFiltered | MissedSwitchIns | Wakeups
             | UnwindMemoHits | UnwindMemoMisses | UnwindFrames | RowCacheMisses
-            | KernelMemoHits | KernelMemoMisses | MemoDisagreements => CounterKind::Event,
+            | KernelMemoHits | KernelMemoMisses | MemoDisagreements | TimelineRecords => {
+                CounterKind::Event
+            }
         }
     }
 
@@ -1238,6 +1308,9 @@ impl Counter {
             LostWaitsFull => "lost_waits_full",
             MappingRecordsLost => "mapping_records_lost",
             UnwindRowsNotLoaded => "unwind_rows_not_loaded",
+            TimelineRecords => "timeline_records",
+            TimelineRingFull => "timeline_ring_full",
+            TimelineDropped => "timeline_dropped",
         }
     }
 
@@ -1262,6 +1335,14 @@ impl Counter {
                 Some("--unwind-chunks"),
             )),
             StackTableFull => Some(("stacks: stack table full", Some("--max-stacks"))),
+            TimelineRingFull => Some((
+                "timeline records: ring buffer full",
+                Some("--timeline-resolution-us"),
+            )),
+            TimelineDropped => Some((
+                "timeline records: beyond the cap",
+                Some("--timeline-max-records"),
+            )),
             UserStackFailed => Some(("user stacks: unwinding failed", None)),
             KernelStackFailed => Some(("kernel stacks: unwinding failed", None)),
             _ => None,
@@ -1294,6 +1375,9 @@ impl Counter {
         Counter::LostWaitsFull,
         Counter::MappingRecordsLost,
         Counter::UnwindRowsNotLoaded,
+        Counter::TimelineRecords,
+        Counter::TimelineRingFull,
+        Counter::TimelineDropped,
     ];
 }
 
@@ -1553,7 +1637,9 @@ mod tests {
     #[test]
     fn wire_sizes_are_fixed() {
         use core::mem::size_of;
-        assert_eq!(size_of::<Config>(), 72);
+        assert_eq!(size_of::<Config>(), 80);
+        assert_eq!(size_of::<TimelineWait>(), 64);
+        assert_eq!(size_of::<TimelineSample>(), 32);
         assert_eq!(size_of::<SampleKey>(), 24);
         assert_eq!(size_of::<WaitKey>(), 24);
         assert_eq!(size_of::<WaitValue>(), 32);

@@ -57,6 +57,8 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         sched_at_start,
         sched_at_stop,
         tables_at_end,
+        // Built by `timeline::build`, beside this stage.
+        timeline: _,
     } = drained;
     stacks.extend(seeds.stacks);
     let mut pid_of = opts.pid_of.clone();

@@ -361,6 +361,34 @@ pub(crate) fn distinct_labels<'a>(keys: impl Iterator<Item = &'a SiteId> + Clone
     }
 }
 
+/// The site of a wait at these stacks in a blocking state.
+pub fn site_id(state: WaitState, user_stack: u64, kernel_stack: u64, names: &StackNames) -> SiteId {
+    (state.label(), site_frames(user_stack, kernel_stack, names))
+}
+
+/// Every blocking site of the capture with its label, as the report names them (the labels
+/// tell apart all the capture's sites, not only those a range shows).
+pub fn site_labels(profile: &Profile, names: &StackNames) -> BTreeMap<SiteId, String> {
+    let mut seen: HashSet<(u64, u64, WaitState)> = HashSet::new();
+    let mut ids: BTreeMap<SiteId, String> = BTreeMap::new();
+    for e in &profile.entries {
+        let Some(state) = e.blocked_state() else {
+            continue;
+        };
+        if seen.insert((e.user_stack, e.kernel_stack, state)) {
+            ids.insert(
+                site_id(state, e.user_stack, e.kernel_stack, names),
+                String::new(),
+            );
+        }
+    }
+    let labels = distinct_labels(ids.keys());
+    for (label, slot) in labels.into_iter().zip(ids.values_mut()) {
+        *slot = label;
+    }
+    ids
+}
+
 /// Per thread, its time per wait site; and the sites that are event waits.
 type SiteTimes = HashMap<u32, HashMap<SiteId, u64>>;
 

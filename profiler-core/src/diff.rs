@@ -561,6 +561,7 @@ mod tests {
                 )
             },
             names,
+            timeline: None,
         }
     }
 

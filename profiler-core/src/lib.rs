@@ -5,8 +5,8 @@
 //! The capture side (`profiler`) hands it [`model::Drained`] and the targets' mappings.
 //!
 //! Stage order (each module imports only `model` and the stages before it):
-//! `procmap`, `perfmap`, `jvm` → `unwind` → `account` → `symbolize` → `analysis` → `fold` →
-//! `diff` → `render`.
+//! `procmap`, `perfmap`, `jvm` → `unwind` → `account` → `symbolize` → `analysis` →
+//! `timeline` → `fold` → `diff` → `render`.
 
 pub mod account;
 pub mod analysis;
@@ -18,4 +18,5 @@ pub mod perfmap;
 pub mod procmap;
 pub mod render;
 pub mod symbolize;
+pub mod timeline;
 pub mod unwind;

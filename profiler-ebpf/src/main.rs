@@ -14,12 +14,15 @@
 //! - `snapshot::snapshot_tasks` (iter/task): state, registers and kernel stack of every target
 //!   thread at capture start (a thread already blocked has no switch-out to learn it from).
 //!
+//! With the timeline on, `switch` and `sample` also write each long wait and each sample with
+//! its time to a ring buffer (`timeline`), which user space reads every drain.
+//!
 //! Shared pieces: `stack` turns "the current task's stack" into a stack id; `unwind` walks
 //! user stacks from `.eh_frame` rows; `kstack` recognises a sleeping thread's kernel stack;
 //! `task` reads task_struct fields; `maps` holds the maps and counters.
 //!
 //! Every program filters foreign processes first with one comparison, aggregates in maps, and
-//! counts each loss in `COUNTERS`. Nothing is sent per event to user space.
+//! counts each loss in `COUNTERS`. Nothing else is sent per event to user space.
 #![no_std]
 #![no_main]
 // `atomic_xadd`: the BPF target has no atomic types with read-modify-write (see `switch.rs`).
@@ -34,6 +37,7 @@ mod stack;
 mod switch;
 mod targets;
 mod task;
+mod timeline;
 mod unwind;
 mod wakeup;
 
@@ -59,6 +63,7 @@ static CONFIG: Global<Config> = Global::new(Config {
     _pad: 0,
     min_block_ns: 0,
     max_block_ns: u64::MAX,
+    timeline_min_ns: u64::MAX,
 });
 
 #[inline(always)]

@@ -16,6 +16,7 @@ use crate::{
     maps::{SAMPLES, Scratch, THREADS, capture_start, count, opaque, parity},
     stack,
     targets::is_target,
+    timeline,
 };
 
 #[perf_event]
@@ -79,6 +80,9 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
         }
     }
 
+    if cfg.flags & config_flags::TIMELINE != 0 {
+        timeline::record_sample(tid, user_stack, kernel_stack);
+    }
     remember_thread(cfg.flags, tid, (pid_tgid >> 32) as u32, started);
     0
 }

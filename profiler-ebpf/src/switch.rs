@@ -47,7 +47,7 @@ use crate::{
     stack,
     targets::is_target,
     task::{load, read},
-    tgid_offset,
+    tgid_offset, timeline,
 };
 
 /// `TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
@@ -245,6 +245,19 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
             runnable_ns,
             blocked_ns,
         );
+        // The timeline's record of a long wait: out of line, and reached by one branch, so
+        // the verifier walks what follows twice at most.
+        if cfg.flags & config_flags::TIMELINE != 0
+            && runnable_ns + blocked_ns >= cfg.timeline_min_ns
+        {
+            timeline::record_wait(
+                out.tid,
+                &thread.wait,
+                blocked_ns,
+                runnable_ns,
+                stats.on_cpu_ns - on_ns,
+            );
+        }
     }
     // In place: no allocation or free per switch.
     thread.wait = wait;

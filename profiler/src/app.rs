@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result};
 
 use crate::{
     capture::{EndReason, Tick, TickKind, Waiter},
-    cli::{Args, Cli, Command, DiffArgs, OutputArgs, ReplayArgs, Unwind},
+    cli::{Args, Cli, Command, DiffArgs, OutputArgs, RangeArgs, ReplayArgs, Unwind},
     drain::{self, Drainer},
     kernel::{self, TaskOffsets},
     launch,
@@ -22,14 +22,15 @@ use crate::{
     probes::{self, ProbeConfig, Probes},
     snapshot,
     targets::{Selection, TargetSet},
+    timeline::TimelineReader,
 };
 use profiler_core::{
     account::{self, AccountOptions},
     analysis, diff,
     fold::{self, FoldOptions, Folded},
     model::{CaptureMeta, Drained, Mode, SavedCapture, Seeds, Window, saved::SAVED_FORMAT},
-    render::{self, html, pprof, report, summary, svg},
-    symbolize,
+    render::{self, html, perfetto, pprof, report, summary, svg, timeline_html, trace, when},
+    symbolize, timeline,
     unwind::tables::UnwindTables,
 };
 
@@ -51,7 +52,7 @@ pub async fn run(cli: Cli) -> Result<Option<i32>> {
 
 /// `profiler replay CAPTURE`: the render stage alone, from a saved capture.
 fn replay(r: &ReplayArgs) -> Result<()> {
-    let saved = SavedCapture::load(&r.capture)?;
+    let saved = in_range(SavedCapture::load(&r.capture)?, &r.range, &r.capture)?;
     let default_svg = default_svg_name(&saved.meta, saved.profile.mode);
     let outputs = open_outputs(&r.out, default_svg, None, saved.profile.mode)?;
     render(&saved, &r.out, outputs)
@@ -60,8 +61,8 @@ fn replay(r: &ReplayArgs) -> Result<()> {
 /// `profiler diff BEFORE AFTER`: two saved captures compared per second of capture; the
 /// differential graph drawn on each, and what moved most.
 fn diff(d: &DiffArgs) -> Result<()> {
-    let before = SavedCapture::load(&d.before)?;
-    let after = SavedCapture::load(&d.after)?;
+    let before = in_range(SavedCapture::load(&d.before)?, &d.range, &d.before)?;
+    let after = in_range(SavedCapture::load(&d.after)?, &d.range, &d.after)?;
     let diff = diff::diff(&before, &after).with_context(|| {
         format!(
             "cannot compare {} with {}",
@@ -127,6 +128,15 @@ fn diff(d: &DiffArgs) -> Result<()> {
         before_svg_path.display()
     )?;
     Ok(())
+}
+
+/// The capture cut to `--from`/`--to` when either is given.
+fn in_range(saved: SavedCapture, range: &RangeArgs, path: &Path) -> Result<SavedCapture> {
+    let Some((from, to)) = range.range() else {
+        return Ok(saved);
+    };
+    timeline::range::slice(&saved, from, to)
+        .with_context(|| format!("cannot cut {} to {from}–{to} s", path.display()))
 }
 
 /// `diff-nginx-wall.svg`: the after capture's target, in characters any file system takes.
@@ -289,6 +299,7 @@ fn post_inputs(
         ended_early: reason.note().map(str::to_string),
         started_unix_ns: unix_time_of(window.start_ns),
         notes: targets.jit_notes(),
+        range: None,
     };
     let opts = AccountOptions {
         processes: targets
@@ -534,7 +545,11 @@ async fn capture(
     // From here on the aggregate tables belong to the drainer, which empties them while the
     // window is open so that they hold a drain interval's records, not the whole capture's.
     let window = Arc::new(Mutex::new(window));
-    let draining = Drainer::new(&mut probes, Arc::clone(&window))?.start();
+    let timeline = config
+        .timeline_min_ns
+        .map(|ns| TimelineReader::new(&mut probes, ns, args.timeline_max_records))
+        .transpose()?;
+    let draining = Drainer::new(&mut probes, Arc::clone(&window), timeline)?.start();
     let state = (
         probes,
         std::mem::replace(&mut prepared.targets, TargetSet::empty()),
@@ -602,6 +617,10 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
         max_keys: args.max_keys,
         max_threads: args.max_threads,
         verify_memos: args.verify_memos,
+        timeline_min_ns: args
+            .timeline()
+            .then(|| args.timeline_resolution_us.saturating_mul(1_000)),
+        timeline_ring_bytes: args.timeline_ring_kib.saturating_mul(1024),
         verbose,
         // Only waker kernel stacks stop at an interrupt entry: with `--wakers`, or where the
         // preempt count cannot tell an interrupt. Reading /proc/kallsyms costs ~0.1 s of CPU.
@@ -732,7 +751,11 @@ fn post_process(
     meta: CaptureMeta,
     targets: &mut TargetSet,
 ) -> SavedCapture {
+    let mut drained = drained;
+    let raw_timeline = std::mem::take(&mut drained.timeline);
+    let threads = raw_timeline.enabled.then(|| drained.threads.clone());
     let profile = account::account(drained, seeds, opts);
+    let timeline = threads.and_then(|t| timeline::build(raw_timeline, &t, &profile));
     let mut meta = meta;
     meta.notes.extend(targets.jit_partial_notes(&profile));
     let jit = targets.jit_names(&profile);
@@ -751,6 +774,7 @@ fn post_process(
         meta,
         profile,
         names,
+        timeline,
     }
 }
 
@@ -763,6 +787,7 @@ struct Outputs {
     wakers_folded: Option<Output>,
     saved: Option<Output>,
     pprof: Option<Output>,
+    timeline: Option<Output>,
 }
 
 impl Outputs {
@@ -774,6 +799,7 @@ impl Outputs {
         all.extend(self.wakers_folded.iter());
         all.extend(self.saved.iter());
         all.extend(self.pprof.iter());
+        all.extend(self.timeline.iter());
         all.iter()
             .filter_map(|o| o.temp_path())
             .map(Path::to_path_buf)
@@ -829,6 +855,11 @@ fn open_outputs(
             .as_deref()
             .map(|p| preflight::open_output("the pprof profile", p))
             .transpose()?,
+        timeline: out
+            .timeline
+            .as_deref()
+            .map(|p| preflight::open_output("the timeline", p))
+            .transpose()?,
         svg: preflight::open_output("the flame graph", &svg_path)?,
         report,
     })
@@ -853,6 +884,12 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
         names,
         ..
     } = saved;
+    if outputs.timeline.is_some() && saved.timeline.is_none() {
+        anyhow::bail!(
+            "this capture has no timeline for --timeline (saved before timelines were \
+             recorded, or with --no-timeline)"
+        );
+    }
     let analysis = analysis::analyze(profile, names, &meta.target);
     let fold_opts = FoldOptions {
         process: meta.target.clone(),
@@ -893,12 +930,28 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
             write_svg(&graph, out, true)?;
         }
     }
-    let report = report::build(&report::ReportInput {
+    let mut report = report::build(&report::ReportInput {
         profile,
         names,
         meta,
         analysis: &analysis,
     });
+    let labels = saved
+        .timeline
+        .as_ref()
+        .map(|_| analysis::site_labels(profile, names));
+    if let (Some(timeline), Some(labels)) = (&saved.timeline, &labels) {
+        when::annotate(
+            &mut report,
+            &when::WhenInput {
+                profile,
+                names,
+                analysis: &analysis,
+                timeline,
+                labels,
+            },
+        );
+    }
     if let Some((output, format)) = outputs.report {
         let path = write_output(output, "the report", |w| match format {
             ReportFormat::Markdown => report::write_markdown(&report, &mut { w }),
@@ -909,6 +962,11 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
                     title: &title,
                     subtitle: &subtitle,
                     flame_graph: &graph,
+                    timeline: saved
+                        .timeline
+                        .as_ref()
+                        .map(|t| timeline_html::section(profile, names, t))
+                        .as_deref(),
                 },
                 &mut { w },
             ),
@@ -918,6 +976,24 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
     if let Some(output) = outputs.saved {
         let path = write_output(output, "the saved capture", |w| saved.write_to(w))?;
         eprintln!("profiler: saved the capture to {}", path.display());
+    }
+    if let (Some(output), Some(timeline), Some(labels)) =
+        (outputs.timeline, &saved.timeline, &labels)
+    {
+        let tracks = trace::tracks(&trace::TraceInput {
+            profile,
+            names,
+            timeline,
+            labels,
+            ranked: &when::ranked_sites(&report, labels),
+        });
+        let path = write_output(output, "the timeline", |w| {
+            perfetto::write(&tracks, &mut { w })
+        })?;
+        eprintln!(
+            "profiler: wrote the timeline (a Perfetto trace) to {}",
+            path.display()
+        );
     }
     if let Some(output) = outputs.pprof {
         let started = Instant::now();

@@ -26,6 +26,15 @@ pub const DEFAULT_MAX_PROCESSES: u32 = 1_024;
 pub const DEFAULT_MAX_THREADS: u32 = 65_536;
 /// Default rows of each `profiler diff` table (functions, blocking sites).
 pub const DEFAULT_DIFF_TOP: u64 = 10;
+/// Default `--timeline-resolution-us`: waits shorter than 1 ms are not on the timeline one by
+/// one (their time is, spread over the stretches around them).
+pub const DEFAULT_TIMELINE_RESOLUTION_US: u64 =
+    profiler_core::model::timeline::DEFAULT_RESOLUTION_NS / 1_000;
+/// Default `--timeline-max-records`: waits and samples kept in user space (about 64 bytes
+/// each: 64 MiB at most).
+pub const DEFAULT_TIMELINE_MAX_RECORDS: u64 = 1_000_000;
+/// Default `--timeline-ring-kib`: the kernel's timeline ring, read every drain (200 ms).
+pub const DEFAULT_TIMELINE_RING_KIB: u32 = 4_096;
 
 /// How user stacks are walked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -101,6 +110,38 @@ pub struct DiffArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_DIFF_TOP,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub top: u64,
+
+    #[command(flatten)]
+    pub range: RangeArgs,
+}
+
+/// A time range of a saved capture (`replay`, `diff`): every output covers it only.
+#[derive(Clone, Copy, Debug, Default, clap::Args)]
+pub struct RangeArgs {
+    /// Only the part of the capture from this many seconds after its start (needs a capture
+    /// saved with its timeline).
+    #[arg(long, value_name = "S", value_parser = seconds)]
+    pub from: Option<f64>,
+
+    /// Only the part of the capture up to this many seconds after its start.
+    #[arg(long, value_name = "S", value_parser = seconds)]
+    pub to: Option<f64>,
+}
+
+impl RangeArgs {
+    /// `[from, to)` in seconds when either is given.
+    pub fn range(&self) -> Option<(f64, f64)> {
+        (self.from.is_some() || self.to.is_some())
+            .then(|| (self.from.unwrap_or(0.0), self.to.unwrap_or(f64::INFINITY)))
+    }
+}
+
+/// `--from`, `--to`: seconds, not negative.
+fn seconds(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>().map_err(|e| e.to_string())? {
+        s if s.is_finite() && s >= 0.0 => Ok(s),
+        _ => Err("seconds from the capture's start: a number, 0 or more".to_string()),
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -108,6 +149,9 @@ pub struct ReplayArgs {
     /// A file written by `--save`.
     #[arg(value_name = "CAPTURE")]
     pub capture: PathBuf,
+
+    #[command(flatten)]
+    pub range: RangeArgs,
 
     #[command(flatten)]
     pub out: OutputArgs,
@@ -155,6 +199,13 @@ pub struct OutputArgs {
     /// otherwise, labelled with thread, tid, pid and state.
     #[arg(long, value_name = "PATH")]
     pub pprof: Option<PathBuf>,
+
+    /// Write the timeline as a Perfetto trace here too (open it in ui.perfetto.dev): one
+    /// track per thread, grouped by process, with its running, runnable, sleep and I/O
+    /// stretches named by their blocking sites, the wakeups of the ranked sites as arrows,
+    /// and the on-CPU samples with their stacks.
+    #[arg(long, value_name = "PATH")]
+    pub timeline: Option<PathBuf>,
 }
 
 /// Recording: what to profile and how.
@@ -248,6 +299,27 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = table_size)]
     pub unwind_chunks: Option<u32>,
 
+    /// Do not record the timeline (by default it is recorded when `--timeline`, `--save` or
+    /// `--report` asks for it: each wait of at least `--timeline-resolution-us` and each
+    /// on-CPU sample, with its time).
+    #[arg(long, conflicts_with = "timeline")]
+    pub no_timeline: bool,
+
+    /// Waits shorter than this many microseconds are not on the timeline one by one: their
+    /// time is spread over the stretches between the longer ones.
+    #[arg(long, value_name = "US", default_value_t = DEFAULT_TIMELINE_RESOLUTION_US)]
+    pub timeline_resolution_us: u64,
+
+    /// Timeline records (waits and samples) kept at most; more are counted and dropped.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TIMELINE_MAX_RECORDS)]
+    pub timeline_max_records: u64,
+
+    /// Size of the kernel's timeline ring in KiB (a power of two, at least 4); a record it
+    /// has no room for between two drains is counted and lost.
+    #[arg(long, value_name = "KIB", default_value_t = DEFAULT_TIMELINE_RING_KIB,
+          value_parser = ring_kib)]
+    pub timeline_ring_kib: u32,
+
     /// Unwind every stack even when a memo recognises it, and count the disagreements
     /// (`memo_disagreements` in the JSON report): for tests, at the cost of the memos' saving.
     #[arg(long, hide = true)]
@@ -279,7 +351,22 @@ fn wait_limit_us(value: &str) -> Result<u64, String> {
     }
 }
 
+/// `--timeline-ring-kib`: a ring buffer is a power-of-two number of pages.
+fn ring_kib(value: &str) -> Result<u32, String> {
+    match value.parse::<u32>().map_err(|e| e.to_string())? {
+        n if n >= 4 && n.is_power_of_two() && n <= 1 << 20 => Ok(n),
+        _ => Err("a power of two from 4 to 1048576".to_string()),
+    }
+}
+
 impl Args {
+    /// Whether the timeline is recorded: an output that uses it was asked for, and
+    /// `--no-timeline` was not given.
+    pub fn timeline(&self) -> bool {
+        !self.no_timeline
+            && (self.out.timeline.is_some() || self.save.is_some() || self.out.report.is_some())
+    }
+
     /// The capture length: `--secs`, or until the command exits, or the default.
     pub fn secs(&self) -> u64 {
         match (self.secs, self.command.is_empty()) {
@@ -332,6 +419,56 @@ mod tests {
         assert!(!args.out.per_thread);
         assert!(!args.out.hide_idle);
         assert_eq!(args.save, None);
+        assert!(!args.timeline(), "nothing asks for the timeline");
+        assert_eq!(args.timeline_resolution_us, DEFAULT_TIMELINE_RESOLUTION_US);
+        assert_eq!(args.timeline_max_records, DEFAULT_TIMELINE_MAX_RECORDS);
+        assert_eq!(args.timeline_ring_kib, DEFAULT_TIMELINE_RING_KIB);
+    }
+
+    #[test]
+    fn the_timeline_is_recorded_for_the_outputs_that_use_it() {
+        assert!(
+            record(&["-p", "1", "--timeline", "t.pftrace"])
+                .unwrap()
+                .timeline()
+        );
+        assert!(
+            record(&["-p", "1", "--save", "c.json.gz"])
+                .unwrap()
+                .timeline()
+        );
+        assert!(
+            record(&["-p", "1", "--report", "r.html"])
+                .unwrap()
+                .timeline()
+        );
+        assert!(
+            !record(&["-p", "1", "--save", "c", "--no-timeline"])
+                .unwrap()
+                .timeline()
+        );
+        assert!(record(&["-p", "1", "--timeline-ring-kib", "6"]).is_err());
+    }
+
+    #[test]
+    fn replay_and_diff_take_a_range() {
+        let cli =
+            Cli::try_parse_from(["profiler", "replay", "x", "--from", "1.5", "--to", "2"]).unwrap();
+        let Some(Command::Replay(r)) = cli.command else {
+            panic!("not a replay: {cli:?}");
+        };
+        assert_eq!(r.range.range(), Some((1.5, 2.0)));
+        let cli = Cli::try_parse_from(["profiler", "diff", "a", "b", "--to", "3"]).unwrap();
+        let Some(Command::Diff(d)) = cli.command else {
+            panic!("not a diff: {cli:?}");
+        };
+        assert_eq!(d.range.range(), Some((0.0, 3.0)));
+        assert!(Cli::try_parse_from(["profiler", "replay", "x", "--from", "-1"]).is_err());
+        let cli = Cli::try_parse_from(["profiler", "replay", "x"]).unwrap();
+        let Some(Command::Replay(r)) = cli.command else {
+            panic!("not a replay: {cli:?}");
+        };
+        assert_eq!(r.range.range(), None);
     }
 
     #[test]

@@ -27,12 +27,15 @@ use aya::{
     maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray},
 };
 use profiler_common::{
-    ProcEvent, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread, WAIT_HIST_BUCKETS,
-    WaitHist, WaitKey, WaitValue, WakerKey, WakerValue, exit_overcount_ns, names, thread_flags,
-    unwind::ProcMappings,
+    Counter, ProcEvent, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread,
+    WAIT_HIST_BUCKETS, WaitHist, WaitKey, WaitValue, WakerKey, WakerValue, exit_overcount_ns,
+    names, thread_flags, unwind::ProcMappings,
 };
 
-use crate::probes::{ProbeError, Probes, WindowSwitch};
+use crate::{
+    probes::{ProbeError, Probes, WindowSwitch},
+    timeline::TimelineReader,
+};
 use profiler_core::model::{Drained, SchedStat};
 
 /// How often the tables are drained while the capture runs: the tick's pace. They must hold
@@ -48,6 +51,8 @@ pub struct Drainer {
     stacks: BatchMap<u64, Stack>,
     threads: BatchMap<u32, Thread>,
     window: Arc<Mutex<WindowSwitch>>,
+    /// The timeline ring, read at every drain (when the timeline is recorded).
+    timeline: Option<TimelineReader>,
     /// The epoch the programs write now.
     epoch: u64,
     /// Threads seen exited at the last drain: taken at this one.
@@ -83,7 +88,11 @@ struct Totals {
 impl Drainer {
     /// Takes the aggregate tables out of `probes` (after the start snapshot seeded the thread
     /// table: from here on only the drainer reads or writes them).
-    pub fn new(probes: &mut Probes, window: Arc<Mutex<WindowSwitch>>) -> Result<Self, ProbeError> {
+    pub fn new(
+        probes: &mut Probes,
+        window: Arc<Mutex<WindowSwitch>>,
+        timeline: Option<TimelineReader>,
+    ) -> Result<Self, ProbeError> {
         let epoch = lock(&window).epoch();
         Ok(Self {
             samples: BatchMap::take(probes, names::MAP_SAMPLES)?,
@@ -93,6 +102,7 @@ impl Drainer {
             stacks: BatchMap::take(probes, names::MAP_STACKS)?,
             threads: BatchMap::take(probes, names::MAP_THREADS)?,
             window,
+            timeline,
             epoch,
             exited: HashSet::new(),
             totals: Totals::default(),
@@ -107,6 +117,9 @@ impl Drainer {
         let old = ((self.epoch + 1) & 1) as u32;
         self.take(Some(old))?;
         self.take_exited_threads()?;
+        if let Some(t) = &mut self.timeline {
+            t.read();
+        }
         self.epoch += 1;
         lock(&self.window).set_epoch(self.epoch)?;
         self.stats.drains += 1;
@@ -144,6 +157,12 @@ impl Drainer {
             .collect();
         let ebpf = probes.ebpf();
         let read = |name: &'static str| ebpf.map(name).ok_or(ProbeError::MissingMap(name));
+        let (timeline, timeline_dropped) = self
+            .timeline
+            .map(TimelineReader::finish)
+            .unwrap_or_default();
+        let mut counters = probes.counters()?;
+        counters.set(Counter::TimelineDropped, timeline_dropped);
         let drained = Drained {
             samples: samples.into_iter().collect(),
             waits: waits.into_iter().collect(),
@@ -154,7 +173,7 @@ impl Drainer {
                 .map(|(id, stack)| (id, stack.frames().to_vec()))
                 .collect(),
             stack_generations,
-            counters: probes.counters()?,
+            counters,
             site_hists,
             runqueue_hists: runqueue_hists(read(names::MAP_RUNQUEUE_HISTS)?)?,
             lost_waits: BpfHashMap::<&MapData, u32, u64>::try_from(read(names::MAP_LOST_WAITS)?)
@@ -180,6 +199,7 @@ impl Drainer {
             ]
             .into_iter()
             .collect(),
+            timeline,
         };
         Ok((drained, self.stats))
     }

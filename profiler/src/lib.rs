@@ -14,4 +14,5 @@ pub mod preflight;
 pub mod probes;
 pub mod snapshot;
 pub mod targets;
+pub mod timeline;
 pub mod uploads;

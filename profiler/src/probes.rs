@@ -68,6 +68,9 @@ pub enum ProbeError {
     },
 }
 
+/// The timeline ring when the timeline is off: a page, the least a ring buffer can be.
+const TIMELINE_RING_OFF_BYTES: u32 = 4096;
+
 /// Everything the programs need to know before they load.
 #[derive(Clone, Debug)]
 pub struct ProbeConfig {
@@ -92,6 +95,10 @@ pub struct ProbeConfig {
     pub max_threads: u32,
     /// Unwind even recognised stacks and count disagreements (`--verify-memos`).
     pub verify_memos: bool,
+    /// Write the timeline: waits of at least this long one by one, and every sample.
+    pub timeline_min_ns: Option<u64>,
+    /// The timeline ring's size in bytes (a power of two of pages).
+    pub timeline_ring_bytes: u32,
     pub verbose: u8,
     /// Interrupt entry text, from [`crate::kernel::interrupt_entry_ranges`].
     pub irq_entry: [u64; 2 * profiler_common::IRQ_ENTRY_RANGES],
@@ -119,6 +126,9 @@ fn flags(cfg: &ProbeConfig) -> u32 {
     }
     if cfg.follow_children {
         flags |= config_flags::FOLLOW_CHILDREN;
+    }
+    if cfg.timeline_min_ns.is_some() {
+        flags |= config_flags::TIMELINE;
     }
     flags
 }
@@ -164,6 +174,7 @@ impl Probes {
             flags: flags(cfg),
             min_block_ns: cfg.min_block_ns,
             max_block_ns: cfg.max_block_ns,
+            timeline_min_ns: cfg.timeline_min_ns.unwrap_or(u64::MAX),
             _pad: 0,
         };
         // aya-log's level lives in the kernel too: off unless asked, so logging costs nothing.
@@ -187,6 +198,15 @@ impl Probes {
             .map_max_entries(names::MAP_TARGETS, cfg.target_words.max(1))
             .map_max_entries(names::MAP_PROCS, cfg.max_processes)
             .map_max_entries(names::MAP_PROC_MAPPINGS, cfg.max_processes)
+            // One page when the timeline is off: nothing is written to it.
+            .map_max_entries(
+                names::MAP_TIMELINE,
+                if cfg.timeline_min_ns.is_some() {
+                    cfg.timeline_ring_bytes
+                } else {
+                    TIMELINE_RING_OFF_BYTES
+                },
+            )
             .load(EBPF_OBJECT)
             .map_err(ProbeError::Load)?;
 

@@ -77,6 +77,7 @@ fn synthetic(mode: Mode, dir: &Path) -> PathBuf {
             )
         },
         names,
+        timeline: None,
     };
     let path = dir.join(format!("app-{}.capture", mode.name()));
     let file = std::fs::File::create(&path).expect("create the capture");

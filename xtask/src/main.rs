@@ -184,6 +184,7 @@ fn test(root: &Path, test_args: &[OsString]) -> Result<ExitCode> {
 
     if is_root() {
         packages::ensure(packages::TEST_PACKAGES)?;
+        packages::ensure_python(packages::TEST_PYTHON_PACKAGES)?;
     }
     eprintln!("xtask: cargo test (privileged end-to-end tests included)");
     let mut cmd = if is_root() {

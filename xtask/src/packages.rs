@@ -81,3 +81,49 @@ pub fn ensure(packages: &[Package]) -> Result<()> {
     }
     Ok(())
 }
+
+/// A Python package the tests import, installed with pip (for the invoking user) when missing.
+pub struct PythonPackage {
+    /// Importable when the package is installed.
+    pub module: &'static str,
+    pub name: &'static str,
+    pub why: &'static str,
+}
+
+/// What the tests import in Python.
+pub const TEST_PYTHON_PACKAGES: &[PythonPackage] = &[PythonPackage {
+    module: "perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+    name: "perfetto",
+    why: "the timeline tests read --timeline traces back with Perfetto's own protos \
+          (profiler-core/tests/perfetto_decode.py)",
+}];
+
+/// Installs whichever of `packages` python3 cannot import (`pip install --user`; Debian's
+/// Python refuses pip outside a virtualenv unless told the user site is meant).
+pub fn ensure_python(packages: &[PythonPackage]) -> Result<()> {
+    for p in packages {
+        let present = Command::new("python3")
+            .args(["-c", &format!("import {}", p.module)])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if present {
+            continue;
+        }
+        eprintln!(
+            "xtask: the Python module {} is missing: installing {} with pip ({})",
+            p.module, p.name, p.why
+        );
+        output(
+            Command::new("python3").args([
+                "-m",
+                "pip",
+                "install",
+                "--user",
+                "--break-system-packages",
+                p.name,
+            ]),
+            "pip install",
+        )?;
+    }
+    Ok(())
+}

@@ -5,6 +5,8 @@
 //!   recorded ([`Seeds`]), with the counters and the window.
 //! - [`time`]: the accounted time model ([`Profile`]) that `profile::account` builds.
 //! - [`named`]: symbolized stacks ([`StackNames`]) and how stacks and wakers are named.
+//! - [`timeline`]: when each thread waited where, and when each sample was taken
+//!   ([`Timeline`]), built by `timeline::build`.
 //! - [`saved`]: a capture as a file, replayable without root ([`SavedCapture`]).
 
 pub mod hist;
@@ -12,14 +14,16 @@ pub mod named;
 pub mod raw;
 pub mod saved;
 pub mod time;
+pub mod timeline;
 
 pub use hist::Hist;
 pub use named::{
     FrameFile, NO_FILE, Name, StackNames, WakerIdentity, stack_frames, waker_frames, waker_identity,
 };
-pub use raw::{Counters, Drained, SchedStat, Seeds, Window, comm_name};
-pub use saved::{CaptureMeta, SavedCapture};
+pub use raw::{Counters, Drained, RawTimeline, SchedStat, Seeds, Window, comm_name};
+pub use saved::{CaptureMeta, CaptureRange, SavedCapture};
 pub use time::{Entry, Kind, ProcessInfo, ProcessTotals, Profile, ThreadTime, Waker};
+pub use timeline::{Segment, ThreadLine, TimedSample, TimedWait, Timeline};
 
 use serde::{Deserialize, Serialize};
 

@@ -12,7 +12,7 @@ use super::Waker;
 pub type Name = Arc<str>;
 
 /// Named frames (root→leaf) for the stack ids of a profile.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct StackNames {
     pub user: HashMap<u64, Vec<Name>>,
     pub kernel: HashMap<u64, Vec<Name>>,

@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use profiler_common::{
-    Counter, CounterKind, RunqueueHist, SampleKey, SampleValue, SiteKey, Thread, WaitHist, WaitKey,
-    WaitValue, WakerKey, WakerValue,
+    Counter, CounterKind, RunqueueHist, SampleKey, SampleValue, SiteKey, Thread, TimelineSample,
+    TimelineWait, WaitHist, WaitKey, WaitValue, WakerKey, WakerValue,
 };
 use serde::{Deserialize, Serialize};
 
@@ -88,6 +88,19 @@ pub struct Drained {
     /// Entries left in the kernel's per-process and per-thread tables when the window
     /// closed, by map: what shows that process and thread churn does not grow them.
     pub tables_at_end: BTreeMap<&'static str, u64>,
+    /// The timeline's records, as the kernel wrote them (none with `--no-timeline`).
+    pub timeline: RawTimeline,
+}
+
+/// What the timeline ring held over the capture.
+#[derive(Debug, Default)]
+pub struct RawTimeline {
+    /// Whether the programs wrote it.
+    pub enabled: bool,
+    /// Waits at least this long were written.
+    pub resolution_ns: u64,
+    pub waits: Vec<TimelineWait>,
+    pub samples: Vec<TimelineSample>,
 }
 
 /// What the start snapshot recorded in user space: stacks of threads already waiting when the

@@ -11,13 +11,13 @@ use std::{
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::{Profile, StackNames};
+use super::{Profile, StackNames, Timeline};
 
 /// Bumped when the layout changes incompatibly.
 pub const SAVED_FORMAT: u32 = 1;
 
 /// What the capture was of, beyond its time model.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CaptureMeta {
     /// Process name, the root frame of every stack.
     pub target: String,
@@ -37,6 +37,18 @@ pub struct CaptureMeta {
     /// What the capture itself found worth saying (JIT names that could be stale).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Set on a capture cut to a time range (`replay --from --to`): which part of the whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<CaptureRange>,
+}
+
+/// A part of a capture: seconds from the start of its window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CaptureRange {
+    pub from_s: f64,
+    pub to_s: f64,
+    /// The whole capture's length.
+    pub of_s: f64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -45,6 +57,10 @@ pub struct SavedCapture {
     pub meta: CaptureMeta,
     pub profile: Profile,
     pub names: StackNames,
+    /// When each thread waited where (absent from captures saved before it was recorded, or
+    /// made with `--no-timeline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
 }
 
 #[derive(Debug, Error)]

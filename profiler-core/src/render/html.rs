@@ -20,6 +20,8 @@ pub struct HtmlInput<'a> {
     pub subtitle: &'a str,
     /// inferno's SVG, as written to the `.svg` file.
     pub flame_graph: &'a str,
+    /// The timeline section (`timeline_html::section`), when the capture has a timeline.
+    pub timeline: Option<&'a str>,
 }
 
 /// Threads drawn with a bar each; the JSON report lists them all.
@@ -118,6 +120,9 @@ pub fn write_html(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()>
     }
 
     flame_graph(input, out)?;
+    if let Some(section) = input.timeline {
+        out.write_all(section.as_bytes())?;
+    }
 
     if !r.top_blocking_sites.is_empty() {
         writeln!(out, "<h2>Top blocking sites</h2>")?;
@@ -469,6 +474,9 @@ fn site(s: &SiteRow, out: &mut impl Write) -> io::Result<()> {
         }
     }
     wakers(&s.wakers, out)?;
+    if let Some(w) = &s.when {
+        writeln!(out, "<p class=\"when\">When: {}</p>", esc(&w.summary))?;
+    }
     writeln!(
         out,
         "<details><summary>stack (root → leaf)</summary><ol class=\"stack\">"

@@ -9,7 +9,10 @@ pub mod pprof;
 pub mod report;
 pub mod summary;
 pub mod svg;
+pub mod timeline_html;
+pub mod trace;
 pub mod verdict;
+pub mod when;
 
 /// `1 thread`, `3 threads`.
 pub(crate) fn count(n: impl Into<u64>, word: &str) -> String {

@@ -576,6 +576,7 @@ mod tests {
                 ended_early: None,
                 started_unix_ns: Some(1_700_000_000_000_000_000),
                 notes: Vec::new(),
+                range: None,
             },
             profile: Profile {
                 entries,
@@ -590,6 +591,7 @@ mod tests {
                 )
             },
             names,
+            timeline: None,
         }
     }
 

@@ -62,6 +62,10 @@ pub struct Report {
     /// CPU time), each one sentence.
     pub notes: Vec<String>,
     pub percentile_method: &'static str,
+    /// Each thread's waits of at least the timeline's resolution, when the capture has a
+    /// timeline (set by `timeline::intervals`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<crate::timeline::intervals::Intervals>,
 }
 
 #[derive(Debug, Serialize)]
@@ -223,6 +227,9 @@ pub struct SiteRow {
     /// Time the site's threads then waited for a CPU after being woken.
     pub runnable_after_wakeup_s: f64,
     pub wakers: Vec<WakerRow>,
+    /// When its time concentrated, from the timeline (set by `timeline::bursts`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub when: Option<crate::timeline::bursts::When>,
 }
 
 /// A pool: threads of processes of the same name whose names are equal once digits are
@@ -470,6 +477,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
             .chain(meta.notes.iter().cloned())
             .collect(),
         percentile_method: PERCENTILE_METHOD,
+        timeline: None,
     }
 }
 
@@ -882,6 +890,7 @@ fn site_row(
         waits: site.hist.count,
         latency: site.hist.latency(),
         wakers,
+        when: None,
     }
 }
 
@@ -1343,6 +1352,14 @@ fn md_sites(r: &Report, out: &mut impl Write) -> io::Result<()> {
                 wakers_text(&s.wakers)
             )?;
         }
+        if r.top_blocking_sites.iter().any(|s| s.when.is_some()) {
+            writeln!(out, "\nWhen (from the timeline):\n")?;
+            for s in &r.top_blocking_sites {
+                if let Some(w) = &s.when {
+                    writeln!(out, "{}. {}", s.rank, w.summary)?;
+                }
+            }
+        }
         writeln!(out, "\nStacks (root → leaf):\n")?;
         for s in &r.top_blocking_sites {
             writeln!(out, "{}. `{}`", s.rank, s.stack.join(";"))?;
@@ -1439,6 +1456,9 @@ pub fn write_text(r: &Report, out: &mut impl Write, mode: Mode) -> io::Result<()
             )?;
             if let Some(full) = full {
                 writeln!(out, "            = {full}")?;
+            }
+            if let Some(w) = &s.when {
+                writeln!(out, "            when: {}", w.summary)?;
             }
         }
     }

@@ -1,0 +1,303 @@
+//! The timeline: when each thread waited, where, and for how long, and when each on-CPU
+//! sample was taken — what a flame graph of the whole window throws away. Built by
+//! `timeline::build` from the kernel's records; saved with the capture; read by the range
+//! replay, the Perfetto trace, the HTML strip chart and heatmap, and the report's "when".
+//!
+//! A thread's line covers the part of the window it lived, `[from_ns, to_ns)`. Its waits of
+//! at least `resolution_ns` are there one by one; between two of them (a *gap*) the thread
+//! was on the CPU for a known time (the difference of the waits' `cpu_before_ns`) and, for
+//! the rest, in waits shorter than the resolution, whose sites are known only over the
+//! whole capture (the aggregates).
+
+use std::collections::BTreeMap;
+
+use profiler_common::WaitState;
+use serde::{Deserialize, Serialize};
+
+/// Default `--timeline-resolution-us`: waits shorter than 1 ms are merged into the stretch
+/// around them.
+pub const DEFAULT_RESOLUTION_NS: u64 = 1_000_000;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// Waits shorter than this are not on the line one by one.
+    pub resolution_ns: u64,
+    /// By tid.
+    pub threads: BTreeMap<u32, ThreadLine>,
+    /// Every on-CPU sample, by time.
+    pub samples: Vec<TimedSample>,
+    /// Records lost (the kernel's ring full, or beyond `--timeline-max-records`): the lines
+    /// of their threads have holes, shown as CPU or short waits.
+    pub lost: u64,
+}
+
+/// One thread's line.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadLine {
+    /// The part of the window the thread lived (created or exited during it: less).
+    pub from_ns: u64,
+    pub to_ns: u64,
+    /// Its CPU time over `[from_ns, to_ns)`.
+    pub cpu_ns: u64,
+    /// Its waits of at least the resolution, by start; they do not overlap.
+    pub waits: Vec<TimedWait>,
+}
+
+/// One wait: blocked (in `state`) from `start_ns` for `blocked_ns`, then runnable for
+/// `runnable_ns`. A wait for a CPU from its start (`state` a run-queue state) is all
+/// `runnable_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "WaitTuple", into = "WaitTuple")]
+pub struct TimedWait {
+    pub start_ns: u64,
+    pub blocked_ns: u64,
+    pub runnable_ns: u64,
+    pub state: WaitState,
+    pub user_stack: u64,
+    pub kernel_stack: u64,
+    /// Who made it runnable (0: an interrupt, or not seen).
+    pub waker_tid: u32,
+    /// The thread's CPU time in the window before the wait began.
+    pub cpu_before_ns: u64,
+}
+
+impl TimedWait {
+    pub fn end_ns(&self) -> u64 {
+        self.start_ns + self.blocked_ns + self.runnable_ns
+    }
+
+    /// When it was made runnable.
+    pub fn wake_ns(&self) -> u64 {
+        self.start_ns + self.blocked_ns
+    }
+
+    /// A wait for a CPU from its start (a preemption).
+    pub fn runqueue(&self) -> bool {
+        matches!(
+            self.state,
+            WaitState::RunqueuePreempted | WaitState::RunqueueWoken
+        )
+    }
+}
+
+/// Saved as `[start, blocked, runnable, state, user, kernel, waker, cpu_before]`: a long
+/// capture holds many of them.
+#[derive(Serialize, Deserialize)]
+struct WaitTuple(u64, u64, u64, u32, u64, u64, u32, u64);
+
+impl From<WaitTuple> for TimedWait {
+    fn from(t: WaitTuple) -> Self {
+        Self {
+            start_ns: t.0,
+            blocked_ns: t.1,
+            runnable_ns: t.2,
+            state: WaitState::from_u32(t.3).unwrap_or(WaitState::Other),
+            user_stack: t.4,
+            kernel_stack: t.5,
+            waker_tid: t.6,
+            cpu_before_ns: t.7,
+        }
+    }
+}
+
+impl From<TimedWait> for WaitTuple {
+    fn from(w: TimedWait) -> Self {
+        Self(
+            w.start_ns,
+            w.blocked_ns,
+            w.runnable_ns,
+            w.state as u32,
+            w.user_stack,
+            w.kernel_stack,
+            w.waker_tid,
+            w.cpu_before_ns,
+        )
+    }
+}
+
+/// An on-CPU sample; saved as `[tid, ts, user, kernel]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "SampleTuple", into = "SampleTuple")]
+pub struct TimedSample {
+    pub tid: u32,
+    pub ts_ns: u64,
+    pub user_stack: u64,
+    pub kernel_stack: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SampleTuple(u32, u64, u64, u64);
+
+impl From<SampleTuple> for TimedSample {
+    fn from(t: SampleTuple) -> Self {
+        Self {
+            tid: t.0,
+            ts_ns: t.1,
+            user_stack: t.2,
+            kernel_stack: t.3,
+        }
+    }
+}
+
+impl From<TimedSample> for SampleTuple {
+    fn from(s: TimedSample) -> Self {
+        Self(s.tid, s.ts_ns, s.user_stack, s.kernel_stack)
+    }
+}
+
+/// A stretch of a thread's line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Segment<'a> {
+    /// A wait of at least the resolution.
+    Wait(&'a TimedWait),
+    /// Between two waits: `cpu_ns` on the CPU, the rest in shorter waits.
+    Gap {
+        from_ns: u64,
+        to_ns: u64,
+        cpu_ns: u64,
+    },
+}
+
+impl Segment<'_> {
+    pub fn from_ns(&self) -> u64 {
+        match self {
+            Segment::Wait(w) => w.start_ns,
+            Segment::Gap { from_ns, .. } => *from_ns,
+        }
+    }
+
+    pub fn to_ns(&self) -> u64 {
+        match self {
+            Segment::Wait(w) => w.end_ns(),
+            Segment::Gap { to_ns, .. } => *to_ns,
+        }
+    }
+}
+
+impl ThreadLine {
+    /// Its waits and the gaps between them, in order, covering `[from_ns, to_ns)`. A gap's
+    /// CPU time is what the thread's CPU counter grew by across it, at most its length.
+    pub fn segments(&self) -> Vec<Segment<'_>> {
+        let mut out = Vec::with_capacity(2 * self.waits.len() + 1);
+        let mut at = self.from_ns;
+        let mut cpu_at = 0u64;
+        for w in &self.waits {
+            if w.start_ns > at {
+                out.push(gap(at, w.start_ns, w.cpu_before_ns.saturating_sub(cpu_at)));
+            }
+            out.push(Segment::Wait(w));
+            at = at.max(w.end_ns());
+            cpu_at = cpu_at.max(w.cpu_before_ns);
+        }
+        if self.to_ns > at {
+            out.push(gap(at, self.to_ns, self.cpu_ns.saturating_sub(cpu_at)));
+        }
+        out
+    }
+}
+
+fn gap(from_ns: u64, to_ns: u64, cpu_ns: u64) -> Segment<'static> {
+    Segment::Gap {
+        from_ns,
+        to_ns,
+        cpu_ns: cpu_ns.min(to_ns - from_ns),
+    }
+}
+
+/// The overlap of `[a, b)` with `[from, to)`, in ns.
+pub fn overlap(a: u64, b: u64, from: u64, to: u64) -> u64 {
+    b.min(to).saturating_sub(a.max(from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wait(start_ns: u64, blocked_ns: u64, runnable_ns: u64, cpu_before_ns: u64) -> TimedWait {
+        TimedWait {
+            start_ns,
+            blocked_ns,
+            runnable_ns,
+            state: WaitState::Sleep,
+            user_stack: 7,
+            kernel_stack: 8,
+            waker_tid: 0,
+            cpu_before_ns,
+        }
+    }
+
+    #[test]
+    fn gaps_get_the_cpu_the_counter_grew_by() {
+        let line = ThreadLine {
+            from_ns: 0,
+            to_ns: 100,
+            cpu_ns: 50,
+            waits: vec![wait(10, 20, 5, 8), wait(60, 10, 0, 30)],
+        };
+        assert_eq!(
+            line.segments(),
+            vec![
+                Segment::Gap {
+                    from_ns: 0,
+                    to_ns: 10,
+                    cpu_ns: 8
+                },
+                Segment::Wait(&line.waits[0]),
+                Segment::Gap {
+                    from_ns: 35,
+                    to_ns: 60,
+                    cpu_ns: 22
+                },
+                Segment::Wait(&line.waits[1]),
+                Segment::Gap {
+                    from_ns: 70,
+                    to_ns: 100,
+                    cpu_ns: 20
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_gap_never_has_more_cpu_than_its_length() {
+        let line = ThreadLine {
+            from_ns: 0,
+            to_ns: 20,
+            cpu_ns: 500,
+            waits: vec![wait(5, 5, 0, 400)],
+        };
+        let s = line.segments();
+        assert_eq!(
+            s[0],
+            Segment::Gap {
+                from_ns: 0,
+                to_ns: 5,
+                cpu_ns: 5
+            }
+        );
+        assert_eq!(
+            s[2],
+            Segment::Gap {
+                from_ns: 10,
+                to_ns: 20,
+                cpu_ns: 10
+            }
+        );
+    }
+
+    #[test]
+    fn waits_and_samples_save_as_short_arrays() {
+        let w = wait(1, 2, 3, 4);
+        let json = serde_json::to_string(&w).unwrap();
+        assert_eq!(json, "[1,2,3,1,7,8,0,4]");
+        assert_eq!(serde_json::from_str::<TimedWait>(&json).unwrap(), w);
+        let s = TimedSample {
+            tid: 5,
+            ts_ns: 6,
+            user_stack: u64::MAX >> 1,
+            kernel_stack: 0,
+        };
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<TimedSample>(&json).unwrap(), s);
+    }
+}

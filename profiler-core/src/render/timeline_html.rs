@@ -1,0 +1,429 @@
+//! The HTML report's timeline section (`html.rs` places it after the flame graph): a
+//! capture's timeline → a strip chart of each thread's states over the window, a
+//! FlameScope-style heatmap (a column per second, a row per [`ROW_NS`] of it; colour: on-CPU
+//! samples, or blocked time), and a script that draws the flame graph of a range chosen on the
+//! heatmap (at first, the whole window) from the page's own data (samples and long waits with
+//! their stacks). Nothing is loaded from elsewhere.
+
+use std::{collections::HashMap, fmt::Write as _};
+
+use serde::Serialize;
+
+use crate::{
+    model::{Profile, StackNames, Timeline, stack_frames},
+    timeline::{IO, OTHER, RUNNABLE, RUNNING, SLEEP, short_waits, state_bins},
+};
+
+/// The heatmap's rows: sub-second buckets.
+pub const ROW_NS: u64 = 20_000_000;
+/// Columns of each thread's strip.
+const STRIP_BINS: usize = 300;
+/// Threads with a strip (the busiest first).
+const STRIP_THREADS: usize = 40;
+/// Samples and waits the page carries for its range flame graphs, at most.
+const MAX_EVENTS: usize = 200_000;
+
+/// The strip's state colours, in `state_bins` order (running, runnable, sleep, io, other):
+/// the report's (`html.rs`).
+const COLOURS: [&str; 5] = [
+    "rgb(230,120,40)",
+    "rgb(220,60,60)",
+    "rgb(70,130,200)",
+    "rgb(140,80,200)",
+    "rgb(140,140,140)",
+];
+
+/// What the range script reads: folded stacks, and events that refer to them by index.
+#[derive(Serialize)]
+struct Data {
+    /// Seconds a sample stands for.
+    period_s: f64,
+    /// `frame;frame;…`, root first.
+    stacks: Vec<String>,
+    /// `[seconds from the window's start, stack]`.
+    samples: Vec<(f64, u32)>,
+    /// `[from, to, stack]`: a long wait's blocked part, its stack ending in its state.
+    waits: Vec<(f64, f64, u32)>,
+}
+
+/// The section, or None for a capture without a timeline.
+pub fn section(profile: &Profile, names: &StackNames, timeline: &Timeline) -> String {
+    let mut out = String::new();
+    let start = profile.window.start_ns;
+    let len = profile.window.len_ns().max(1);
+    let cols = len.div_ceil(1_000_000_000) as usize;
+    let rows = (1_000_000_000 / ROW_NS) as usize;
+    let _ = writeln!(out, "<h2 id=\"timeline\">Timeline</h2>");
+    strips(profile, timeline, &mut out);
+
+    // The heatmap: on-CPU samples and blocked time per cell.
+    let mut cpu = vec![0.0f64; cols * rows];
+    let mut blocked = vec![0.0f64; cols * rows];
+    let cell = |t_ns: u64| -> usize { (t_ns / ROW_NS) as usize };
+    for s in &timeline.samples {
+        if let Some(v) = cpu.get_mut(cell(s.ts_ns.saturating_sub(start))) {
+            *v += profile.period_ns as f64 / 1e6;
+        }
+    }
+    for line in timeline.threads.values() {
+        for w in line.waits.iter().filter(|w| !w.runqueue()) {
+            let (mut at, end) = (w.start_ns.saturating_sub(start), w.wake_ns() - start);
+            while at < end {
+                let c = cell(at);
+                let cell_end = ((c as u64 + 1) * ROW_NS).min(end);
+                if let Some(v) = blocked.get_mut(c) {
+                    *v += (cell_end - at) as f64 / 1e6;
+                }
+                at = cell_end;
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "<p class=\"muted\">Heatmaps: a column per second, a row per {} ms of it (top: its \
+         start). Click a cell, then another (or shift-click): the flame graph of that range is \
+         drawn below from the page's own samples and waits of {} ms or more.</p>",
+        ROW_NS / 1_000_000,
+        timeline.resolution_ns as f64 / 1e6
+    );
+    heatmap(
+        "tl-cpu",
+        "On-CPU (ms of samples)",
+        &cpu,
+        cols,
+        rows,
+        (230, 120, 40),
+        &mut out,
+    );
+    heatmap(
+        "tl-blocked",
+        "Blocked (ms)",
+        &blocked,
+        cols,
+        rows,
+        (70, 130, 200),
+        &mut out,
+    );
+    let _ = writeln!(
+        out,
+        "<p id=\"tl-range\" class=\"muted\">No range chosen.</p><div id=\"tl-flame\" class=\"tl-flame\"></div>"
+    );
+    let data = data(profile, names, timeline);
+    let json = serde_json::to_string(&data).unwrap_or_else(|_| "{}".into());
+    // `</` would end the script element early.
+    let _ = writeln!(
+        out,
+        "<script type=\"application/json\" id=\"tl-data\">{}</script>",
+        json.replace("</", "<\\/")
+    );
+    let _ = writeln!(out, "<style>{CSS}</style><script>{SCRIPT}</script>");
+    out
+}
+
+fn strips(profile: &Profile, timeline: &Timeline, out: &mut String) {
+    let start = profile.window.start_ns;
+    let bin_ns = profile.window.len_ns().div_ceil(STRIP_BINS as u64).max(1);
+    let short = short_waits(profile, timeline);
+    let mut threads: Vec<(u32, u64)> = timeline
+        .threads
+        .keys()
+        .filter_map(|tid| Some((*tid, profile.threads.get(tid)?.total_ns())))
+        .collect();
+    threads.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let _ = writeln!(
+        out,
+        "<p class=\"muted\">Each thread's state over the window ({} columns of {:.1} ms; a \
+         column's colour is its main state, waits shorter than {} ms spread over the stretches \
+         around them).</p><table class=\"tl-strips\"><tbody>",
+        STRIP_BINS,
+        bin_ns as f64 / 1e6,
+        timeline.resolution_ns as f64 / 1e6
+    );
+    for &(tid, _) in threads.iter().take(STRIP_THREADS) {
+        let (Some(line), Some(t)) = (timeline.threads.get(&tid), profile.threads.get(&tid)) else {
+            continue;
+        };
+        let bins = state_bins(line, short.get(&tid), start, bin_ns, STRIP_BINS);
+        let mut svg = format!(
+            "<svg class=\"tl-strip\" viewBox=\"0 0 {STRIP_BINS} 1\" preserveAspectRatio=\"none\">"
+        );
+        for (i, b) in bins.iter().enumerate() {
+            let total: f64 = b.iter().sum();
+            if total <= 0.0 {
+                continue;
+            }
+            let main = [RUNNING, RUNNABLE, SLEEP, IO, OTHER]
+                .into_iter()
+                .max_by(|&x, &y| b[x].total_cmp(&b[y]).then(y.cmp(&x)))
+                .unwrap_or(OTHER);
+            let _ = write!(
+                svg,
+                "<rect x=\"{i}\" width=\"1.05\" height=\"1\" fill=\"{}\"/>",
+                COLOURS[main]
+            );
+        }
+        svg.push_str("</svg>");
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"mono\">{}-{tid}</td><td class=\"tl-strip-cell\">{svg}</td></tr>",
+            esc(&t.name)
+        );
+    }
+    let _ = writeln!(out, "</tbody></table>");
+    if threads.len() > STRIP_THREADS {
+        let _ = writeln!(
+            out,
+            "<p class=\"muted\">{} more threads are in the JSON report's timeline.</p>",
+            threads.len() - STRIP_THREADS
+        );
+    }
+}
+
+/// One heatmap: cell `(col, row)` is `values[col * rows + row]`; each `<rect>` carries its
+/// start (`data-t`, seconds) and value (`data-v`).
+fn heatmap(
+    id: &str,
+    title: &str,
+    values: &[f64],
+    cols: usize,
+    rows: usize,
+    rgb: (u8, u8, u8),
+    out: &mut String,
+) {
+    let max = values.iter().copied().fold(0.0, f64::max).max(1e-9);
+    let (w, h) = (14, 6);
+    let _ = writeln!(
+        out,
+        "<figure class=\"tl-heat\"><figcaption>{}</figcaption><svg id=\"{id}\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">",
+        esc(title),
+        cols * w,
+        rows * h,
+        cols * w,
+        rows * h
+    );
+    for c in 0..cols {
+        for r in 0..rows {
+            let v = values[c * rows + r];
+            let t = (c as u64 * 1_000_000_000 + r as u64 * ROW_NS) as f64 / 1e9;
+            let alpha = if v > 0.0 { 0.08 + 0.92 * v / max } else { 0.0 };
+            let _ = write!(
+                out,
+                "<rect x=\"{}\" y=\"{}\" width=\"{w}\" height=\"{h}\" data-t=\"{t:.2}\" data-v=\"{v:.1}\" fill=\"rgba({},{},{},{alpha:.3})\"/>",
+                c * w,
+                r * h,
+                rgb.0,
+                rgb.1,
+                rgb.2
+            );
+        }
+    }
+    let _ = writeln!(out, "</svg></figure>");
+}
+
+fn data(profile: &Profile, names: &StackNames, timeline: &Timeline) -> Data {
+    let start = profile.window.start_ns;
+    let secs = |ns: u64| ns.saturating_sub(start) as f64 / 1e9;
+    let mut index: HashMap<String, u32> = HashMap::new();
+    let mut stacks: Vec<String> = Vec::new();
+    let mut id = |s: String| -> u32 {
+        *index.entry(s.clone()).or_insert_with(|| {
+            stacks.push(s);
+            (stacks.len() - 1) as u32
+        })
+    };
+    let thread = |tid: u32| -> String {
+        profile
+            .threads
+            .get(&tid)
+            .map_or_else(|| tid.to_string(), |t| format!("{}-{tid}", t.name))
+    };
+    let mut waits = Vec::new();
+    for (&tid, line) in &timeline.threads {
+        for w in line.waits.iter().filter(|w| !w.runqueue()) {
+            let mut frames = vec![thread(tid)];
+            frames.extend(stack_frames(w.user_stack, w.kernel_stack, names));
+            frames.push(format!("[off-cpu:{}]", w.state.label()));
+            waits.push((secs(w.start_ns), secs(w.wake_ns()), id(frames.join(";"))));
+        }
+    }
+    waits.truncate(MAX_EVENTS / 2);
+    let samples = timeline
+        .samples
+        .iter()
+        .take(MAX_EVENTS - waits.len())
+        .map(|s| {
+            let mut frames = vec![thread(s.tid)];
+            frames.extend(stack_frames(s.user_stack, s.kernel_stack, names));
+            (secs(s.ts_ns), id(frames.join(";")))
+        })
+        .collect();
+    Data {
+        period_s: profile.period_ns as f64 / 1e9,
+        stacks,
+        samples,
+        waits,
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+const CSS: &str = "
+table.tl-strips td { padding: 1px .4em; }
+.tl-strip-cell { width: 100%; }
+svg.tl-strip { display: block; width: 100%; height: 12px; background: #f3f3f5; }
+figure.tl-heat { display: inline-block; margin: .5em 1.5em .5em 0; vertical-align: top; }
+figure.tl-heat svg { background: #f6f6f8; cursor: crosshair; }
+figure.tl-heat rect.sel { stroke: #000; stroke-width: 1; }
+.tl-flame { font: 11px ui-monospace, monospace; }
+.tl-flame div { overflow: hidden; white-space: nowrap; height: 16px; line-height: 16px; border: 1px solid #fff; box-sizing: border-box; padding-left: 2px; }
+";
+
+/// The range flame graph: every sample in the range adds its period to its stack, every long
+/// wait its blocked time inside the range; drawn as nested rows, root on top, widths in
+/// proportion.
+const SCRIPT: &str = r#"(function () {
+  var data = JSON.parse(document.getElementById('tl-data').textContent);
+  function range(a, b) {
+    var from = Math.min(a, b), to = Math.max(a, b) + 0.02;
+    var root = { n: 'all', v: 0, k: {} };
+    function add(stack, v) {
+      if (v <= 0) return;
+      var node = root; node.v += v;
+      data.stacks[stack].split(';').forEach(function (f) {
+        node = node.k[f] || (node.k[f] = { n: f, v: 0, k: {} });
+        node.v += v;
+      });
+    }
+    data.samples.forEach(function (s) { if (s[0] >= from && s[0] < to) add(s[1], data.period_s); });
+    data.waits.forEach(function (w) { add(w[2], Math.min(w[1], to) - Math.max(w[0], from)); });
+    document.querySelectorAll('figure.tl-heat rect').forEach(function (r) {
+      var t = parseFloat(r.getAttribute('data-t'));
+      r.classList.toggle('sel', t >= from - 1e-9 && t < to - 1e-9);
+    });
+    document.getElementById('tl-range').textContent = from.toFixed(2) + '–' + to.toFixed(2) +
+      ' s: ' + (root.v * 1000).toFixed(1) + ' ms of thread time (samples and waits of the timeline)';
+    var box = document.getElementById('tl-flame');
+    box.textContent = '';
+    function draw(node, left, width, depth) {
+      if (width < 0.1) return;
+      var d = document.createElement('div');
+      d.style.position = 'absolute';
+      d.style.left = left + '%'; d.style.width = width + '%'; d.style.top = (depth * 16) + 'px';
+      var off = node.n.indexOf('[off-cpu') === 0;
+      d.style.background = off ? 'rgb(120,160,220)' : 'hsl(' + (20 + (node.n.length * 7) % 30) + ',80%,60%)';
+      d.textContent = node.n; d.title = node.n + ' ' + (node.v * 1000).toFixed(1) + ' ms';
+      box.appendChild(d);
+      var x = left;
+      Object.keys(node.k).sort().forEach(function (k) {
+        var c = node.k[k], w = width * c.v / node.v;
+        draw(c, x, w, depth + 1); x += w;
+      });
+    }
+    box.style.position = 'relative';
+    if (root.v > 0) draw(root, 0, 100, 0);
+    box.style.height = (box.lastChild ? 16 * (1 + Math.max.apply(null, Array.prototype.map.call(box.children, function (c) { return parseInt(c.style.top, 10) / 16; }))) : 0) + 'px';
+    box.setAttribute('data-from', from.toFixed(2));
+    box.setAttribute('data-to', to.toFixed(2));
+  }
+  // A click starts a range, the next click (or a shift-click) ends it.
+  var anchor = null, open = false;
+  document.querySelectorAll('figure.tl-heat svg').forEach(function (svg) {
+    svg.addEventListener('click', function (e) {
+      var t = e.target.getAttribute && e.target.getAttribute('data-t');
+      if (t === null || t === undefined) return;
+      t = parseFloat(t);
+      if (anchor !== null && (open || e.shiftKey)) { range(anchor, t); open = false; return; }
+      anchor = t; open = true; range(t, t);
+    });
+  });
+  window.timelineRange = range;
+  // At first, the whole window.
+  var last = 0;
+  document.querySelectorAll('#tl-cpu rect').forEach(function (r) {
+    last = Math.max(last, parseFloat(r.getAttribute('data-t')));
+  });
+  range(0, last);
+})();"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Mode, ThreadLine, TimedSample, TimedWait, Window};
+    use profiler_common::WaitState;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn the_heatmap_puts_a_stall_in_its_cells() {
+        let mut profile = Profile::empty(
+            Mode::Wall,
+            Window {
+                start_ns: 1_000 * MS,
+                stop_ns: 4_000 * MS,
+            },
+            10 * MS,
+        );
+        profile.threads.insert(
+            1,
+            crate::model::ThreadTime {
+                name: "app".into(),
+                on_cpu_ns: 2_700 * MS,
+                ..Default::default()
+            },
+        );
+        let mut timeline = Timeline {
+            resolution_ns: MS,
+            ..Timeline::default()
+        };
+        timeline.threads.insert(
+            1,
+            ThreadLine {
+                from_ns: 1_000 * MS,
+                to_ns: 4_000 * MS,
+                cpu_ns: 2_700 * MS,
+                // 300 ms asleep from 2.1 s into the window.
+                waits: vec![TimedWait {
+                    start_ns: 3_100 * MS,
+                    blocked_ns: 300 * MS,
+                    runnable_ns: 0,
+                    state: WaitState::Sleep,
+                    user_stack: 1,
+                    kernel_stack: 0,
+                    waker_tid: 0,
+                    cpu_before_ns: 2_100 * MS,
+                }],
+            },
+        );
+        timeline.samples.push(TimedSample {
+            tid: 1,
+            ts_ns: 1_005 * MS,
+            user_stack: 2,
+            kernel_stack: 0,
+        });
+        let html = section(&profile, &StackNames::default(), &timeline);
+        let blocked = &html[html.find("id=\"tl-blocked\"").unwrap()..];
+        let blocked = &blocked[..blocked.find("</svg>").unwrap()];
+        let full: Vec<&str> = blocked
+            .split("<rect ")
+            .filter(|r| r.contains("data-v=\"20.0\""))
+            .map(|r| {
+                let at = r.find("data-t=\"").unwrap() + 8;
+                &r[at..at + 4]
+            })
+            .collect();
+        // 2.10 s to 2.40 s: 15 cells of 20 ms in the third column.
+        let want: Vec<String> = (0..15)
+            .map(|i| format!("{:.2}", 2.1 + 0.02 * i as f64))
+            .collect();
+        assert_eq!(full, want);
+        let cpu = &html[html.find("id=\"tl-cpu\"").unwrap()..];
+        assert!(cpu.contains("data-t=\"0.00\" data-v=\"10.0\""));
+        assert!(html.contains("\"waits\":[[2.1,2.4,"));
+        assert!(!html.contains("http://") && !html.contains("https://"));
+    }
+}

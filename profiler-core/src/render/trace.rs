@@ -1,0 +1,151 @@
+//! `--timeline PATH`: a capture's timeline → the Perfetto writer's tracks (`perfetto.rs`).
+//!
+//! Per thread, in order: each long wait's blocked part, a slice in its state (`sleep`, `io`,
+//! `other`) named by its blocking site as the report labels it; its part after the wakeup, a
+//! `runnable` slice; a wait for a CPU from its start, one `runnable` slice; the stretches
+//! between long waits, `running` slices (named with the share of waits shorter than the
+//! resolution when they took 10 % or more of it). Wakeups of the sites the report ranks, by a
+//! thread of the capture, are flows from the waker to the woken thread; every on-CPU sample
+//! is a sample with its stack.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::perfetto::{Process, Sample, Slice, State, ThreadTrack, Timeline as Tracks, Wakeup};
+use crate::{
+    analysis::{SiteId, site_id},
+    model::{Profile, Segment, StackNames, TimedWait, Timeline, stack_frames},
+};
+use profiler_common::WaitState;
+
+/// A stretch between long waits is named with its short waits' share from this on.
+const SHORT_WAITS_NAMED: f64 = 0.10;
+
+/// What the trace is drawn from.
+pub struct TraceInput<'a> {
+    pub profile: &'a Profile,
+    pub names: &'a StackNames,
+    pub timeline: &'a Timeline,
+    /// Every blocking site's label (`analysis::site_labels`).
+    pub labels: &'a BTreeMap<SiteId, String>,
+    /// The sites whose wakers the report names: their wakeups are drawn.
+    pub ranked: &'a HashSet<SiteId>,
+}
+
+pub fn tracks(input: &TraceInput<'_>) -> Tracks {
+    let profile = input.profile;
+    let mut processes: BTreeMap<u32, String> = BTreeMap::new();
+    let mut threads = Vec::new();
+    let mut wakeups = Vec::new();
+    for (&tid, line) in &input.timeline.threads {
+        let Some(t) = profile.threads.get(&tid) else {
+            continue;
+        };
+        let process = profile
+            .processes
+            .get(&t.pid)
+            .map(|p| p.name.clone())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| t.name.clone());
+        processes.entry(t.pid).or_insert(process);
+        let mut slices = Vec::new();
+        for s in line.segments() {
+            match s {
+                Segment::Gap {
+                    from_ns,
+                    to_ns,
+                    cpu_ns,
+                } => slices.push(gap_slice(from_ns, to_ns, cpu_ns, input.timeline)),
+                Segment::Wait(w) => {
+                    let (slices_of, site) = wait_slices(w, input);
+                    slices.extend(slices_of);
+                    if w.waker_tid != 0 && site.is_some_and(|s| input.ranked.contains(&s)) {
+                        wakeups.push(Wakeup {
+                            waker_tid: w.waker_tid,
+                            waker_ts_ns: w.wake_ns(),
+                            wakee_tid: tid,
+                            wakee_ts_ns: w.wake_ns(),
+                        });
+                    }
+                }
+            }
+        }
+        threads.push(ThreadTrack {
+            pid: t.pid,
+            tid,
+            name: t.name.clone(),
+            slices,
+        });
+    }
+    let samples = input
+        .timeline
+        .samples
+        .iter()
+        .map(|s| Sample {
+            tid: s.tid,
+            ts_ns: s.ts_ns,
+            frames: stack_frames(s.user_stack, s.kernel_stack, input.names),
+        })
+        .collect();
+    Tracks {
+        processes: processes
+            .into_iter()
+            .map(|(pid, name)| Process { pid, name })
+            .collect(),
+        threads,
+        samples,
+        wakeups,
+    }
+}
+
+fn gap_slice(from_ns: u64, to_ns: u64, cpu_ns: u64, timeline: &Timeline) -> Slice {
+    let len = (to_ns - from_ns).max(1);
+    let short = 1.0 - cpu_ns as f64 / len as f64;
+    Slice {
+        start_ns: from_ns,
+        end_ns: to_ns,
+        state: State::Running,
+        name: if short >= SHORT_WAITS_NAMED {
+            format!(
+                "running, {:.0} % in waits < {} ms",
+                100.0 * short,
+                timeline.resolution_ns as f64 / 1e6
+            )
+        } else {
+            String::new()
+        },
+    }
+}
+
+/// A long wait's slices, and its site when it blocked somewhere.
+fn wait_slices(w: &TimedWait, input: &TraceInput<'_>) -> (Vec<Slice>, Option<SiteId>) {
+    if w.runqueue() {
+        let slice = Slice {
+            start_ns: w.start_ns,
+            end_ns: w.end_ns(),
+            state: State::Runnable,
+            name: String::new(),
+        };
+        return (vec![slice], None);
+    }
+    let site = site_id(w.state, w.user_stack, w.kernel_stack, input.names);
+    let mut out = vec![Slice {
+        start_ns: w.start_ns,
+        end_ns: w.wake_ns(),
+        state: match w.state {
+            WaitState::Sleep => State::Sleep,
+            WaitState::Io => State::Io,
+            _ => State::Other,
+        },
+        name: input.labels.get(&site).cloned().unwrap_or_default(),
+    }];
+    if w.runnable_ns > 0 {
+        out.push(Slice {
+            start_ns: w.wake_ns(),
+            end_ns: w.end_ns(),
+            state: State::Runnable,
+            name: String::new(),
+        });
+    }
+    out.retain(|s| s.end_ns > s.start_ns);
+    (out, Some(site))
+}
