@@ -190,7 +190,8 @@ pub mod config_flags {
     /// A target's new processes join the target set (not with `--no-children`).
     pub const FOLLOW_CHILDREN: u32 = 1 << 7;
     /// Write the timeline: each wait of at least `Config::timeline_min_ns` and each on-CPU
-    /// sample, with its time, to [`super::names::MAP_TIMELINE`] (not with `--no-timeline`).
+    /// sample, with its time, to [`super::names::MAP_TIMELINE`] (when `--timeline`, `--save` or
+    /// `--report` asks for it, not with `--no-timeline`).
     pub const TIMELINE: u32 = 1 << 8;
 }
 
@@ -1337,7 +1338,7 @@ impl Counter {
             StackTableFull => Some(("stacks: stack table full", Some("--max-stacks"))),
             TimelineRingFull => Some((
                 "timeline records: ring buffer full",
-                Some("--timeline-resolution-us"),
+                Some("--timeline-ring-kib"),
             )),
             TimelineDropped => Some((
                 "timeline records: beyond the cap",

@@ -81,7 +81,7 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
     }
 
     if cfg.flags & config_flags::TIMELINE != 0 {
-        timeline::record_sample(tid, user_stack, kernel_stack);
+        timeline::record_sample(tid, started, user_stack, kernel_stack);
     }
     remember_thread(cfg.flags, tid, (pid_tgid >> 32) as u32, started);
     0

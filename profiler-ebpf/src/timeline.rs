@@ -11,13 +11,13 @@
 //! fields, the reservation's two outcomes and the helper calls add a few dozen instructions
 //! to what the verifier walks, not a multiple of the caller's paths.
 
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::map, maps::RingBuf};
+use aya_ebpf::{macros::map, maps::RingBuf};
 use profiler_common::{Counter, TimelineSample, TimelineWait, WaitStart, timeline_kind};
 
 use crate::maps::count;
 
-/// Sized by the loader (`--timeline-resolution-us` decides how much goes in); one page when
-/// the timeline is off.
+/// Sized by the loader (`--timeline-ring-kib`; `--timeline-resolution-us` decides how much
+/// goes in); one page when the timeline is off.
 #[map]
 pub static TIMELINE: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
 
@@ -52,9 +52,9 @@ pub fn record_wait(
     count(Counter::TimelineRecords);
 }
 
-/// Writes an on-CPU sample of thread `tid` with its stacks.
+/// Writes an on-CPU sample of thread `tid`, taken at `ts_ns`, with its stacks.
 #[inline(never)]
-pub fn record_sample(tid: u32, user_stack: u64, kernel_stack: u64) {
+pub fn record_sample(tid: u32, ts_ns: u64, user_stack: u64, kernel_stack: u64) {
     let Some(mut entry) = TIMELINE.reserve::<TimelineSample>(0) else {
         count(Counter::TimelineRingFull);
         return;
@@ -62,8 +62,7 @@ pub fn record_sample(tid: u32, user_stack: u64, kernel_stack: u64) {
     entry.write(TimelineSample {
         kind: timeline_kind::SAMPLE,
         tid,
-        // SAFETY: no preconditions.
-        ts_ns: unsafe { bpf_ktime_get_ns() },
+        ts_ns,
         user_stack,
         kernel_stack,
     });

@@ -26,26 +26,18 @@ fn stalls_binary() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stalls.c");
-            let dir = scratch_dir().join(format!("stalls-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).expect("create the fixture's build directory");
-            let out = dir.join("stalls");
-            let status = Command::new("gcc")
-                .args([
+            build_fixture(
+                "stalls.c",
+                "stalls",
+                &[
                     "-O1",
                     "-g",
                     "-fno-omit-frame-pointer",
                     "-fno-inline",
                     "-pthread",
                     "-Wall",
-                    "-o",
-                ])
-                .arg(&out)
-                .arg(&source)
-                .status()
-                .expect("run gcc (the test builds its C fixture with it)");
-            assert!(status.success(), "gcc failed to build {}", source.display());
-            out
+                ],
+            )
         })
         .clone()
 }

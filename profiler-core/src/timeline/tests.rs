@@ -258,3 +258,37 @@ fn state_bins_put_each_state_where_it_was() {
         );
     }
 }
+
+#[test]
+fn the_trace_has_each_sleep_as_a_slice_named_by_its_site() {
+    use crate::render::{perfetto::State, trace};
+    let saved = saved();
+    let t = saved.timeline.as_ref().unwrap();
+    let labels = crate::analysis::site_labels(&saved.profile, &saved.names);
+    let tracks = trace::tracks(&trace::TraceInput {
+        profile: &saved.profile,
+        names: &saved.names,
+        timeline: t,
+        labels: &labels,
+        ranked: &Default::default(),
+    });
+    assert_eq!(tracks.threads.len(), 1);
+    let slices: Vec<(u64, u64, State)> = tracks.threads[0]
+        .slices
+        .iter()
+        .map(|s| (s.start_ns, s.end_ns, s.state))
+        .collect();
+    let [(a, b), (c, d)] = sleeps();
+    assert_eq!(
+        slices,
+        [
+            (0, a, State::Running),
+            (a, b, State::Sleep),
+            (b, c, State::Running),
+            (c, d, State::Sleep),
+            (d, 10 * S, State::Running),
+        ]
+    );
+    assert!(tracks.threads[0].slices[1].name.contains("nap"));
+    assert_eq!(tracks.samples.len(), 900);
+}

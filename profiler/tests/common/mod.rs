@@ -92,6 +92,25 @@ pub fn workload_binary(build: Build) -> PathBuf {
     out
 }
 
+/// Builds `tests/fixtures/<source>` with gcc and `flags` into `<scratch>/<name>-<pid>/<name>`.
+pub fn build_fixture(source: &str, name: &str, flags: &[&str]) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(source);
+    let dir = scratch_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the fixture's build directory");
+    let out = dir.join(name);
+    let status = Command::new("gcc")
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&source)
+        .status()
+        .expect("run gcc (the tests build their C fixtures with it)");
+    assert!(status.success(), "gcc failed to build {}", source.display());
+    out
+}
+
 /// Builds `tests/fixtures/plugin.c` as a shared library without frame pointers.
 pub fn plugin_library() -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plugin.c");
