@@ -93,6 +93,9 @@ pub mod names {
     pub const MAP_SITE_HISTS: &str = "SITE_HISTS";
     /// Per thread, time of waits the wait table had no room for.
     pub const MAP_LOST_WAITS: &str = "LOST_WAITS";
+    /// The kernel stacks' and the unwinder's memos (LRU).
+    pub const MAP_KERNEL_MEMO: &str = "KERNEL_MEMO";
+    pub const MAP_UNWIND_MEMO: &str = "UNWIND_MEMO";
     /// `PerCpuArray<WaitHist>` indexed by [`super::RunqueueHist`]: run-queue delays.
     pub const MAP_RUNQUEUE_HISTS: &str = "RUNQUEUE_HISTS";
     /// `Array<unwind::RowChunk>`: every unwind row, in chunks.
@@ -1243,6 +1246,10 @@ pub enum Counter {
     /// Set by user space: files whose unwind rows did not fit the row array (unwound by
     /// frame pointers).
     UnwindRowsNotLoaded,
+    /// Set by user space: kernel memory the capture's maps held (their `memlock`), in bytes.
+    KernelMemoryBytes,
+    /// Set by user space: drains of the tables during the capture.
+    Drains,
     /// Timeline records (waits and samples) written to the ring.
     TimelineRecords,
     /// Timeline records the ring had no room for (user space reads it every drain): the
@@ -1261,7 +1268,7 @@ pub enum CounterKind {
 }
 
 impl Counter {
-    pub const COUNT: u32 = 28;
+    pub const COUNT: u32 = 30;
 
     /// Every counter is one or the other: the match has no wildcard, so a new counter must be
     /// classified before it compiles.
@@ -1274,9 +1281,8 @@ impl Counter {
             | TimelineDropped => CounterKind::Loss,
             Samples | SwitchesOut | Waits | WaitsFiltered | MissedSwitchIns | Wakeups
             | UnwindMemoHits | UnwindMemoMisses | UnwindFrames | RowCacheMisses
-            | KernelMemoHits | KernelMemoMisses | MemoDisagreements | TimelineRecords => {
-                CounterKind::Event
-            }
+            | KernelMemoHits | KernelMemoMisses | MemoDisagreements | KernelMemoryBytes
+            | Drains | TimelineRecords => CounterKind::Event,
         }
     }
 
@@ -1309,6 +1315,8 @@ impl Counter {
             LostWaitsFull => "lost_waits_full",
             MappingRecordsLost => "mapping_records_lost",
             UnwindRowsNotLoaded => "unwind_rows_not_loaded",
+            KernelMemoryBytes => "kernel_memory_bytes",
+            Drains => "drains",
             TimelineRecords => "timeline_records",
             TimelineRingFull => "timeline_ring_full",
             TimelineDropped => "timeline_dropped",
@@ -1376,6 +1384,8 @@ impl Counter {
         Counter::LostWaitsFull,
         Counter::MappingRecordsLost,
         Counter::UnwindRowsNotLoaded,
+        Counter::KernelMemoryBytes,
+        Counter::Drains,
         Counter::TimelineRecords,
         Counter::TimelineRingFull,
         Counter::TimelineDropped,
