@@ -132,6 +132,7 @@ fn stalls_are_placed_where_and_when_they_happened() {
     require_root();
     let _serial = serial();
     let r = run();
+    validate_against_schema(&r.report);
     let timeline = &r.report["timeline"];
     let window_start = timeline["window_start_ns"]
         .as_u64()

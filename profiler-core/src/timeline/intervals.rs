@@ -96,7 +96,7 @@ pub fn intervals(
     }
     let truncated = all.len() > MAX_INTERVALS;
     if truncated {
-        all.sort_by(|a, b| b.1.cmp(&a.1));
+        all.sort_by_key(|w| std::cmp::Reverse(w.1));
         all.truncate(MAX_INTERVALS);
     }
     let mut by_thread: BTreeMap<u32, Vec<Interval>> = BTreeMap::new();
