@@ -13,8 +13,8 @@ use std::{
 use common::{Build, PROFILER, Workload, assert_success, require_root, scratch_dir, serial};
 use profiler_common::{WaitState, stack_id};
 use profiler_core::model::{
-    CaptureMeta, Entry, Kind, Mode, Name, Profile, SavedCapture, StackNames, ThreadTime, Window,
-    saved::SAVED_FORMAT,
+    CaptureMeta, Entry, Kind, Mode, Name, Profile, SavedCapture, StackNames, StateTimes,
+    ThreadTime, Window, saved::SAVED_FORMAT,
 };
 
 fn run_diff(before: &Path, after: &Path, dir: &Path, extra: &[&str]) -> Output {
@@ -54,7 +54,10 @@ fn synthetic(mode: Mode, dir: &Path) -> PathBuf {
     let thread = ThreadTime {
         pid: 7,
         name: "app".into(),
-        on_cpu_ns: 1000 * MS,
+        time: StateTimes {
+            running: 1000 * MS,
+            ..StateTimes::default()
+        },
         ..ThreadTime::default()
     };
     let capture = SavedCapture {

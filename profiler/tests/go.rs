@@ -42,7 +42,8 @@ fn build_gohot() -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create the Go build directory");
     // The binary's name is the process name the profiler reports.
     let out = dir.join("gohot");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiler-core/tests/fixtures/gohot");
+    let source =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiler-core/tests/fixtures/gohot");
     let status = Command::new("go")
         .args(["build", "-o"])
         .arg(&out)

@@ -517,133 +517,15 @@ struct Wake {
 
 impl<'a> Plan<'a> {
     fn new(timeline: &'a Timeline) -> Self {
-        let mut processes: Vec<PlannedProcess<'a>> = Vec::new();
-        let mut process_of_pid: HashMap<u32, usize> = HashMap::new();
-        for p in &timeline.processes {
-            process_of_pid.entry(p.pid).or_insert_with(|| {
-                processes.push(PlannedProcess {
-                    pid: p.pid,
-                    name: &p.name,
-                });
-                processes.len() - 1
-            });
-        }
-
-        // One track per tid: a thread listed twice is one thread with both lists of slices
-        // (two thread tracks with one tid would read as tid reuse).
-        let mut tracks: Vec<Track<'a>> = Vec::new();
-        let mut track_of_tid: HashMap<u32, usize> = HashMap::new();
-        let mut slices_of: Vec<Vec<&'a Slice>> = Vec::new();
-        for t in &timeline.threads {
-            let i = *track_of_tid.entry(t.tid).or_insert_with(|| {
-                let process = *process_of_pid.entry(t.pid).or_insert_with(|| {
-                    // A process the timeline does not list: its track, unnamed.
-                    processes.push(PlannedProcess {
-                        pid: t.pid,
-                        name: "",
-                    });
-                    processes.len() - 1
-                });
-                tracks.push(Track {
-                    pid: t.pid,
-                    tid: t.tid,
-                    name: &t.name,
-                    process,
-                    slices: Vec::new(),
-                });
-                slices_of.push(Vec::new());
-                tracks.len() - 1
-            });
-            slices_of[i].extend(&t.slices);
-        }
-        for (track, mut slices) in tracks.iter_mut().zip(slices_of) {
-            slices.sort_by_key(|s| (s.start_ns, s.end_ns));
-            let mut covered_to = 0;
-            for s in slices {
-                let start_ns = s.start_ns.max(covered_to);
-                let overlapped = s.start_ns < covered_to;
-                if s.end_ns < start_ns || (overlapped && s.end_ns <= covered_to) {
-                    continue;
-                }
-                covered_to = s.end_ns;
-                track.slices.push(PlannedSlice {
-                    start_ns,
-                    end_ns: s.end_ns,
-                    slice: s,
-                    flows_in: Vec::new(),
-                });
-            }
-        }
-
-        let mut wakes: Vec<Vec<Wake>> = tracks.iter().map(|_| Vec::new()).collect();
-        for (n, w) in timeline.wakeups.iter().enumerate() {
-            let (Some(&waker), Some(&wakee)) = (
-                track_of_tid.get(&w.waker_tid),
-                track_of_tid.get(&w.wakee_tid),
-            ) else {
-                continue;
-            };
-            let flow = n as u64 + 1;
-            wakes[waker].push(Wake {
-                ts: w.waker_ts_ns,
-                other: wakee,
-                flow,
-                out: true,
-            });
-            // Not before the waker's side: a flow runs from its earliest event on.
-            let from = w.wakee_ts_ns.max(w.waker_ts_ns);
-            let slices = &mut tracks[wakee].slices;
-            let next = slices.partition_point(|s| s.start_ns < from);
-            match slices.get_mut(next) {
-                Some(s) => s.flows_in.push(flow),
-                None => wakes[wakee].push(Wake {
-                    ts: from,
-                    other: waker,
-                    flow,
-                    out: false,
-                }),
-            }
-        }
-
+        let (processes, mut tracks, track_of_tid) = tracks(timeline);
+        let wakes = place_wakeups(timeline, &mut tracks, &track_of_tid);
         let mut items: Vec<(u64, Item)> = Vec::new();
         // Per item: whether it comes after its track's last flow start of its timestamp.
         let mut late: Vec<bool> = Vec::new();
-        for (t, (track, mut wakes)) in tracks.iter().zip(wakes).enumerate() {
+        for (t, (track, wakes)) in tracks.iter().zip(wakes).enumerate() {
             let first = items.len();
-            wakes.sort_by_key(|w| w.ts);
-            let mut wakes = wakes.into_iter().peekable();
-            // Instant events up to `until` (inclusive or not), in their place among the slices.
-            let mut wakes_until = |items: &mut Vec<(u64, Item)>, until: u64, inclusive: bool| {
-                while let Some(w) = wakes.next_if(|w| w.ts < until || (inclusive && w.ts == until))
-                {
-                    let item = Item::Wake {
-                        track: t,
-                        other: w.other,
-                        flow: w.flow,
-                        out: w.out,
-                    };
-                    items.push((w.ts, item));
-                }
-            };
-            for (i, s) in track.slices.iter().enumerate() {
-                wakes_until(&mut items, s.start_ns, false);
-                items.push((s.start_ns, Item::Begin { track: t, slice: i }));
-                // A wakeup at a slice's end happened in that slice, not in the next.
-                wakes_until(&mut items, s.end_ns, true);
-                items.push((s.end_ns, Item::End { track: t }));
-            }
-            wakes_until(&mut items, u64::MAX, true);
-
-            let mut marks = vec![false; items.len() - first];
-            let (mut run_ts, mut start_ahead) = (None, false);
-            for (mark, (ts, item)) in marks.iter_mut().zip(&items[first..]).rev() {
-                if run_ts != Some(*ts) {
-                    (run_ts, start_ahead) = (Some(*ts), false);
-                }
-                start_ahead |= matches!(item, Item::Wake { out: true, .. });
-                *mark = !start_ahead;
-            }
-            late.extend(marks);
+            track_items(t, track, wakes, &mut items);
+            late.extend(late_marks(&items[first..]));
         }
         for (i, s) in timeline.samples.iter().enumerate() {
             if let Some(&track) = track_of_tid.get(&s.tid) {
@@ -671,6 +553,156 @@ impl<'a> Plan<'a> {
             first_ts,
         }
     }
+}
+
+/// The processes, and one track per tid with its slices cut (`cut_overlaps`), and each tid's
+/// track.
+fn tracks(timeline: &Timeline) -> (Vec<PlannedProcess<'_>>, Vec<Track<'_>>, HashMap<u32, usize>) {
+    let mut processes: Vec<PlannedProcess<'_>> = Vec::new();
+    let mut process_of_pid: HashMap<u32, usize> = HashMap::new();
+    for p in &timeline.processes {
+        process_of_pid.entry(p.pid).or_insert_with(|| {
+            processes.push(PlannedProcess {
+                pid: p.pid,
+                name: &p.name,
+            });
+            processes.len() - 1
+        });
+    }
+    // One track per tid: a thread listed twice is one thread with both lists of slices
+    // (two thread tracks with one tid would read as tid reuse).
+    let mut tracks: Vec<Track<'_>> = Vec::new();
+    let mut track_of_tid: HashMap<u32, usize> = HashMap::new();
+    let mut slices_of: Vec<Vec<&Slice>> = Vec::new();
+    for t in &timeline.threads {
+        let i = *track_of_tid.entry(t.tid).or_insert_with(|| {
+            let process = *process_of_pid.entry(t.pid).or_insert_with(|| {
+                // A process the timeline does not list: its track, unnamed.
+                processes.push(PlannedProcess {
+                    pid: t.pid,
+                    name: "",
+                });
+                processes.len() - 1
+            });
+            tracks.push(Track {
+                pid: t.pid,
+                tid: t.tid,
+                name: &t.name,
+                process,
+                slices: Vec::new(),
+            });
+            slices_of.push(Vec::new());
+            tracks.len() - 1
+        });
+        slices_of[i].extend(&t.slices);
+    }
+    for (track, slices) in tracks.iter_mut().zip(slices_of) {
+        cut_overlaps(track, slices);
+    }
+    (processes, tracks, track_of_tid)
+}
+
+/// A track's slices by start, each starting where the one before ended at the earliest; a
+/// slice that ends before that is left out.
+fn cut_overlaps<'a>(track: &mut Track<'a>, mut slices: Vec<&'a Slice>) {
+    slices.sort_by_key(|s| (s.start_ns, s.end_ns));
+    let mut covered_to = 0;
+    for s in slices {
+        let start_ns = s.start_ns.max(covered_to);
+        let overlapped = s.start_ns < covered_to;
+        if s.end_ns < start_ns || (overlapped && s.end_ns <= covered_to) {
+            continue;
+        }
+        covered_to = s.end_ns;
+        track.slices.push(PlannedSlice {
+            start_ns,
+            end_ns: s.end_ns,
+            slice: s,
+            flows_in: Vec::new(),
+        });
+    }
+}
+
+/// Each wakeup as a flow: its start an instant event on the waker's track, its end the
+/// wakee's next slice (or an instant event on the wakee's track when none follows). The
+/// instant events per track.
+fn place_wakeups(
+    timeline: &Timeline,
+    tracks: &mut [Track<'_>],
+    track_of_tid: &HashMap<u32, usize>,
+) -> Vec<Vec<Wake>> {
+    let mut wakes: Vec<Vec<Wake>> = tracks.iter().map(|_| Vec::new()).collect();
+    for (n, w) in timeline.wakeups.iter().enumerate() {
+        let (Some(&waker), Some(&wakee)) = (
+            track_of_tid.get(&w.waker_tid),
+            track_of_tid.get(&w.wakee_tid),
+        ) else {
+            continue;
+        };
+        let flow = n as u64 + 1;
+        wakes[waker].push(Wake {
+            ts: w.waker_ts_ns,
+            other: wakee,
+            flow,
+            out: true,
+        });
+        // Not before the waker's side: a flow runs from its earliest event on.
+        let from = w.wakee_ts_ns.max(w.waker_ts_ns);
+        let slices = &mut tracks[wakee].slices;
+        let next = slices.partition_point(|s| s.start_ns < from);
+        match slices.get_mut(next) {
+            Some(s) => s.flows_in.push(flow),
+            None => wakes[wakee].push(Wake {
+                ts: from,
+                other: waker,
+                flow,
+                out: false,
+            }),
+        }
+    }
+    wakes
+}
+
+/// Track `t`'s events in the order that nests them: its slices' begins and ends, its instant
+/// events in their place among them.
+fn track_items(t: usize, track: &Track<'_>, mut wakes: Vec<Wake>, items: &mut Vec<(u64, Item)>) {
+    wakes.sort_by_key(|w| w.ts);
+    let mut wakes = wakes.into_iter().peekable();
+    // Instant events up to `until` (inclusive or not), in their place among the slices.
+    let mut wakes_until = |items: &mut Vec<(u64, Item)>, until: u64, inclusive: bool| {
+        while let Some(w) = wakes.next_if(|w| w.ts < until || (inclusive && w.ts == until)) {
+            let item = Item::Wake {
+                track: t,
+                other: w.other,
+                flow: w.flow,
+                out: w.out,
+            };
+            items.push((w.ts, item));
+        }
+    };
+    for (i, s) in track.slices.iter().enumerate() {
+        wakes_until(items, s.start_ns, false);
+        items.push((s.start_ns, Item::Begin { track: t, slice: i }));
+        // A wakeup at a slice's end happened in that slice, not in the next.
+        wakes_until(items, s.end_ns, true);
+        items.push((s.end_ns, Item::End { track: t }));
+    }
+    wakes_until(items, u64::MAX, true);
+}
+
+/// Per event of one track: whether it comes after the track's last flow start of its
+/// timestamp.
+fn late_marks(items: &[(u64, Item)]) -> Vec<bool> {
+    let mut marks = vec![false; items.len()];
+    let (mut run_ts, mut start_ahead) = (None, false);
+    for (mark, (ts, item)) in marks.iter_mut().zip(items).rev() {
+        if run_ts != Some(*ts) {
+            (run_ts, start_ahead) = (Some(*ts), false);
+        }
+        start_ahead |= matches!(item, Item::Wake { out: true, .. });
+        *mark = !start_ahead;
+    }
+    marks
 }
 
 /// Interning tables of the sequence: key → iid (iids start at 1; 0 means unset).

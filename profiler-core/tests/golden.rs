@@ -1,17 +1,20 @@
 //! Golden files, without root: saved captures (`tests/golden/<name>.capture.json.gz`, written
-//! by `profiler --save` on the test workloads) replayed with `profiler replay`, and every
-//! output compared with `tests/golden/<name>.<output>` byte for byte. The rendering stages
-//! (fold, SVG, Markdown and JSON report, summary) are covered this way; the kernel side is
-//! covered by the privileged tests.
+//! by `profiler --save` on the test workloads) rendered through the render stage's API, as
+//! `profiler replay` renders them, and every output compared with
+//! `tests/golden/<name>.<output>` byte for byte: folded stacks (with and without a frame per
+//! thread), the SVG, the Markdown and JSON report, and the end-of-run text (summary and
+//! report; the binary's `wrote …` lines are its own). The kernel side is covered by the
+//! privileged tests in profiler/tests.
 //!
-//! After an intended change: `BLESS=1 cargo test --release -p profiler --test golden`, then
-//! read the diff of the expected files before committing them.
-
-mod common;
+//! After an intended change: `BLESS=1 cargo test --release -p profiler-core --test golden`,
+//! then read the diff of the expected files before committing them.
 
 use std::path::{Path, PathBuf};
 
-use common::PROFILER;
+use profiler_core::{
+    model::SavedCapture,
+    render::{self, RenderOptions},
+};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
@@ -57,59 +60,42 @@ fn check(name: &str, output: &str, actual: &str) {
     });
     assert!(
         expected == actual,
-        "{} differs from the replay, {}\n(BLESS=1 rewrites it after an intended change)",
+        "{} differs from the render, {}\n(BLESS=1 rewrites it after an intended change)",
         path.display(),
         first_difference(&expected, actual)
     );
 }
 
-fn replay(capture: &Path, dir: &Path, extra: &[&str]) -> std::process::Output {
-    let out = std::process::Command::new(PROFILER)
-        .arg("replay")
-        .arg(capture)
-        .arg("-o")
-        .arg(dir.join("graph.svg"))
-        .arg("--folded")
-        .arg(dir.join("stacks.folded"))
-        .args(extra)
-        .output()
-        .expect("run profiler replay");
-    assert!(
-        out.status.success(),
-        "profiler replay {} failed: {}",
-        capture.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+fn load(name: &str) -> SavedCapture {
+    let path = golden_dir().join(format!("{name}.capture.json.gz"));
+    SavedCapture::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn render(name: &str, saved: &SavedCapture, opts: &RenderOptions) -> render::Rendered {
+    render::render(saved, opts).unwrap_or_else(|e| panic!("{name}: render: {e}"))
 }
 
 #[test]
-fn replayed_captures_render_as_before() {
+fn saved_captures_render_as_before() {
     let names = captures();
     assert!(names.len() >= 3, "golden captures missing: {names:?}");
     for name in &names {
-        let capture = golden_dir().join(format!("{name}.capture.json.gz"));
-        let dir = tempfile::tempdir().expect("temp dir");
-        let read = |f: &str| {
-            std::fs::read_to_string(dir.path().join(f))
-                .unwrap_or_else(|e| panic!("{name}: read {f}: {e}"))
+        let saved = load(name);
+        let text = |what: &str, t: std::io::Result<String>| {
+            t.unwrap_or_else(|e| panic!("{name}: {what}: {e}"))
         };
-        let md = dir.path().join("report.md");
-        let out = replay(
-            &capture,
-            dir.path(),
-            &["--per-thread", "--report", md.to_str().unwrap()],
-        );
-        check(name, "per-thread.folded", &read("stacks.folded"));
-        check(name, "svg", &read("graph.svg"));
-        check(name, "md", &read("report.md"));
-        let text = String::from_utf8_lossy(&out.stdout)
-            .replace(dir.path().to_str().expect("utf-8 temp dir"), "<dir>");
-        check(name, "txt", &text);
-        let json = dir.path().join("report.json");
-        replay(&capture, dir.path(), &["--report", json.to_str().unwrap()]);
-        check(name, "folded", &read("stacks.folded"));
-        let json = read("report.json");
+        let per_thread = RenderOptions {
+            per_thread: true,
+            ..RenderOptions::default()
+        };
+        let r = render(name, &saved, &per_thread);
+        check(name, "per-thread.folded", &text("folded", r.folded_text()));
+        check(name, "svg", &r.svg);
+        check(name, "md", &text("markdown", r.markdown()));
+        check(name, "txt", &text("terminal", r.terminal()));
+        let r = render(name, &saved, &RenderOptions::default());
+        check(name, "folded", &text("folded", r.folded_text()));
+        let json = text("json", r.json());
         conforms_to_the_schema(name, &json);
         check(name, "json", &json);
     }
@@ -138,23 +124,4 @@ fn conforms_to_the_schema(name: &str, json: &str) {
             c.name()
         );
     }
-}
-
-#[test]
-fn a_file_that_is_not_a_capture_is_one_sentence() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let bogus = dir.path().join("bogus.capture");
-    std::fs::write(&bogus, "{\"format\": 99}").expect("write");
-    let out = std::process::Command::new(PROFILER)
-        .arg("replay")
-        .arg(&bogus)
-        .arg("-o")
-        .arg(dir.path().join("x.svg"))
-        .output()
-        .expect("run profiler replay");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("format 99"), "{err}");
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(!dir.path().join("x.svg").exists());
 }
