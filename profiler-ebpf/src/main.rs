@@ -1,12 +1,22 @@
-//! The profiler's eBPF side: probes → in-kernel aggregates.
+//! The profiler's eBPF side: probes → in-kernel aggregates, drained by user space while the
+//! capture runs (every key carries the drain epoch's parity, `Control::epoch`).
 //!
-//! - `sample`: perf_event (cpu-clock) on every CPU → on-CPU samples per (tid, stacks).
-//! - `switch`: tp_btf `sched_switch` → off-CPU waits per (tid, stacks, state) and exact on-CPU
-//!   time per thread.
-//! - `snapshot`: task iterator → state, registers and kernel stack of every target thread at
-//!   capture start (threads already blocked have no switch-out event to learn them from).
-//! - `stack`: one place that turns "the current task's stack" into a stack id; `unwind` walks
-//!   user stacks from `.eh_frame` rows, `kstack` recognises a sleeping thread's kernel stack.
+//! Programs:
+//! - `sample::on_cpu_sample`: perf_event (cpu-clock) on every CPU → on-CPU samples per (tid,
+//!   stacks).
+//! - `switch::sched_switch` (tp_btf): a thread's cycles split by the scheduler's own
+//!   counters → on-CPU time per thread, waits per (tid, stacks, state), site histograms,
+//!   wakers; the wait a switch-out begins, in the thread's entry.
+//! - `wakeup::sched_waking`, `wakeup::sched_wakeup_new` (tp_btf): when and by whom a waiting
+//!   thread was made runnable; a new thread's first cycle.
+//! - `targets::sched_process_fork`, `sched_process_exec`, `sched_process_exit` (tp_btf): the
+//!   target set follows a process tree; execs and exits noted for user space.
+//! - `snapshot::snapshot_tasks` (iter/task): state, registers and kernel stack of every target
+//!   thread at capture start (a thread already blocked has no switch-out to learn it from).
+//!
+//! Shared pieces: `stack` turns "the current task's stack" into a stack id; `unwind` walks
+//! user stacks from `.eh_frame` rows; `kstack` recognises a sleeping thread's kernel stack;
+//! `task` reads task_struct fields; `maps` holds the maps and counters.
 //!
 //! Every program filters foreign processes first with one comparison, aggregates in maps, and
 //! counts each loss in `COUNTERS`. Nothing is sent per event to user space.
@@ -23,6 +33,7 @@ mod snapshot;
 mod stack;
 mod switch;
 mod targets;
+mod task;
 mod unwind;
 mod wakeup;
 

@@ -26,7 +26,7 @@
 use core::intrinsics::AtomicOrdering;
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
@@ -46,6 +46,7 @@ use crate::{
     },
     stack,
     targets::is_target,
+    task::{load, read},
     tgid_offset,
 };
 
@@ -116,30 +117,6 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
         }
     }
     0
-}
-
-/// Reads a field of a task_struct at an offset resolved from BTF.
-///
-/// # Safety
-/// `task` must point at a live task_struct.
-#[inline(always)]
-pub(crate) unsafe fn read<T>(task: *const u8, offset: u32) -> Result<T, i32> {
-    // SAFETY: the caller guarantees `task`; the helper faults safely on a bad address.
-    unsafe { bpf_probe_read_kernel(task.add(offset as usize).cast()) }
-}
-
-/// Loads a field of a task_struct the tracepoint handed us, without a helper call: the
-/// arguments of tp_btf programs are trusted BTF pointers, and the offset is a constant the
-/// verifier knows (it reads it from our frozen `.rodata`), so it checks the access against
-/// the field's type itself. Only for `u32`/`u64` fields.
-///
-/// # Safety
-/// `task` must be a task_struct argument of the tracepoint and `offset` one of its fields of
-/// type `T`.
-#[inline(always)]
-pub(crate) unsafe fn load<T: Copy>(task: *const u8, offset: u32) -> T {
-    // SAFETY: as documented above.
-    unsafe { core::ptr::read_volatile(task.add(offset as usize).cast::<T>()) }
 }
 
 struct SwitchOut {

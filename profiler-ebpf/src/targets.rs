@@ -16,7 +16,7 @@ use profiler_common::{BPF_NOEXIST, Counter, ProcEvent, config_flags, target_bit,
 use crate::{
     config,
     maps::{THREADS, count},
-    switch::load,
+    task::load,
     unwind::PROC_MAPPINGS,
 };
 

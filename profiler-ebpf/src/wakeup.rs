@@ -24,8 +24,8 @@ use crate::{
     config,
     maps::{Scratch, THREADS, capture_start, count},
     stack,
-    switch::load,
     targets::is_target,
+    task::load,
     tgid_offset,
 };
 

@@ -20,7 +20,7 @@ use crate::{
     launch,
     preflight::{self, Output, PreflightError, Target},
     probes::{self, ProbeConfig, Probes},
-    snapshot,
+    sizes, snapshot,
     targets::{Selection, TargetSet},
 };
 use profiler_core::{
@@ -289,12 +289,13 @@ struct Prepared {
     selection: String,
     outputs: Outputs,
     offsets: TaskOffsets,
-    /// `.eh_frame` rows of every executable file the targets map (with `--unwind dwarf`).
-    tables: Option<UnwindTables>,
 }
 
 /// Everything that can be refused is refused here, before anything is attached.
 fn prepare(args: &Args) -> Result<Prepared> {
+    if !Probes::built() {
+        return Err(probes::ProbeError::NotBuilt.into());
+    }
     preflight::check_privilege()?;
     preflight::check_btf()?;
     if args.out.wakers && !args.mode.traces_switches() {
@@ -351,22 +352,23 @@ fn prepare(args: &Args) -> Result<Prepared> {
         .context("cannot find the task_struct layout of this kernel")?;
     // Unwind tables for every executable file the targets map, before the programs load:
     // their size decides the size of the kernel's row array.
-    let tables = (args.unwind == Unwind::Dwarf).then(|| {
-        let mut tables = UnwindTables::default();
-        targets.build_rows(&mut tables);
-        log::info!(
-            "unwind tables: {} rows from {} files in {:.3} s ({:.1} MiB)",
-            tables.row_count(),
-            tables.file_count(),
-            tables.build_secs,
-            (tables.row_count() * std::mem::size_of::<profiler_common::unwind::UnwindRow>()) as f64
-                / (1024.0 * 1024.0)
-        );
-        for (file, why) in &tables.failures {
-            log::debug!("no unwind table for {file} ({why}): frame pointers there");
+    if args.unwind == Unwind::Dwarf {
+        targets.use_tables(UnwindTables::default());
+        if let Some(tables) = targets.uploads.tables() {
+            log::info!(
+                "unwind tables: {} rows from {} files in {:.3} s ({:.1} MiB)",
+                tables.row_count(),
+                tables.file_count(),
+                tables.build_secs,
+                (tables.row_count() * std::mem::size_of::<profiler_common::unwind::UnwindRow>())
+                    as f64
+                    / (1024.0 * 1024.0)
+            );
+            for (file, why) in &tables.failures {
+                log::debug!("no unwind table for {file} ({why}): frame pointers there");
+            }
         }
-        tables
-    });
+    }
     Ok(Prepared {
         targets,
         command,
@@ -374,7 +376,6 @@ fn prepare(args: &Args) -> Result<Prepared> {
         selection: words,
         outputs,
         offsets,
-        tables,
     })
 }
 
@@ -430,9 +431,12 @@ async fn capture(
     let load_started = Instant::now();
     let config = probe_config(args, verbose, prepared);
     let mut probes = Probes::load(&config)?;
-    if let (Some(tables), Some(chunks)) = (prepared.tables.as_mut(), config.dwarf_chunks) {
-        tables.set_capacity(chunks as usize);
-    }
+    let (kernel_memory, maps) = probes::maps_kernel_memory();
+    log::info!(
+        "kernel memory: {:.1} MiB in {maps} maps",
+        kernel_memory as f64 / (1024.0 * 1024.0)
+    );
+    prepared.targets.uploads.set_capacity(config.dwarf_chunks);
     let loaded = load_started.elapsed();
     // Before a command starts: its exec's mappings are among the records.
     prepared.targets.open_mapping_records();
@@ -446,13 +450,9 @@ async fn capture(
         waiter.watch(launched.pid());
         prepared.launched = Some(launched);
     }
-    prepared
-        .targets
-        .install(&mut probes, prepared.tables.as_mut())?;
+    prepared.targets.install(&mut probes)?;
     probes.attach()?;
-    prepared
-        .targets
-        .catch_up(&mut probes, prepared.tables.as_mut());
+    prepared.targets.catch_up(&mut probes);
     let attached = load_started.elapsed();
 
     // The window opens now and lasts exactly `--secs`: the line below says so the moment it
@@ -468,12 +468,7 @@ async fn capture(
     let pids: Vec<u32> = prepared.targets.processes.keys().copied().collect();
     let sched_at_start = drain::sched_stats(&pids);
     let seeds = if args.mode.traces_switches() {
-        snapshot::seed_threads(
-            &mut probes,
-            &prepared.targets,
-            start_ns,
-            prepared.tables.as_mut(),
-        )?
+        snapshot::seed_threads(&mut probes, &mut prepared.targets, start_ns)?
     } else {
         Seeds::default()
     };
@@ -492,10 +487,9 @@ async fn capture(
     let state = (
         probes,
         std::mem::replace(&mut prepared.targets, TargetSet::empty()),
-        prepared.tables.take(),
     );
     let wake = state.1.mapping_records_ready();
-    let (reason, stop_ns, (probes, targets, tables)) = waiter
+    let (reason, stop_ns, (probes, targets)) = waiter
         .wait(opened, secs, state, wake, tick, || {
             window
                 .lock()
@@ -504,15 +498,11 @@ async fn capture(
         })
         .await;
     prepared.targets = targets;
-    prepared.tables = tables;
     let stop_ns = stop_ns?;
-    let drained = drain_all(
-        &probes,
-        draining.stop(),
-        &prepared.targets,
-        prepared.tables.as_ref(),
-        sched_at_start,
-    )?;
+    let mut drained = drain_all(&probes, draining.stop(), &prepared.targets, sched_at_start)?;
+    drained
+        .counters
+        .set(profiler_common::Counter::KernelMemoryBytes, kernel_memory);
     Ok(Captured {
         drained,
         seeds,
@@ -524,13 +514,13 @@ async fn capture(
 
 /// One tick of the capture: the target set kept current (processes, mappings, JIT code),
 /// progress read; or only the kernel's mapping records applied.
-fn tick(state: &mut (Probes, TargetSet, Option<UnwindTables>), kind: TickKind) -> Tick {
-    let (probes, targets, tables) = state;
+fn tick(state: &mut (Probes, TargetSet), kind: TickKind) -> Tick {
+    let (probes, targets) = state;
     if kind == TickKind::Mappings {
-        targets.follow_mappings(probes, tables.as_mut());
+        targets.follow_mappings(probes);
         return Tick::default();
     }
-    let tick = targets.tick(probes, tables.as_mut());
+    let tick = targets.tick(probes);
     for (pid, name) in &tick.ended {
         eprintln!("profiler: {name} (PID {pid}) exited");
     }
@@ -547,7 +537,21 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
     ProbeConfig {
         target_words: kernel::pid_max().div_ceil(64),
         follow_children: !args.no_children,
-        max_processes: args.max_processes,
+        sizes: {
+            let threads = prepared
+                .targets
+                .processes
+                .keys()
+                .map(|pid| {
+                    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(1, |d| d.count() as u32)
+                })
+                .sum::<u32>()
+                .max(1);
+            let processes = (prepared.targets.processes.len() as u32).max(1);
+            let sizes = sizes::table_sizes(args, threads, processes);
+            log::info!("{threads} threads in {processes} processes at start: tables {sizes:?}");
+            sizes
+        },
         offsets: prepared.offsets,
         mode: args.mode,
         period_ns: args.period_ns(),
@@ -555,10 +559,11 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
         max_block_ns: args.max_block_ns(),
         kernel_stacks: !args.no_kernel_stacks,
         waker_stacks: args.out.wakers,
-        dwarf_chunks: prepared.tables.as_ref().map(|t| unwind_chunks(args, t)),
-        max_stacks: args.max_stacks,
-        max_keys: args.max_keys,
-        max_threads: args.max_threads,
+        dwarf_chunks: prepared
+            .targets
+            .uploads
+            .tables()
+            .map(|t| unwind_chunks(args, t)),
         verify_memos: args.verify_memos,
         verbose,
         // Only waker kernel stacks stop at an interrupt entry: with `--wakers`, or where the
@@ -611,17 +616,19 @@ fn drain_all(
     probes: &Probes,
     drainer: Drainer,
     targets: &TargetSet,
-    tables: Option<&UnwindTables>,
     sched_at_start: std::collections::HashMap<u32, profiler_core::model::SchedStat>,
 ) -> Result<Drained> {
     let pids: Vec<u32> = targets.processes.keys().copied().collect();
     let (mut drained, stats) = drainer.finish(probes, &pids)?;
+    drained
+        .counters
+        .set(profiler_common::Counter::Drains, stats.drains);
     // Losses of user space's own, beside the kernel's.
     drained.counters.set(
         profiler_common::Counter::MappingRecordsLost,
         targets.mapping_records_lost,
     );
-    if let Some(tables) = tables {
+    if let Some(tables) = targets.uploads.tables() {
         drained.counters.set(
             profiler_common::Counter::UnwindRowsNotLoaded,
             tables.not_loaded.len() as u64,
@@ -697,7 +704,7 @@ fn post_process(
     let jit = targets.jit_names(&profile);
     let spaces = symbolize::Spaces {
         jit,
-        layouts: &targets.layouts,
+        layouts: &targets.uploads.layouts,
         processes: targets
             .processes
             .iter()

@@ -35,9 +35,9 @@ use profiler_common::{
 use crate::probes::{ProbeError, Probes, WindowSwitch};
 use profiler_core::model::{Drained, SchedStat};
 
-/// How often the tables are drained while the capture runs. They must hold two intervals'
-/// worth of keys (the epoch being written and the one waiting for its drain).
-pub const DRAIN_INTERVAL: Duration = Duration::from_millis(200);
+/// How often the tables are drained while the capture runs: the tick's pace. They must hold
+/// two intervals' worth of keys (the epoch being written and the one waiting for its drain).
+pub const DRAIN_INTERVAL: Duration = crate::capture::TICK;
 
 /// The aggregate tables, taken out of the loaded object, and everything drained from them.
 pub struct Drainer {

@@ -18,19 +18,15 @@ use crate::{
 };
 use profiler_core::{
     model::{Seeds, comm_name},
-    unwind::{
-        tables::UnwindTables,
-        walk::{Regs, walk},
-    },
+    unwind::walk::{Regs, walk},
 };
 
 /// Runs the iterator and seeds every target thread's entry. User stacks are walked like the
 /// kernel side walks them: with each process's mapping table when there are unwind tables.
 pub fn seed_threads(
     probes: &mut Probes,
-    targets: &TargetSet,
+    targets: &mut TargetSet,
     start_ns: u64,
-    mut tables: Option<&mut UnwindTables>,
 ) -> Result<Seeds, ProbeError> {
     let snapshots = probes.snapshot_tasks()?;
     // Per process: its memory, and its mapping table.
@@ -71,14 +67,13 @@ pub fn seed_threads(
                 };
                 let (mem, table) = processes.entry(snap.tgid).or_insert_with(|| {
                     let mem = File::open(format!("/proc/{}/mem", snap.tgid)).ok();
-                    let table = targets
-                        .processes
-                        .get(&snap.tgid)
-                        .zip(tables.as_deref_mut())
-                        .map(|(t, tables)| tables.proc_mappings(&t.maps));
+                    let table = match targets.processes.get(&snap.tgid) {
+                        Some(t) => targets.uploads.table_of(&t.maps),
+                        None => None,
+                    };
                     (mem, table)
                 });
-                let with_tables = tables.as_deref().zip(table.as_deref());
+                let with_tables = targets.uploads.tables().zip(table.as_deref());
                 let user = mem
                     .as_ref()
                     .map(|mem| walk(regs, with_tables, |addr| read_u64(mem, addr)))

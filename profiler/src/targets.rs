@@ -13,13 +13,14 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use profiler_common::unwind::{ProcMappings, java_method_of};
+use profiler_common::unwind::java_method_of;
 
 use crate::{
     hotspot::HotSpot,
     mmap_events::{Event, MmapEvents},
     preflight::{self, PreflightError},
     probes::{ProbeError, Probes},
+    uploads::Uploads,
 };
 use profiler_core::{
     model::{CaptureNote, Kind, PartialTime, ProcessInfo, Profile},
@@ -87,15 +88,13 @@ impl Target {
     /// After its mappings were (re)read: a JVM is found; a JVM's code cache is read again
     /// when due (for its names even with `--unwind fp`). Whether its JIT rows changed (its
     /// mapping table must be uploaded).
-    fn follow_jit(&mut self, tables: Option<&mut UnwindTables>, mappings_read: bool) -> bool {
+    fn follow_jit(&mut self, uploads: &mut Uploads, mappings_read: bool) -> bool {
         if mappings_read && self.hotspot.is_none() && self.maps.mappings().iter().any(is_libjvm) {
             self.hotspot = HotSpot::attach(self.pid);
         }
-        match (self.hotspot.as_mut().and_then(HotSpot::refresh), tables) {
-            (Some(update), Some(tables)) => {
-                tables.set_jit(self.pid, update.base, update.end, &update.rows)
-            }
-            _ => false,
+        match self.hotspot.as_mut().and_then(HotSpot::refresh) {
+            Some(update) => uploads.set_jit(self.pid, update.base, update.end, &update.rows),
+            None => false,
         }
     }
 
@@ -113,9 +112,10 @@ impl Target {
 #[derive(Debug)]
 pub struct TargetSet {
     pub processes: BTreeMap<u32, Target>,
-    /// Every mapping-table layout handed to the kernel, by generation: the files that name a
-    /// stack unwound under it.
-    pub layouts: HashMap<u32, ProcessMaps>,
+    /// The one owner of what the kernel holds for the set: target bits, mapping tables, the
+    /// unwind rows, and the layouts handed out (the files that name a stack unwound under
+    /// each).
+    pub uploads: Uploads,
     cgroup: Option<PathBuf>,
     follow_children: bool,
     next_refresh: usize,
@@ -168,7 +168,7 @@ impl TargetSet {
         }
         Ok(Self {
             processes,
-            layouts: HashMap::new(),
+            uploads: Uploads::default(),
             cgroup: selection.cgroup.clone(),
             follow_children: selection.follow_children,
             next_refresh: 0,
@@ -181,7 +181,7 @@ impl TargetSet {
     pub fn empty() -> Self {
         Self {
             processes: BTreeMap::new(),
-            layouts: HashMap::new(),
+            uploads: Uploads::default(),
             cgroup: None,
             follow_children: true,
             next_refresh: 0,
@@ -201,12 +201,13 @@ impl TargetSet {
         self.processes.values().next()
     }
 
-    /// Builds the unwind rows of every file the set maps (before the programs load: their
-    /// number sizes the kernel's row array).
-    pub fn build_rows(&mut self, tables: &mut UnwindTables) {
+    /// Unwinds with `tables`: builds the rows of every file the set maps now (before the
+    /// programs load: their number sizes the kernel's row array).
+    pub fn use_tables(&mut self, tables: UnwindTables) {
+        self.uploads = Uploads::new(Some(tables));
         for target in self.processes.values_mut() {
-            tables.update(&target.maps);
-            target.follow_jit(Some(tables), true);
+            self.uploads.rows_for(&target.maps, std::iter::empty());
+            target.follow_jit(&mut self.uploads, true);
         }
     }
 
@@ -232,7 +233,7 @@ impl TargetSet {
     /// a fork's child starts with its parent's mappings, an exec drops them, a new
     /// executable mapping is added; then the rows and mapping tables that changed go to the
     /// kernel. Cheap enough to run within milliseconds of every exec.
-    pub fn follow_mappings(&mut self, probes: &mut Probes, mut tables: Option<&mut UnwindTables>) {
+    pub fn follow_mappings(&mut self, probes: &mut Probes) {
         let Some(events) = self.events.as_mut() else {
             return;
         };
@@ -257,7 +258,7 @@ impl TargetSet {
                     }
                     target.parent = Some(t.ppid);
                     target.forked_ns = target.forked_ns.or(Some(t.time_ns));
-                    if let Err(e) = probes.set_target(t.pid, true) {
+                    if let Err(e) = self.uploads.add_target(probes, t.pid) {
                         log::warn!("process {}, forked from a target: {e}", t.pid);
                     }
                     changed.insert(t.pid);
@@ -273,9 +274,7 @@ impl TargetSet {
                     target.hotspot = None;
                     target.name = c.name;
                     target.rename_checks = RENAME_CHECKS;
-                    if let Some(tables) = tables.as_deref_mut() {
-                        tables.forget_jit(c.pid);
-                    }
+                    self.uploads.forget_jit(c.pid);
                     changed.insert(c.pid);
                 }
                 Event::Mmap2(m) if m.is_exec() => {
@@ -288,84 +287,47 @@ impl TargetSet {
                 _ => {}
             }
         }
-        if changed.is_empty() {
-            return;
-        }
-        let mut rows_changed = false;
-        if let Some(tables) = tables.as_deref_mut() {
-            for &pid in &changed {
-                rows_changed |= self.update_rows(tables, pid);
-            }
-            if rows_changed && let Err(e) = probes.upload_rows(tables) {
-                log::warn!("new unwind rows not uploaded: {e}");
-            }
-        }
-        for pid in changed {
-            if let Err(e) = self.upload_table(pid, probes, tables.as_deref_mut()) {
-                log::warn!("mapping table of process {pid} not uploaded: {e}");
-            }
-        }
+        self.publish(probes, &changed);
     }
 
-    /// Rows for the files process `pid` maps; when the kernel's array is full, the rows of
-    /// files no live process maps make room first. Whether rows changed.
-    fn update_rows(&self, tables: &mut UnwindTables, pid: u32) -> bool {
-        let Some(target) = self.processes.get(&pid) else {
-            return false;
-        };
-        let mut changed = tables.update(&target.maps);
-        if tables.wants_room() {
-            let live = self.processes.values().filter(|t| !t.gone).map(|t| &t.maps);
-            if tables.evict_unused(live) {
-                changed |= tables.update(&target.maps);
+    /// Rows for the files of `pids` (room made from files no live process maps when the
+    /// array is full), then their mapping tables, to the kernel.
+    fn publish(&mut self, probes: &mut Probes, pids: &BTreeSet<u32>) {
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            if let Some(target) = self.processes.get(pid) {
+                let live = self.processes.values().filter(|t| !t.gone).map(|t| &t.maps);
+                self.uploads.rows_for(&target.maps, live);
             }
         }
-        changed
+        let changed = pids
+            .iter()
+            .filter_map(|pid| self.processes.get(pid).map(|t| (*pid, &t.maps)));
+        if let Err(e) = self.uploads.publish(probes, changed) {
+            log::warn!("the kernel's tables were not all updated: {e}");
+        }
     }
 
     /// Hands the kernel every process: its bit in the target set and its mapping table.
-    pub fn install(
-        &mut self,
-        probes: &mut Probes,
-        mut tables: Option<&mut UnwindTables>,
-    ) -> Result<(), ProbeError> {
-        if let Some(tables) = tables.as_deref_mut() {
-            probes.upload_rows(tables)?;
+    pub fn install(&mut self, probes: &mut Probes) -> Result<(), ProbeError> {
+        for &pid in self.processes.keys() {
+            self.uploads.add_target(probes, pid)?;
         }
-        let pids: Vec<u32> = self.processes.keys().copied().collect();
-        for pid in pids {
-            probes.set_target(pid, true)?;
-            self.upload_table(pid, probes, tables.as_deref_mut())?;
-        }
-        Ok(())
-    }
-
-    fn upload_table(
-        &mut self,
-        pid: u32,
-        probes: &mut Probes,
-        tables: Option<&mut UnwindTables>,
-    ) -> Result<(), ProbeError> {
-        let (Some(tables), Some(target)) = (tables, self.processes.get(&pid)) else {
-            return Ok(());
-        };
-        let table: Box<ProcMappings> = tables.proc_mappings(&target.maps);
-        self.layouts
-            .entry(table.generation)
-            .or_insert_with(|| target.maps.clone());
-        probes.upload_mappings(pid, &table)
+        let all = self.processes.iter().map(|(&pid, t)| (pid, &t.maps));
+        self.uploads.publish(probes, all)
     }
 
     /// Once the fork tracepoint is attached: processes forked between `resolve` and now
     /// (while the programs loaded) were seen by neither; from here on the kernel adds them.
-    pub fn catch_up(&mut self, probes: &mut Probes, mut tables: Option<&mut UnwindTables>) {
+    pub fn catch_up(&mut self, probes: &mut Probes) {
         if !self.follow_children {
             return;
         }
         let mut pids: BTreeSet<u32> = self.processes.keys().copied().collect();
         add_descendants(&mut pids);
-        let mut rows_changed = false;
-        let mut added = Vec::new();
+        let mut added = BTreeSet::new();
         for pid in pids {
             if self.processes.contains_key(&pid) {
                 continue;
@@ -374,55 +336,36 @@ impl TargetSet {
             if target.maps.refresh().is_err() {
                 continue; // gone already
             }
-            if let Some(tables) = tables.as_deref_mut() {
-                rows_changed |= tables.update(&target.maps);
-            }
-            if let Err(e) = probes.set_target(pid, true) {
+            if let Err(e) = self.uploads.add_target(probes, pid) {
                 log::warn!("process {pid} forked during start-up cannot be added: {e}");
                 continue;
             }
-            self.processes.insert(pid, target);
-            added.push(pid);
-        }
-        if rows_changed
-            && let Some(tables) = tables.as_deref_mut()
-            && let Err(e) = probes.upload_rows(tables)
-        {
-            log::warn!("new unwind rows not uploaded: {e}");
-        }
-        for pid in added {
             log::info!("process {pid} was forked while the programs loaded; added");
-            if let Err(e) = self.upload_table(pid, probes, tables.as_deref_mut()) {
-                log::warn!("mapping table of process {pid} not uploaded: {e}");
-            }
+            self.processes.insert(pid, target);
+            added.insert(pid);
         }
+        self.publish(probes, &added);
     }
 
     /// What changed since the last tick: new processes (forked from targets, or joined the
     /// cgroup), execs, exits, libraries loaded. Returns the notes for the user (a process
     /// that ended) and whether every process is gone.
-    pub fn tick(&mut self, probes: &mut Probes, mut tables: Option<&mut UnwindTables>) -> Tick {
+    pub fn tick(&mut self, probes: &mut Probes) -> Tick {
         let mut tick = Tick::default();
-        self.follow_mappings(probes, tables.as_deref_mut());
+        self.follow_mappings(probes);
         let mut reload: BTreeSet<u32> = BTreeSet::new();
-        self.follow_events(probes, tables.as_deref_mut(), &mut tick, &mut reload);
+        self.follow_events(probes, &mut tick, &mut reload);
         self.join_cgroup(probes, &mut reload);
-        self.reload(probes, tables.as_deref_mut(), reload);
+        self.reload(probes, reload);
         self.follow_names();
-        self.forget_gone(probes, tables);
+        self.forget_gone(probes);
         tick.all_gone = self.processes.values().all(|t| t.gone);
         tick
     }
 
     /// Forks, execs and exits the kernel side recorded; the processes whose maps must be
     /// read again go in `reload`.
-    fn follow_events(
-        &mut self,
-        probes: &mut Probes,
-        mut tables: Option<&mut UnwindTables>,
-        tick: &mut Tick,
-        reload: &mut BTreeSet<u32>,
-    ) {
+    fn follow_events(&mut self, probes: &mut Probes, tick: &mut Tick, reload: &mut BTreeSet<u32>) {
         for (pid, event) in probes.proc_events().unwrap_or_default() {
             let target = self.processes.entry(pid).or_insert_with(|| {
                 reload.insert(pid);
@@ -431,7 +374,7 @@ impl TargetSet {
             if reload.contains(&pid) && event.exited_ns == 0 {
                 // The fork handler set its bit with a plain read-modify-write: two forks on
                 // two CPUs into the same word can lose one. Setting it again repairs that.
-                if let Err(e) = probes.set_target(pid, true) {
+                if let Err(e) = self.uploads.add_target(probes, pid) {
                     log::warn!("process {pid}, forked from a target, cannot be added: {e}");
                 }
             }
@@ -444,9 +387,7 @@ impl TargetSet {
                 // A new program: its own layout, its own name.
                 target.maps = ProcessMaps::new(pid);
                 target.hotspot = None;
-                if let Some(tables) = tables.as_deref_mut() {
-                    tables.forget_jit(pid);
-                }
+                self.uploads.forget_jit(pid);
                 target.name = comm(pid).unwrap_or_else(|| target.name.clone());
                 target.rename_checks = RENAME_CHECKS;
                 reload.insert(pid);
@@ -469,7 +410,7 @@ impl TargetSet {
                 if let std::collections::btree_map::Entry::Vacant(v) = self.processes.entry(pid) {
                     v.insert(Target::new(pid));
                     reload.insert(pid);
-                    if let Err(e) = probes.set_target(pid, true) {
+                    if let Err(e) = self.uploads.add_target(probes, pid) {
                         log::warn!("process {pid} joined the cgroup but cannot be added: {e}");
                     }
                 }
@@ -479,12 +420,7 @@ impl TargetSet {
 
     /// Maps read again (`reload`, and a few processes per tick for libraries loaded), JVM
     /// code caches followed; rows and mapping tables uploaded where they changed.
-    fn reload(
-        &mut self,
-        probes: &mut Probes,
-        mut tables: Option<&mut UnwindTables>,
-        mut reload: BTreeSet<u32>,
-    ) {
+    fn reload(&mut self, probes: &mut Probes, mut reload: BTreeSet<u32>) {
         // Besides those, a few processes per tick for libraries loaded (dlopen).
         let live: Vec<u32> = self
             .processes
@@ -496,38 +432,19 @@ impl TargetSet {
             reload.insert(live[(self.next_refresh + i) % live.len()]);
         }
         self.next_refresh = self.next_refresh.wrapping_add(REFRESHES_PER_TICK);
-        let mut rows_changed = false;
-        for &pid in &reload {
-            let Some(target) = self.processes.get_mut(&pid) else {
-                continue;
-            };
-            if target.maps.refresh().is_err() {
-                continue;
-            }
-            if let Some(tables) = tables.as_deref_mut() {
-                rows_changed |= self.update_rows(tables, pid);
-            }
-        }
+        // A process gone since its event: its maps cannot be read, nothing to upload.
+        reload.retain(|pid| {
+            self.processes
+                .get_mut(pid)
+                .is_some_and(|t| t.maps.refresh().is_ok())
+        });
         // JVMs' code caches: new code unwinds once its rows are in, named from then on.
-        let mut jit_changed = Vec::new();
         for target in self.processes.values_mut().filter(|t| !t.gone) {
-            if target.follow_jit(tables.as_deref_mut(), reload.contains(&target.pid)) {
-                jit_changed.push(target.pid);
+            if target.follow_jit(&mut self.uploads, reload.contains(&target.pid)) {
+                reload.insert(target.pid);
             }
         }
-        rows_changed |= !jit_changed.is_empty();
-        reload.extend(jit_changed);
-        if rows_changed
-            && let Some(tables) = tables.as_deref_mut()
-            && let Err(e) = probes.upload_rows(tables)
-        {
-            log::warn!("new unwind rows not uploaded: {e}");
-        }
-        for &pid in &reload {
-            if let Err(e) = self.upload_table(pid, probes, tables.as_deref_mut()) {
-                log::warn!("mapping table of process {pid} not uploaded: {e}");
-            }
-        }
+        self.publish(probes, &reload);
     }
 
     /// Names read again for processes seen (or exec'd) in the last ticks.
@@ -543,14 +460,11 @@ impl TargetSet {
     }
 
     /// Reaped processes leave the kernel's tables, so churn does not fill them.
-    fn forget_gone(&mut self, probes: &mut Probes, mut tables: Option<&mut UnwindTables>) {
+    fn forget_gone(&mut self, probes: &mut Probes) {
         for target in self.processes.values_mut() {
             if !target.gone && !Path::new(&format!("/proc/{}", target.pid)).exists() {
                 target.gone = true;
-                probes.forget_process(target.pid);
-                if let Some(tables) = tables.as_deref_mut() {
-                    tables.forget_jit(target.pid);
-                }
+                self.uploads.forget(probes, target.pid);
             }
         }
     }

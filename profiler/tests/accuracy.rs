@@ -149,6 +149,7 @@ fn row<'a>(json: &'a Value, name: &str) -> &'a Value {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_datasync_loop_alone_agrees_with_schedstat() {
     require_root();
     let _serial = serial();
@@ -163,6 +164,7 @@ fn a_datasync_loop_alone_agrees_with_schedstat() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn threads_beside_spinners_and_racing_wakeups_agree_with_schedstat() {
     require_root();
     let _serial = serial();
@@ -180,6 +182,7 @@ fn threads_beside_spinners_and_racing_wakeups_agree_with_schedstat() {
 /// A proxy: both nginx workers under wrk (busy, and runnable much of the time on 2 CPUs
 /// shared with wrk), profiled by the master's PID.
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn nginx_workers_under_wrk_agree_with_schedstat() {
     require_root();
     let _serial = serial();
@@ -198,6 +201,7 @@ fn nginx_workers_under_wrk_agree_with_schedstat() {
 /// waits for its WAL flush: I/O, lock and socket waits, short runs), profiled by the
 /// postmaster's PID.
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn postgres_backends_under_pgbench_agree_with_schedstat() {
     require_root();
     let _serial = serial();
@@ -216,6 +220,7 @@ fn postgres_backends_under_pgbench_agree_with_schedstat() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn cpu_mode_samples_agree_with_schedstat_or_say_why() {
     require_root();
     let _serial = serial();

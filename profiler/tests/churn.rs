@@ -35,6 +35,7 @@ fn json_report(path: &Path) -> serde_json::Value {
 const EXIT_TAIL_S: f64 = 20e-6;
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_thread_per_request_server_loses_nothing_and_its_cpu_time_is_the_kernels() {
     require_root();
     let _serial = serial();
@@ -154,6 +155,7 @@ fn named_share(lines: &[Line]) -> (u64, u64) {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_build_under_make_is_named_process_by_process() {
     require_root();
     let _serial = serial();
@@ -210,6 +212,7 @@ fn a_build_under_make_is_named_process_by_process() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_process_that_lives_40_ms_is_named_from_its_first_sample() {
     require_root();
     let _serial = serial();

@@ -38,6 +38,7 @@ fn timed(args: &[&str]) -> (std::process::Output, Duration) {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_pid_that_does_not_exist_is_refused() {
     require_root();
     let (out, took) = timed(&["--pid", "4194303", "--secs", "20"]);
@@ -45,6 +46,7 @@ fn a_pid_that_does_not_exist_is_refused() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn one_missing_pid_in_a_list_is_named_and_nothing_is_attached() {
     require_root();
     let me = std::process::id().to_string();
@@ -54,6 +56,7 @@ fn one_missing_pid_in_a_list_is_named_and_nothing_is_attached() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_path_that_is_not_a_cgroup_v2_directory_is_refused() {
     require_root();
     let dir = scratch_dir();
@@ -64,6 +67,7 @@ fn a_path_that_is_not_a_cgroup_v2_directory_is_refused() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_command_that_does_not_exist_is_refused_before_attaching() {
     require_root();
     let (out, took) = timed(&["--secs", "20", "--", "no-such-command-xyz", "--flag"]);
@@ -71,6 +75,7 @@ fn a_command_that_does_not_exist_is_refused_before_attaching() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_kernel_thread_is_refused() {
     require_root();
     let (out, took) = timed(&["--pid", "2", "--secs", "20"]);
@@ -78,6 +83,7 @@ fn a_kernel_thread_is_refused() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn an_unwritable_output_is_refused_before_attaching() {
     require_root();
     let me = std::process::id().to_string();
@@ -125,6 +131,7 @@ fn an_unwritable_output_is_refused_before_attaching() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn without_privilege_the_user_is_told_to_use_root() {
     require_root();
     let me = std::process::id().to_string();
@@ -231,6 +238,7 @@ fn assert_output_written(out: &Outputs) {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_target_that_exits_mid_capture_ends_it_early_with_output() {
     require_root();
     let _serial = serial();
@@ -254,6 +262,7 @@ fn a_target_that_exits_mid_capture_ends_it_early_with_output() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn sigint_and_sigterm_end_the_capture_with_output() {
     require_root();
     let _serial = serial();

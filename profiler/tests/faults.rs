@@ -115,6 +115,7 @@ fn capture_with_peak_rss(
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn thousands_of_short_threads_per_second_keep_maps_and_memory_bounded() {
     require_root();
     let _serial = serial();
@@ -150,6 +151,7 @@ fn thousands_of_short_threads_per_second_keep_maps_and_memory_bounded() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn tiny_maps_count_their_drops_and_still_give_valid_output() {
     require_root();
     let _serial = serial();
@@ -190,6 +192,7 @@ fn tiny_maps_count_their_drops_and_still_give_valid_output() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn two_profilers_on_the_same_process_are_both_right() {
     require_root();
     let _serial = serial();
@@ -240,6 +243,7 @@ fn two_profilers_on_the_same_process_are_both_right() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn broken_elf_files_mapped_by_the_target_do_not_break_the_profiler() {
     require_root();
     let _serial = serial();

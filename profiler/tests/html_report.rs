@@ -257,6 +257,7 @@ fn non_background_share(png_bytes: &[u8]) -> (f64, usize) {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn the_html_report_works_in_a_real_browser() {
     require_root();
     let _serial = serial();

@@ -54,6 +54,7 @@ impl Drop for PerfMap {
 /// during the window: what worked before the JVM's structures were read (and must go on
 /// working).
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn java_stacks_reach_thread_start_through_jit_and_interpreter_frames() {
     java_stacks(Jvm::FramePointersAndPerfMap);
 }
@@ -62,12 +63,14 @@ fn java_stacks_reach_thread_start_through_jit_and_interpreter_frames() {
 /// by their code blob's frame size, interpreted frames by the interpreter's rbp chain and are
 /// named by their `Method*`, JIT code by the code cache — all read from the JVM's vmStructs.
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_stock_jvm_has_whole_named_java_stacks() {
     java_stacks(Jvm::Stock);
 }
 
 /// The same stock JVM with every method interpreted (`-Xint`): the interpreter's frames only.
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_stock_jvm_interpreting_everything_has_whole_named_java_stacks() {
     java_stacks(Jvm::Interpreted);
 }
@@ -75,6 +78,7 @@ fn a_stock_jvm_interpreting_everything_has_whole_named_java_stacks() {
 /// The same stock JVM compiling with C1 only (`-XX:TieredStopAtLevel=1`, as a JVM tuned for
 /// start-up runs): C1's frames, stubs and the interpreter.
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_stock_jvm_with_c1_only_has_whole_named_java_stacks() {
     java_stacks(Jvm::C1Only);
 }
@@ -277,6 +281,7 @@ fn top(lines: &[&Line]) -> Vec<(u64, String)> {
 /// handler code, runtime stubs and the JVM's own C++, off it in locks and the pool's queue —
 /// must be whole stacks (reaching the thread's start) and the handler's frames named.
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_java_service_under_load_has_whole_stacks() {
     require_root();
     let _serial = serial();

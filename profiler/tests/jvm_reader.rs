@@ -273,6 +273,7 @@ fn check(home: &str, version_prefix: &str) {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn jvm_reader_jdk17() {
     require_root();
     let _serial = serial();
@@ -284,6 +285,7 @@ fn jvm_reader_jdk17() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn jvm_reader_jdk25() {
     require_root();
     let _serial = serial();
@@ -551,6 +553,7 @@ fn check_inlining(home: &str) {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn jvm_reader_inlining_jdk17() {
     require_root();
     let _serial = serial();
@@ -562,6 +565,7 @@ fn jvm_reader_inlining_jdk17() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn jvm_reader_inlining_jdk25() {
     require_root();
     let _serial = serial();
@@ -586,10 +590,13 @@ fn cpu_time() -> Duration {
 
 /// What reading inlining costs on a large code cache: javac compiling in a loop under
 /// `-Xcomp` (every method compiled at its first call). A measurement, printed; run by hand:
-/// `cargo test --release -p profiler --test jvm_reader -- --ignored --nocapture`.
+/// `cargo test --release -p profiler --test jvm_reader -- --nocapture (with PROFILER_MEASURE=1)`.
 #[test]
-#[ignore = "a measurement of a minute or more"]
 fn inlining_cost_on_a_large_code_cache() {
+    if std::env::var_os("PROFILER_MEASURE").is_none() {
+        eprintln!("skipped: a measurement, not a check (PROFILER_MEASURE=1 runs it)");
+        return;
+    }
     require_root();
     let _serial = serial();
     let classes = javac(Some(JDK17), "JavacLoop");

@@ -34,6 +34,7 @@ fn sites_with<'a>(report: &'a Value, frame: &str) -> Vec<&'a Value> {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn wait_distributions_and_wakers_match_the_workload() {
     require_root();
     let _serial = serial();
@@ -119,6 +120,7 @@ fn woken_by(site: &Value, name: &str) -> (f64, String) {
 /// costs an unwind to the interrupt entry), yet wakers keep their names: a thread by its
 /// name, a timer as `[timer interrupt]`, told apart by the CPU's preempt count.
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn wakers_are_named_without_their_stacks() {
     require_root();
     let _serial = serial();
@@ -148,6 +150,7 @@ fn wakers_are_named_without_their_stacks() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn sleeps_of_1_5_20_and_100_ms_read_as_that_long() {
     require_root();
     let _serial = serial();
@@ -186,6 +189,7 @@ fn sleeps_of_1_5_20_and_100_ms_read_as_that_long() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn run_queue_delay_shows_on_the_spinners_and_the_markdown_report_reads_well() {
     require_root();
     let _serial = serial();
@@ -286,6 +290,7 @@ fn run_queue_delay_shows_on_the_spinners_and_the_markdown_report_reads_well() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_report_path_with_another_extension_is_refused_up_front() {
     require_root();
     let me = std::process::id().to_string();

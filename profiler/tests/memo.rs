@@ -65,6 +65,7 @@ fn shares(lines: &[Line]) -> [f64; 3] {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn three_kernel_paths_of_one_call_site_keep_their_own_time() {
     require_root();
     let _serial = serial();
@@ -91,6 +92,7 @@ fn three_kernel_paths_of_one_call_site_keep_their_own_time() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn memos_agree_with_full_unwinds() {
     require_root();
     let _serial = serial();

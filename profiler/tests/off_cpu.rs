@@ -27,6 +27,7 @@ fn total(lines: &[&Line], keep: impl Fn(&Line) -> bool) -> u64 {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn wall_mode_accounts_every_thread_for_the_whole_capture() {
     require_root();
     let _serial = serial();
@@ -146,6 +147,7 @@ fn wall_mode_accounts_every_thread_for_the_whole_capture() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn off_mode_shows_only_waits_and_honours_the_block_limits() {
     require_root();
     let _serial = serial();
@@ -177,6 +179,7 @@ fn off_mode_shows_only_waits_and_honours_the_block_limits() {
 /// (`kstack.rs`) rather than unwound each time; a thread that sleeps in `read` on a pipe three
 /// times and then on a unix socket must still get each sleep's own kernel path.
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn recognised_kernel_stacks_follow_the_path_taken() {
     require_root();
     let _serial = serial();

@@ -9,6 +9,7 @@ const FREQ: u64 = 99;
 const SECS: u64 = 5;
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn on_cpu_samples_match_the_frequency_and_carry_the_call_chain() {
     require_root();
     let _serial = serial();
@@ -92,6 +93,7 @@ fn on_cpu_samples_match_the_frequency_and_carry_the_call_chain() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn per_thread_puts_the_thread_second_and_sees_threads_started_mid_capture() {
     require_root();
     let _serial = serial();

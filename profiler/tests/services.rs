@@ -71,6 +71,7 @@ const WORKLOAD_ONLY: &[&str] = &[
 ];
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_process_tree_by_its_parents_pid_with_children_forked_and_execd_during_the_capture() {
     require_root();
     let _serial = serial();
@@ -225,6 +226,7 @@ fn a_process_tree_by_its_parents_pid_with_children_forked_and_execd_during_the_c
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_command_is_profiled_from_its_start_and_its_exit_status_is_the_profilers() {
     require_root();
     let _serial = serial();
@@ -320,6 +322,7 @@ impl Drop for Cgroup {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_cgroup_selects_its_processes_and_those_that_join_it() {
     require_root();
     let _serial = serial();
@@ -359,6 +362,7 @@ fn a_cgroup_selects_its_processes_and_those_that_join_it() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn process_churn_leaves_the_kernel_tables_bounded() {
     require_root();
     let _serial = serial();
@@ -404,6 +408,7 @@ fn process_churn_leaves_the_kernel_tables_bounded() {
 
 /// nginx with two workers under wrk, profiled by the master's PID.
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn nginx_by_its_masters_pid_shows_both_workers() {
     require_root();
     let _serial = serial();
@@ -475,6 +480,7 @@ fn nginx_by_its_masters_pid_shows_both_workers() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_listed_process_that_exits_leaves_the_others_profiled_to_the_end() {
     require_root();
     let _serial = serial();

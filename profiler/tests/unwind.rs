@@ -38,6 +38,7 @@ fn dump(lines: &[&Line]) -> String {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn without_frame_pointers_every_cpu_sample_has_its_whole_call_chain() {
     require_root();
     let _serial = serial();
@@ -67,6 +68,7 @@ fn without_frame_pointers_every_cpu_sample_has_its_whole_call_chain() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn without_frame_pointers_every_wait_has_its_whole_call_chain() {
     require_root();
     let _serial = serial();
@@ -131,6 +133,7 @@ fn without_frame_pointers_every_wait_has_its_whole_call_chain() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn dwarf_unwinding_finds_the_caller_that_frame_pointers_skip() {
     require_root();
     let _serial = serial();
@@ -184,6 +187,7 @@ fn dwarf_unwinding_finds_the_caller_that_frame_pointers_skip() {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_library_loaded_during_the_capture_is_unwound_from_its_eh_frame() {
     require_root();
     let _serial = serial();
@@ -239,6 +243,7 @@ fn a_library_loaded_during_the_capture_is_unwound_from_its_eh_frame() {
 /// include the return address into the caller, so each wait still lands under its own caller.
 /// With frame pointers the frames are based on rbp, so the memo must check it too.
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_repeated_stop_is_recognised_only_with_the_same_callers() {
     require_root();
     let _serial = serial();

@@ -57,6 +57,7 @@ fn group<'a>(report: &'a Value, name: &str) -> &'a Value {
 }
 
 #[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn the_verdict_names_the_working_threads_wait_and_idle_threads_stand_apart() {
     require_root();
     let _serial = serial();

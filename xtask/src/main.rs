@@ -197,9 +197,17 @@ fn test(root: &Path, test_args: &[OsString]) -> Result<ExitCode> {
             .arg(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
         sudo
     };
+    // The privileged tests are `#[ignore]`d with their reason, so a plain `cargo test` as a
+    // user reports them skipped; here, as root, they all run.
+    let (cargo_args, test_binary_args) = match test_args.iter().position(|a| a == "--") {
+        Some(i) => (&test_args[..i], &test_args[i + 1..]),
+        None => (test_args, &[][..]),
+    };
     cmd.current_dir(root)
         .args(["test", "--workspace", "--release"])
-        .args(test_args);
+        .args(cargo_args)
+        .args(["--", "--include-ignored"])
+        .args(test_binary_args);
     let ok = cmd.status().context("cannot start cargo test")?.success();
     if !ok {
         return Ok(ExitCode::FAILURE);

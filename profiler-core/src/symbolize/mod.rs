@@ -2,13 +2,16 @@
 //!
 //! User frames: the mapping snapshot (`procmap`) turns an address into (file, file offset);
 //! blazesym resolves it from `.symtab`/`.dynsym`, DWARF, detached debug files found by build
-//! id or `.gnu_debuglink`, and demangles Rust and C++. JIT code resolves through the perf map.
+//! id or `.gnu_debuglink`, and demangles Rust and C++. One blazesym symbolizer serves the
+//! whole capture, and each (file, offset) is looked up once over all processes, files known by
+//! (device, inode): post-processing grows with the files and addresses captured, not with the
+//! number of processes. JIT code resolves through the perf map.
 //! An address in a known mapping without a symbol becomes `libfoo.so+0x1a2b`. Kernel frames
 //! come from kallsyms and carry inferno's `_[k]` suffix; the profiler's own plumbing
 //! (BPF program and tracepoint trampolines) is cut off the top of kernel stacks.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeSet, HashMap, hash_map::Entry},
     io::Write as _,
     path::PathBuf,
     sync::Arc,
@@ -24,7 +27,7 @@ use blazesym::{
 
 use crate::{
     perfmap::PerfMap,
-    procmap::{MappingKind, ProcessMaps},
+    procmap::{Mapping, MappingKind, ProcessMaps},
 };
 
 pub use crate::model::Name;
@@ -65,6 +68,7 @@ enum Space {
 
 /// Names every stack the profile refers to (samples, waits and wakers).
 pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
+    let started = std::time::Instant::now();
     // Each user stack with a process it was seen in.
     let mut user_ids: HashMap<u64, u32> = HashMap::new();
     // Kernel stacks by id, and whether a wait refers to it (see Symbolizer::kernel_stacks).
@@ -91,56 +95,154 @@ pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
         };
         groups.entry(space).or_insert((pid, Vec::new())).1.push(id);
     }
+    let none = ProcessMaps::default();
+    let perf_maps: Vec<PerfMap> = groups
+        .values()
+        .map(|(pid, _)| {
+            let perf_map = PerfMap::load(*pid);
+            match spaces.jit.get(pid) {
+                Some(jit) => perf_map.merged(jit.clone()),
+                None => perf_map,
+            }
+        })
+        .collect();
+    let processes: Vec<UserStacks<'_>> = groups
+        .iter()
+        .zip(&perf_maps)
+        .map(|((space, (_, ids)), perf_map)| UserStacks {
+            maps: match space {
+                Space::Layout(g) => &spaces.layouts[g],
+                Space::Process(p) => spaces.processes.get(p).copied().unwrap_or(&none),
+            },
+            perf_map,
+            stacks: ids
+                .iter()
+                .filter_map(|id| profile.stacks.get(id).map(|s| (*id, s.as_slice())))
+                .collect(),
+        })
+        .collect();
+    let mut symbolizer = Symbolizer::new();
     let mut names = StackNames::default();
     let mut files = FileTable::default();
-    let none = ProcessMaps::default();
-    for (space, (pid, ids)) in groups {
-        let maps = match space {
-            Space::Layout(g) => &spaces.layouts[&g],
-            Space::Process(p) => spaces.processes.get(&p).copied().unwrap_or(&none),
-        };
-        let mut perf_map = PerfMap::load(pid);
-        if let Some(jit) = spaces.jit.get(&pid) {
-            perf_map = perf_map.merged(jit.clone());
-        }
-        let symbolizer = Symbolizer::new(maps.clone(), perf_map);
-        let stacks = ids
-            .iter()
-            .filter_map(|id| profile.stacks.get(id).map(|s| (*id, s.as_slice())));
-        for (id, (frames, in_files)) in symbolizer.user_stacks_in_files(stacks, &mut files) {
-            names.user.insert(id, frames);
-            names.user_files.insert(id, in_files);
-        }
+    for (id, (frames, in_files)) in symbolizer.user_stacks_in_files(&processes, &mut files) {
+        names.user.insert(id, frames);
+        names.user_files.insert(id, in_files);
     }
     names.files = files.files;
     let kernel = kernel_ids
         .iter()
         .filter_map(|(id, wait)| profile.stacks.get(id).map(|s| (*id, s.as_slice(), *wait)));
-    names.kernel = Symbolizer::new(none, PerfMap::default()).kernel_stacks(kernel);
+    names.kernel = symbolizer.kernel_stacks(kernel);
+    let stats = symbolizer.stats();
+    log::info!(
+        "symbolization: {} user stacks of {} processes ({} files, {} file offsets), {} kernel \
+         stacks, in {:.3} s",
+        names.user.len(),
+        processes.len(),
+        stats.files,
+        stats.offsets,
+        names.kernel.len(),
+        started.elapsed().as_secs_f64()
+    );
     names
 }
 
+/// One process's user stacks to name: the mappings they were unwound under, and its JIT names.
+pub struct UserStacks<'a> {
+    pub maps: &'a ProcessMaps,
+    pub perf_map: &'a PerfMap,
+    /// (stack id, frames leaf first).
+    pub stacks: Vec<(u64, &'a [u64])>,
+}
+
+/// What a symbolizer has read so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Files looked up (one blazesym call each, however many processes map them).
+    pub files: usize,
+    /// Distinct (file, offset) pairs looked up.
+    pub offsets: usize,
+}
+
+/// Names addresses of any number of processes. One blazesym symbolizer serves them all, and
+/// addresses are looked up by (file, offset) over every process at once: a file that 120
+/// compiler processes map (cc1; libc and its detached debug file) is parsed and searched
+/// once, not once per process (a blazesym symbolizer and its parse of libc's debug file per
+/// process cost ~120 ms each, most of 9 s after `make -j2` of 40 files).
 pub struct Symbolizer {
     blaze: Blaze,
-    maps: ProcessMaps,
-    perf_map: PerfMap,
-    /// The target's vDSO written to a file, for blazesym.
-    vdso_file: Option<tempfile::NamedTempFile>,
-    /// The kernel's scheduler text, trimmed from the leaf of wait stacks.
-    sched_text: Option<(u64, u64)>,
+    /// vDSO images written to files for blazesym, each distinct image once (every process of
+    /// one kernel has the same); `None` where writing failed.
+    vdso_files: HashMap<Vec<u8>, Option<(usize, tempfile::NamedTempFile)>>,
+    stats: Stats,
+}
+
+impl Default for Symbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A file as the lookups share it: a mapped file by identity, not by the path a process
+/// named it by, or one of the distinct vDSO images.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum FileKey {
+    Mapped { dev: String, inode: u64 },
+    Vdso(usize),
+}
+
+/// Where a user address lies, before any file is read.
+enum Place {
+    /// Named without reading a file: (name, index in the file table).
+    Named(Name, u32),
+    /// At `offset` in the `wanted`th file looked up.
+    InFile {
+        wanted: usize,
+        offset: u64,
+        display: Arc<str>,
+        file: u32,
+    },
+}
+
+/// The files to look up over all processes: one entry per file, with a path to read it by
+/// and the offsets wanted in it.
+#[derive(Default)]
+struct Wanted {
+    index: HashMap<FileKey, usize>,
+    files: Vec<WantedFile>,
+}
+
+impl Wanted {
+    /// The file's index, added with the path to read it by if it is new.
+    fn file(&mut self, key: FileKey, path: PathBuf, display: &Arc<str>) -> usize {
+        let files = &mut self.files;
+        *self.index.entry(key).or_insert_with(|| {
+            files.push(WantedFile {
+                path,
+                display: display.clone(),
+                offsets: BTreeSet::new(),
+            });
+            files.len() - 1
+        })
+    }
+}
+
+struct WantedFile {
+    path: PathBuf,
+    /// For the log (`path` is often /proc/self/fd/N).
+    display: Arc<str>,
+    offsets: BTreeSet<u64>,
+}
+
+/// What the addresses of one mapping share.
+struct InMapping {
+    display: Arc<str>,
+    file: u32,
+    wanted: Option<usize>,
 }
 
 impl Symbolizer {
-    pub fn new(maps: ProcessMaps, perf_map: PerfMap) -> Self {
-        let vdso_file = maps.vdso_image().and_then(|image| {
-            let mut file = tempfile::Builder::new()
-                .prefix("profiler-vdso-")
-                .suffix(".so")
-                .tempfile()
-                .ok()?;
-            file.write_all(image).ok()?;
-            Some(file)
-        });
+    pub fn new() -> Self {
         let blaze = Blaze::builder()
             .enable_code_info(false)
             .enable_inlined_fns(false)
@@ -148,35 +250,87 @@ impl Symbolizer {
             .build();
         Self {
             blaze,
-            maps,
-            perf_map,
-            vdso_file,
-            sched_text: sched_text_bounds(),
+            vdso_files: HashMap::new(),
+            stats: Stats::default(),
         }
     }
 
-    /// Names for user stacks given leaf first, as root→leaf frame lists, by stack id.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Names for one process's user stacks given leaf first, as root→leaf frame lists, by
+    /// stack id.
     pub fn user_stacks<'a>(
-        &self,
+        &mut self,
+        maps: &ProcessMaps,
+        perf_map: &PerfMap,
         stacks: impl IntoIterator<Item = (u64, &'a [u64])>,
     ) -> HashMap<u64, Vec<Name>> {
-        self.user_stacks_in_files(stacks, &mut FileTable::default())
+        let process = UserStacks {
+            maps,
+            perf_map,
+            stacks: stacks.into_iter().collect(),
+        };
+        self.user_stacks_in_files(&[process], &mut FileTable::default())
             .into_iter()
             .map(|(id, (frames, _))| (id, frames))
             .collect()
     }
 
-    /// Names for user stacks, and the file of each frame (an index into `files`).
-    pub fn user_stacks_in_files<'a>(
-        &self,
-        stacks: impl IntoIterator<Item = (u64, &'a [u64])>,
+    /// Names for the user stacks of several processes, and the file of each frame (an index
+    /// into `files`), by stack id.
+    pub fn user_stacks_in_files(
+        &mut self,
+        processes: &[UserStacks<'_>],
         files: &mut FileTable,
     ) -> HashMap<u64, (Vec<Name>, Vec<u32>)> {
-        let stacks: Vec<(u64, &[u64])> = stacks.into_iter().collect();
-        let names = self.user_names(stacks.iter().flat_map(|(_, s)| lookup_addresses(s)), files);
-        stacks
+        let mut wanted = Wanted::default();
+        let places: Vec<HashMap<u64, Place>> = processes
             .iter()
-            .map(|&(id, stack)| {
+            .map(|p| self.places(p, files, &mut wanted))
+            .collect();
+        // Symbol names by (wanted file, offset); absent where the file has none there.
+        let mut found: HashMap<(usize, u64), Name> = HashMap::new();
+        for (i, wanted) in wanted.files.iter().enumerate() {
+            let offsets: Vec<u64> = wanted.offsets.iter().copied().collect();
+            self.stats.files += 1;
+            self.stats.offsets += offsets.len();
+            let looked_up = std::time::Instant::now();
+            let results = self.symbolize_file(&wanted.path, &offsets);
+            log::debug!(
+                "symbolized {} offsets in {} in {:.1} ms",
+                offsets.len(),
+                wanted.display,
+                looked_up.elapsed().as_secs_f64() * 1e3
+            );
+            for (&offset, result) in offsets.iter().zip(results) {
+                if let Some(sym) = result {
+                    found.insert((i, offset), Arc::from(tidy(&sym)));
+                }
+            }
+        }
+        let mut named = HashMap::new();
+        for (p, places) in processes.iter().zip(places) {
+            let names: HashMap<u64, (Name, u32)> = places
+                .into_iter()
+                .map(|(addr, place)| {
+                    let name = match place {
+                        Place::Named(name, file) => (name, file),
+                        Place::InFile {
+                            wanted,
+                            offset,
+                            display,
+                            file,
+                        } => match found.get(&(wanted, offset)) {
+                            Some(name) => (name.clone(), file),
+                            None => (Arc::from(format!("{display}+{offset:#x}")), file),
+                        },
+                    };
+                    (addr, name)
+                })
+                .collect();
+            for &(id, stack) in &p.stacks {
                 let (frames, in_files) = lookup_addresses(stack)
                     .rev()
                     .map(|a| {
@@ -186,9 +340,10 @@ impl Symbolizer {
                             .unwrap_or_else(|| (Arc::from("[unknown]"), NO_FILE))
                     })
                     .unzip();
-                (id, (frames, in_files))
-            })
-            .collect()
+                named.insert(id, (frames, in_files));
+            }
+        }
+        named
     }
 
     /// Names for kernel stacks given leaf first, as root→leaf frame lists with `_[k]`, the
@@ -202,8 +357,35 @@ impl Symbolizer {
         &self,
         stacks: impl IntoIterator<Item = (u64, &'a [u64], bool)>,
     ) -> HashMap<u64, Vec<Name>> {
+        let started = std::time::Instant::now();
         let stacks: Vec<(u64, &[u64], bool)> = stacks.into_iter().collect();
-        let names = self.kernel_names(stacks.iter().flat_map(|(_, s, _)| lookup_addresses(s)));
+        if stacks.is_empty() {
+            return HashMap::new();
+        }
+        // The kernel formats /proc/kallsyms anew at every read (~0.1 s of CPU): it is read
+        // once, and blazesym reads a copy.
+        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        let sched_text = sched_text_bounds(&kallsyms);
+        let copy = (!kallsyms.is_empty())
+            .then(|| {
+                let mut file = tempfile::Builder::new()
+                    .prefix("profiler-kallsyms-")
+                    .tempfile()
+                    .ok()?;
+                file.write_all(kallsyms.as_bytes()).ok()?;
+                Some(file)
+            })
+            .flatten();
+        drop(kallsyms);
+        let names = self.kernel_names(
+            stacks.iter().flat_map(|(_, s, _)| lookup_addresses(s)),
+            copy.as_ref().map(|f| f.path()),
+        );
+        log::debug!(
+            "kernel symbols of {} stacks in {:.1} ms",
+            stacks.len(),
+            started.elapsed().as_secs_f64() * 1e3
+        );
         stacks
             .iter()
             .map(|&(id, stack, wait)| {
@@ -217,7 +399,7 @@ impl Symbolizer {
                     })
                     .collect();
                 strip_probe_plumbing(&mut leaf_first);
-                if wait && let Some((start, end)) = self.sched_text {
+                if wait && let Some((start, end)) = sched_text {
                     let sched = leaf_first
                         .iter()
                         .take_while(|(a, _)| (start..end).contains(a))
@@ -230,70 +412,107 @@ impl Symbolizer {
             .collect()
     }
 
-    fn user_names(
-        &self,
-        addrs: impl Iterator<Item = u64>,
+    /// Where each of a process's user addresses lies; the offsets in files are added to
+    /// `wanted`, to be looked up with every other process's.
+    fn places(
+        &mut self,
+        process: &UserStacks<'_>,
         files: &mut FileTable,
-    ) -> HashMap<u64, (Name, u32)> {
-        // Group file offsets by the file that holds them: one blazesym call per file.
-        // Per file: its index in `files`, and (address, file offset, display name) to name.
-        type Wanted = (u32, Vec<(u64, u64, String)>);
-        let mut by_file: BTreeMap<PathBuf, Wanted> = BTreeMap::new();
-        let mut names: HashMap<u64, (Name, u32)> = HashMap::new();
-        let mut seen = std::collections::HashSet::new();
-        for addr in addrs {
-            if !seen.insert(addr) {
+        wanted: &mut Wanted,
+    ) -> HashMap<u64, Place> {
+        let UserStacks { maps, perf_map, .. } = process;
+        let mut places: HashMap<u64, Place> = HashMap::new();
+        // Per mapping (by start), what its addresses share: worked out once, not per address.
+        let mut mapped: HashMap<u64, InMapping> = HashMap::new();
+        for addr in process.stacks.iter().flat_map(|(_, s)| lookup_addresses(s)) {
+            if places.contains_key(&addr) {
                 continue;
             }
-            let Some(mapping) = self.maps.find(addr) else {
-                if let Some(jit) = self.perf_map.find(addr) {
-                    names.insert(addr, (Arc::from(jit), NO_FILE));
-                } else {
-                    names.insert(addr, (Arc::from("[unmapped]"), NO_FILE));
-                }
+            let Some(mapping) = maps.find(addr) else {
+                let name = perf_map.find(addr).unwrap_or("[unmapped]");
+                places.insert(addr, Place::Named(Arc::from(name), NO_FILE));
                 continue;
             };
-            let display = mapping.display_name();
-            let file_offset = mapping.file_offset(addr);
-            let path = match &mapping.kind {
-                MappingKind::File { .. } => self.maps.readable_path(mapping),
-                MappingKind::Vdso => self.vdso_file.as_ref().map(|f| f.path().to_path_buf()),
-                MappingKind::Anon { .. } => None,
+            let info = match mapped.entry(mapping.start) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(self.in_mapping(maps, mapping, files, wanted)),
             };
-            let file = match &mapping.kind {
-                MappingKind::File { path: mapped, .. } => {
-                    files.index(&mapped.to_string_lossy(), path.as_deref())
+            let offset = mapping.file_offset(addr);
+            let place = match info.wanted {
+                Some(w) => {
+                    wanted.files[w].offsets.insert(offset);
+                    Place::InFile {
+                        wanted: w,
+                        offset,
+                        display: info.display.clone(),
+                        file: info.file,
+                    }
                 }
-                MappingKind::Vdso => files.index("[vdso]", path.as_deref()),
-                MappingKind::Anon { .. } => NO_FILE,
-            };
-            match path {
-                Some(path) => by_file
-                    .entry(path)
-                    .or_insert_with(|| (file, Vec::new()))
-                    .1
-                    .push((addr, file_offset, display)),
                 None => {
-                    let name = match self.perf_map.find(addr) {
+                    let name = match perf_map.find(addr) {
                         Some(jit) => jit.to_string(),
-                        None => format!("{display}+{:#x}", addr - mapping.start),
+                        None => format!("{}+{:#x}", info.display, addr - mapping.start),
                     };
-                    names.insert(addr, (Arc::from(name), file));
+                    Place::Named(Arc::from(name), info.file)
                 }
-            }
+            };
+            places.insert(addr, place);
         }
-        for (path, (file, entries)) in by_file {
-            let offsets: Vec<u64> = entries.iter().map(|e| e.1).collect();
-            let results = self.symbolize_file(&path, &offsets);
-            for (i, (addr, file_offset, display)) in entries.into_iter().enumerate() {
-                let name = match results.get(i) {
-                    Some(Some(sym)) => tidy(sym).to_string(),
-                    _ => format!("{display}+{file_offset:#x}"),
+        places
+    }
+
+    /// A mapping's display name, its index in the file table, and the file to look its
+    /// offsets up in (none where it cannot be read).
+    fn in_mapping(
+        &mut self,
+        maps: &ProcessMaps,
+        mapping: &Mapping,
+        files: &mut FileTable,
+        wanted: &mut Wanted,
+    ) -> InMapping {
+        let display = Arc::from(mapping.display_name());
+        let (file, wanted) = match &mapping.kind {
+            MappingKind::File { path, dev, inode } => {
+                let readable = maps.readable_path(mapping);
+                let file = files.index(&path.to_string_lossy(), readable.as_deref());
+                let key = FileKey::Mapped {
+                    dev: dev.clone(),
+                    inode: *inode,
                 };
-                names.insert(addr, (Arc::from(name), file));
+                (file, readable.map(|p| wanted.file(key, p, &display)))
             }
+            MappingKind::Vdso => {
+                let readable = self.vdso_file(maps);
+                let file = files.index("[vdso]", readable.as_ref().map(|(_, p)| p.as_path()));
+                (
+                    file,
+                    readable.map(|(i, p)| wanted.file(FileKey::Vdso(i), p, &display)),
+                )
+            }
+            MappingKind::Anon { .. } => (NO_FILE, None),
+        };
+        InMapping {
+            display,
+            file,
+            wanted,
         }
-        names
+    }
+
+    /// The process's vDSO as a file blazesym can read, written once per distinct image.
+    fn vdso_file(&mut self, maps: &ProcessMaps) -> Option<(usize, PathBuf)> {
+        let image = maps.vdso_image()?;
+        if !self.vdso_files.contains_key(image) {
+            let n = self.vdso_files.len();
+            let written = tempfile::Builder::new()
+                .prefix("profiler-vdso-")
+                .suffix(".so")
+                .tempfile()
+                .ok()
+                .and_then(|mut file| file.write_all(image).ok().map(|()| (n, file)));
+            self.vdso_files.insert(image.to_vec(), written);
+        }
+        let (n, file) = self.vdso_files.get(image)?.as_ref()?;
+        Some((*n, file.path().to_path_buf()))
     }
 
     /// Symbol names for file offsets in one file. Debug information is tried first (DWARF and
@@ -332,12 +551,19 @@ impl Symbolizer {
             .collect()
     }
 
-    fn kernel_names(&self, addrs: impl Iterator<Item = u64>) -> HashMap<u64, Name> {
+    /// `kallsyms`: a copy of /proc/kallsyms, else blazesym reads the original.
+    fn kernel_names(
+        &self,
+        addrs: impl Iterator<Item = u64>,
+        kallsyms: Option<&std::path::Path>,
+    ) -> HashMap<u64, Name> {
         let mut unique: Vec<u64> = addrs.collect();
         unique.sort_unstable();
         unique.dedup();
         let source = Source::Kernel(Kernel {
-            kallsyms: MaybeDefault::Default,
+            kallsyms: kallsyms.map_or(MaybeDefault::Default, |p| {
+                MaybeDefault::Some(p.to_path_buf())
+            }),
             // A vmlinux search costs seconds on some machines and adds nothing kallsyms lacks
             // for function names.
             vmlinux: MaybeDefault::None,
@@ -427,11 +653,10 @@ fn strip_probe_plumbing(leaf_first: &mut Vec<(u64, Name)>) {
     leaf_first.drain(..cut);
 }
 
-/// `[__sched_text_start, __sched_text_end)` from /proc/kallsyms.
-fn sched_text_bounds() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
+/// `[__sched_text_start, __sched_text_end)` from the text of /proc/kallsyms.
+fn sched_text_bounds(kallsyms: &str) -> Option<(u64, u64)> {
     let (mut start, mut end) = (None, None);
-    for line in text.lines() {
+    for line in kallsyms.lines() {
         let mut parts = line.split_whitespace();
         let (Some(addr), Some(_), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
             continue;

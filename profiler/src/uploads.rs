@@ -1,0 +1,124 @@
+//! What the kernel is told about the target set, with one owner: each process's bit in the
+//! target set, its mapping table, and the unwind row array the tables point into. The target
+//! set decides what changed (new processes, execs, mappings, JIT code); this module puts it
+//! in the kernel in the order its readers need — rows before the tables that point at them —
+//! and keeps every table layout by generation, so the symbolizer names a stack with the files
+//! it was unwound under.
+
+use std::collections::HashMap;
+
+use profiler_common::unwind::ProcMappings;
+use profiler_core::{procmap::ProcessMaps, unwind::tables::UnwindTables};
+
+use crate::probes::{ProbeError, Probes};
+
+/// The unwind tables (None with `--unwind fp`) and the layouts handed out.
+#[derive(Debug, Default)]
+pub struct Uploads {
+    tables: Option<UnwindTables>,
+    /// Every mapping-table layout handed to the kernel, by generation.
+    pub layouts: HashMap<u32, ProcessMaps>,
+}
+
+impl Uploads {
+    pub fn new(tables: Option<UnwindTables>) -> Self {
+        Self {
+            tables,
+            layouts: HashMap::new(),
+        }
+    }
+
+    pub fn tables(&self) -> Option<&UnwindTables> {
+        self.tables.as_ref()
+    }
+
+    /// Sizes the row array to what the kernel was loaded with.
+    pub fn set_capacity(&mut self, chunks: Option<u32>) {
+        if let (Some(tables), Some(chunks)) = (self.tables.as_mut(), chunks) {
+            tables.set_capacity(chunks as usize);
+        }
+    }
+
+    /// Rows for the files `maps` shows; when the kernel's array is full, the rows of files
+    /// none of `live` maps make room first. Whether rows changed (an upload is due).
+    pub fn rows_for<'a>(
+        &mut self,
+        maps: &ProcessMaps,
+        live: impl Iterator<Item = &'a ProcessMaps>,
+    ) -> bool {
+        let Some(tables) = self.tables.as_mut() else {
+            return false;
+        };
+        let mut changed = tables.update(maps);
+        if tables.wants_room() && tables.evict_unused(live) {
+            changed |= tables.update(maps);
+        }
+        changed
+    }
+
+    /// A JVM's code-cache rows replaced; whether its table must be uploaded again.
+    pub fn set_jit(
+        &mut self,
+        pid: u32,
+        base: u64,
+        end: u64,
+        rows: &[profiler_common::unwind::UnwindRow],
+    ) -> bool {
+        self.tables
+            .as_mut()
+            .is_some_and(|t| t.set_jit(pid, base, end, rows))
+    }
+
+    pub fn forget_jit(&mut self, pid: u32) {
+        if let Some(tables) = self.tables.as_mut() {
+            tables.forget_jit(pid);
+        }
+    }
+
+    /// The mapping table of `maps` as the kernel would get it (the start snapshot walks the
+    /// stacks of threads blocked before the capture with it).
+    pub fn table_of(&mut self, maps: &ProcessMaps) -> Option<Box<ProcMappings>> {
+        self.tables.as_mut().map(|t| t.proc_mappings(maps))
+    }
+
+    /// Puts `pid` in the target set.
+    pub fn add_target(&self, probes: &mut Probes, pid: u32) -> Result<(), ProbeError> {
+        probes.set_target(pid, true)
+    }
+
+    /// Rows not in the kernel yet, then the mapping table of each of `processes`. Every
+    /// table is tried; the first error is returned.
+    pub fn publish<'a>(
+        &mut self,
+        probes: &mut Probes,
+        processes: impl Iterator<Item = (u32, &'a ProcessMaps)>,
+    ) -> Result<(), ProbeError> {
+        let Some(tables) = self.tables.as_mut() else {
+            return Ok(());
+        };
+        let mut first_error = None;
+        let chunks = tables.pending_chunks();
+        if !chunks.is_empty() {
+            match probes.upload_rows(&chunks) {
+                Ok(()) => tables.mark_uploaded(),
+                Err(e) => first_error = Some(e),
+            }
+        }
+        for (pid, maps) in processes {
+            let table = tables.proc_mappings(maps);
+            self.layouts
+                .entry(table.generation)
+                .or_insert_with(|| maps.clone());
+            if let Err(e) = probes.upload_mappings(pid, &table) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// A process that is gone leaves the kernel's tables (churn must not fill them).
+    pub fn forget(&mut self, probes: &mut Probes, pid: u32) {
+        probes.forget_process(pid);
+        self.forget_jit(pid);
+    }
+}
