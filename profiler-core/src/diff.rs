@@ -212,7 +212,7 @@ impl Figures {
         let code_ns = functions.values().map(|f| f.0).sum();
         Self {
             stacks: stack_rates(c, secs),
-            states: profile.threads.values().map(|t| t.time).sum(),
+            states: profile.state_totals(),
             secs,
             functions: functions
                 .into_iter()

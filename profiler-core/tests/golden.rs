@@ -9,11 +9,14 @@
 //! After an intended change: `BLESS=1 cargo test --release -p profiler-core --test golden`,
 //! then read the diff of the expected files before committing them.
 
+#[path = "support/schema.rs"]
+mod support;
+
 use std::path::{Path, PathBuf};
 
 use profiler_core::{
     model::SavedCapture,
-    render::{self, RenderOptions},
+    render::{self, RenderOptions, ReportTexts},
 };
 
 fn golden_dir() -> PathBuf {
@@ -104,15 +107,7 @@ fn saved_captures_render_as_before() {
 /// The JSON report validates against docs/report.schema.json and carries every counter.
 fn conforms_to_the_schema(name: &str, json: &str) {
     let report: serde_json::Value = serde_json::from_str(json).expect("the report is JSON");
-    let schema_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/report.schema.json");
-    let schema: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(schema_path).expect("read the schema"))
-            .expect("schema is JSON");
-    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
-    let errors: Vec<String> = validator
-        .iter_errors(&report)
-        .map(|e| format!("{e} at {}", e.instance_path))
-        .collect();
+    let errors = support::schema_errors("report.schema.json", &report);
     assert!(errors.is_empty(), "{name}: {errors:#?}");
     let counters = report["capture"]["counters"]
         .as_object()

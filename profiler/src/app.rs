@@ -27,7 +27,7 @@ use profiler_core::{
     account::{self, AccountOptions},
     fold::Folded,
     model::{CaptureMeta, Drained, Mode, SavedCapture, Seeds, Window, saved::SAVED_FORMAT},
-    render::{self, DiffOptions, RenderOptions, ReportFormat, pprof},
+    render::{self, DiffOptions, RenderOptions, ReportFormat, ReportTexts, pprof},
     symbolize,
     unwind::tables::UnwindTables,
 };

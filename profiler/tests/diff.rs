@@ -151,15 +151,7 @@ fn function<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Va
 }
 
 fn conforms_to_the_schema(json: &serde_json::Value) {
-    let schema_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/diff.schema.json");
-    let schema: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(schema_path).expect("read the schema"))
-            .expect("the schema is JSON");
-    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
-    let errors: Vec<String> = validator
-        .iter_errors(json)
-        .map(|e| format!("{e} at {}", e.instance_path))
-        .collect();
+    let errors = common::schema_errors("diff.schema.json", json);
     assert!(errors.is_empty(), "{errors:#?}");
 }
 

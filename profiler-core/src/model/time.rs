@@ -463,13 +463,10 @@ impl Profile {
         rows
     }
 
-    /// Sum of time per kind over all threads.
-    pub fn totals(&self) -> BTreeMap<Kind, u64> {
-        let mut totals = BTreeMap::new();
-        for e in &self.entries {
-            *totals.entry(e.kind).or_default() += e.time_ns;
-        }
-        totals
+    /// Time per state over all threads: the one sum the report, the summary, the verdict and
+    /// the diff read.
+    pub fn state_totals(&self) -> StateTimes {
+        self.threads.values().map(|t| t.time).sum()
     }
 }
 

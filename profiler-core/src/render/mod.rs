@@ -11,11 +11,10 @@ pub mod pprof;
 pub mod report;
 pub mod summary;
 pub mod svg;
-pub mod verdict;
 
 pub use pipeline::{
-    DiffOptions, RenderDiffError, RenderOptions, Rendered, RenderedDiff, ReportFormat, Wakers,
-    render, render_diff,
+    DiffOptions, RenderDiffError, RenderOptions, Rendered, RenderedDiff, ReportFormat, ReportTexts,
+    Wakers, render, render_diff,
 };
 
 /// `1 thread`, `3 threads`.

@@ -56,6 +56,22 @@ pub enum ReportFormat {
     Html,
 }
 
+/// A report in each of its file formats: a capture's or a diff's.
+pub trait ReportTexts {
+    fn markdown(&self) -> io::Result<String>;
+    fn json(&self) -> io::Result<String>;
+    fn html(&self) -> io::Result<String>;
+
+    /// The report in `format`.
+    fn report(&self, format: ReportFormat) -> io::Result<String> {
+        match format {
+            ReportFormat::Markdown => self.markdown(),
+            ReportFormat::Json => self.json(),
+            ReportFormat::Html => self.html(),
+        }
+    }
+}
+
 /// Blocked stacks with the stacks of the threads that woke them.
 pub struct Wakers {
     pub folded: Folded,
@@ -160,26 +176,19 @@ impl Rendered {
             report::write_text(&self.report, w)
         })
     }
+}
 
-    /// The report in `format`.
-    pub fn report(&self, format: ReportFormat) -> io::Result<String> {
-        match format {
-            ReportFormat::Markdown => self.markdown(),
-            ReportFormat::Json => self.json(),
-            ReportFormat::Html => self.html(),
-        }
-    }
-
-    pub fn markdown(&self) -> io::Result<String> {
+impl ReportTexts for Rendered {
+    fn markdown(&self) -> io::Result<String> {
         text(|w| report::write_markdown(&self.report, w))
     }
 
-    pub fn json(&self) -> io::Result<String> {
+    fn json(&self) -> io::Result<String> {
         text(|w| report::write_json(&self.report, w))
     }
 
     /// The report as one page, with the flame graph.
-    pub fn html(&self) -> io::Result<String> {
+    fn html(&self) -> io::Result<String> {
         text(|w| {
             html::write_html(
                 &html::HtmlInput {
@@ -306,26 +315,19 @@ impl RenderedDiff {
     pub fn terminal(&self) -> io::Result<String> {
         text(|w| diff_render::write_text(&self.tables(), w))
     }
+}
 
-    /// The report in `format`.
-    pub fn report(&self, format: ReportFormat) -> io::Result<String> {
-        match format {
-            ReportFormat::Markdown => self.markdown(),
-            ReportFormat::Json => self.json(),
-            ReportFormat::Html => self.html(),
-        }
-    }
-
-    pub fn markdown(&self) -> io::Result<String> {
+impl ReportTexts for RenderedDiff {
+    fn markdown(&self) -> io::Result<String> {
         text(|w| diff_render::write_markdown(&self.tables(), w))
     }
 
-    pub fn json(&self) -> io::Result<String> {
+    fn json(&self) -> io::Result<String> {
         text(|w| diff_render::write_json(&self.tables(), w))
     }
 
     /// The report as one page, with both differential flame graphs.
-    pub fn html(&self) -> io::Result<String> {
+    fn html(&self) -> io::Result<String> {
         let report = self.tables();
         text(|w| {
             diff_render::write_html(

@@ -14,13 +14,12 @@ use super::{
         Capture, FunctionRow, GroupRow, GroupWait, IdleRow, Loss, ProcessRow, Report, RunQueue,
         SCHEMA_VERSION, SiteRow, StateShares, ThreadRow,
     },
-    notes, sites,
+    notes, sites, verdict,
     words::{IdleRuleWords, idle_rule, wakers_text},
 };
 use crate::{
     analysis::{self, Analysis, SiteId},
     model::{CaptureMeta, Hist, Kind, Profile, StackNames, StateTimes, stack_frames},
-    render::verdict,
 };
 
 const TOP_FUNCTIONS: usize = 15;
@@ -56,7 +55,7 @@ pub(super) fn secs(ns: u64) -> f64 {
 
 pub fn build(input: &ReportInput<'_>) -> Report {
     let (profile, names, analysis) = (input.profile, input.names, input.analysis);
-    let totals: StateTimes = profile.threads.values().map(|t| t.time).sum();
+    let totals = profile.state_totals();
     // All threads' time: the denominator of every share of "all thread time".
     let all_thread_ns = totals.total().max(1);
     let threads = thread_rows(profile, analysis);

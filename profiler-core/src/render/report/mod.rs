@@ -4,11 +4,12 @@
 //! and site.
 //!
 //! - [`model`]: the report's data, every figure as the writers show it.
-//! - `build`, `sites`, `notes`: the one builder ([`build`]) that computes them.
+//! - `build`, `sites`, `notes`: the one builder ([`build`]) that computes them; it calls
+//!   [`verdict`] last, which reads the model only.
 //! - `text`, `markdown`, [`write_json`]: the writers (terminal, `--report x.md`,
 //!   `--report x.json`, schema docs/report.schema.json); the HTML page is render/html.rs,
-//!   the end-of-run summary render/summary.rs, the verdict render/verdict.rs. They only
-//!   format the model.
+//!   the end-of-run summary render/summary.rs. They only format the model; `words` holds
+//!   the words they share.
 
 mod build;
 mod markdown;
@@ -16,6 +17,7 @@ pub mod model;
 mod notes;
 mod sites;
 mod text;
+pub mod verdict;
 pub(crate) mod words;
 
 use std::io::{self, Write};

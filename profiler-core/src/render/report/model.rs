@@ -18,7 +18,7 @@ pub struct Report {
     pub schema_version: u32,
     pub capture: Capture,
     /// The busiest active group, its dominant wait and run-queue share; then the next group
-    /// and the idle threads (render/verdict.rs).
+    /// and the idle threads (verdict.rs).
     pub verdict: String,
     /// Each process's threads summed, busiest first.
     pub processes: Vec<ProcessRow>,

@@ -1,4 +1,6 @@
-//! The verdict: the report's rows → the sentences an expert would write first. It follows the
+//! The verdict: the report's rows → the sentences an expert would write first. It reads the
+//! model only (the builder calls it last), so the verdict and the report do not import each
+//! other. It follows the
 //! threads that do the work: the busiest active group (most time running, runnable or in
 //! uninterruptible I/O), how much of its time is on the CPU, its largest wait with latency and
 //! waker, and its run-queue share when it waits for a CPU, then its event-loop wait and its
@@ -6,8 +8,9 @@
 //! threads were idle (waiting for work), which are not ranked. With every thread idle, or in
 //! `--mode cpu`, it names the dominant state over all threads.
 
-use super::report::{
-    FunctionRow, GroupRow, IdleRow, IdleRuleWords, Latency, Report, RunQueue, idle_rule,
+use super::{
+    model::{FunctionRow, GroupRow, IdleRow, Latency, Report, RunQueue},
+    words::{IdleRuleWords, idle_rule},
 };
 use crate::{
     analysis::enables_interrupts,
