@@ -647,6 +647,12 @@ fn drain_all(
         stats.peak_stacks,
         stats.peak_threads
     );
+    if let Some(shortest) = stats.shortest_interval {
+        log::info!(
+            "a table came to be more than half full: the drains came as often as every {} ms",
+            shortest.as_millis()
+        );
+    }
     drained.sched_at_start = sched_at_start;
     for counter in profiler_common::Counter::ALL {
         log::debug!("counter {counter:?}: {}", drained.counters.get(counter));

@@ -29,6 +29,9 @@ const THREAD_CHURN: u32 = 1_024;
 const PROCESS_CHURN: u32 = 64;
 /// Distinct stacks and (thread, stack) keys per thread between two drains: a PostgreSQL
 /// backend under pgbench used ~40 stacks and ~100 wait keys (11 processes: 420 and 1 061).
+/// Keys are at least 4 096: a Python thread-per-request server (540 threads a second, each
+/// handing the GIL on through futexes) came to 2 048 wait keys at one drain on a saturated
+/// machine, where the drainer itself waits for a CPU.
 const STACKS_PER_THREAD: u32 = 128;
 const KEYS_PER_THREAD: u32 = 128;
 
@@ -38,7 +41,7 @@ pub fn table_sizes(args: &Args, threads: u32, processes: u32) -> TableSizes {
     let threads_sized = threads.saturating_mul(2).saturating_add(THREAD_CHURN);
     let keys = args
         .max_keys
-        .unwrap_or_else(|| clamp(threads.saturating_mul(KEYS_PER_THREAD), 2_048, 16_384));
+        .unwrap_or_else(|| clamp(threads.saturating_mul(KEYS_PER_THREAD), 4_096, 16_384));
     TableSizes {
         threads: args
             .max_threads

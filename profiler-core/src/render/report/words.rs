@@ -241,18 +241,21 @@ mod tests {
              is waiting for a CPU after its wakeups); every other thread is active (in --mode \
              cpu, without off-CPU states, every thread counts as active)"
         );
-        // The README states the rule in its own paragraph: its figures are the constants'.
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-            .expect("read README.md");
-        let words: Vec<&str> = readme.split_whitespace().collect();
-        let readme = words.join(" ").replace("**", "");
+        // The README and docs/verdict.md state the rule in a paragraph of their own: its
+        // figures are the constants'.
         let (cpu, io, sleep) = (IDLE_MAX_ON_CPU_PCT, IDLE_MAX_IO_PCT, IDLE_MIN_SLEEP_PCT);
         let rule = format!(
             "on the CPU at most {cpu} % of the time, in uninterruptible I/O or stopped at most \
              {io} %, and in interruptible sleep at least {sleep} %"
         );
-        assert!(readme.contains(&rule), "README.md does not say: {rule}");
-        assert!(readme.contains(&idle_rule(IdleRuleWords::Brief)));
+        for doc in ["README.md", "docs/verdict.md"] {
+            let path = format!("{}/../{doc}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            let text = text.replace("**", "");
+            assert!(text.contains(&rule), "{doc} does not say: {rule}");
+            assert!(text.contains(&idle_rule(IdleRuleWords::Brief)), "{doc}");
+        }
     }
 
     #[test]
