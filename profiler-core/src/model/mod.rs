@@ -21,8 +21,8 @@ pub use named::{
     FrameFile, NO_FILE, Name, StackNames, WakerIdentity, stack_frames, waker_frames, waker_identity,
 };
 pub use raw::{Counters, Drained, RawTimeline, SchedStat, Seeds, Window, comm_name};
-pub use saved::{CaptureMeta, CaptureRange, SavedCapture};
-pub use time::{Entry, Kind, ProcessInfo, ProcessTotals, Profile, ThreadTime, Waker};
+pub use saved::{CaptureMeta, CaptureNote, CaptureRange, PartialTime, SavedCapture};
+pub use time::{Entry, Kind, ProcessInfo, ProcessTotals, Profile, StateTimes, ThreadTime, Waker};
 pub use timeline::{Segment, ThreadLine, TimedSample, TimedWait, Timeline};
 
 use serde::{Deserialize, Serialize};

@@ -372,7 +372,10 @@ mod tests {
             1,
             crate::model::ThreadTime {
                 name: "app".into(),
-                on_cpu_ns: 2_700 * MS,
+                time: crate::model::StateTimes {
+                    running: 2_700 * MS,
+                    ..Default::default()
+                },
                 ..Default::default()
             },
         );

@@ -74,7 +74,7 @@ pub fn build(
         let first = line.waits.first().map_or(to, |w| w.start_ns);
         line.from_ns = to.saturating_sub(lived).max(window.start_ns).min(first);
         line.to_ns = to;
-        line.cpu_ns = t.on_cpu_ns;
+        line.cpu_ns = t.on_cpu_ns();
     }
     lines.retain(|tid, _| profile.threads.contains_key(tid));
     let mut samples: Vec<TimedSample> = raw

@@ -23,8 +23,8 @@ use thiserror::Error;
 
 use super::{EntryKey, ShortWaits, entry_key, gap_times, short_waits, wait_keys};
 use crate::model::{
-    CaptureRange, Entry, Kind, Profile, SavedCapture, ThreadLine, ThreadTime, TimedWait, Timeline,
-    Window, timeline::overlap,
+    CaptureNote, CaptureRange, Entry, Kind, Profile, SavedCapture, ThreadLine, ThreadTime,
+    TimedWait, Timeline, Window, timeline::overlap,
 };
 
 #[derive(Debug, Error, PartialEq)]
@@ -59,7 +59,7 @@ pub fn slice(saved: &SavedCapture, from_s: f64, to_s: f64) -> Result<SavedCaptur
         to_s: (window.stop_ns - whole.start_ns) as f64 / 1e9,
         of_s,
     };
-    meta.notes.push(format!(
+    meta.notes.push(CaptureNote::Text(format!(
         "This is {:.3}–{:.3} s of a {of_s:.3} s capture. Inside it, waits of {} ms and more are \
          placed exactly; the CPU time between them is the thread's own, apportioned to stacks \
          by the samples taken inside; the time of shorter waits is spread over the stretches \
@@ -67,7 +67,7 @@ pub fn slice(saved: &SavedCapture, from_s: f64, to_s: f64) -> Result<SavedCaptur
         range.from_s,
         range.to_s,
         timeline.resolution_ns as f64 / 1e6
-    ));
+    )));
     meta.range = Some(range);
     Ok(SavedCapture {
         format: saved.format,
@@ -306,21 +306,20 @@ fn thread_time(whole: &ThreadTime, entries: &[Entry], cpu_ns: u64, exact: bool) 
         on_cpu_exact: whole.on_cpu_exact,
         ..ThreadTime::default()
     };
+    let (mut on_cpu, mut profiler) = (0, 0);
     for e in entries {
         match e.kind {
             Kind::OnCpu => {
                 t.samples += e.samples;
                 match e.user_stack {
-                    stack_id::PROFILER => t.overhead_ns += e.time_ns,
+                    stack_id::PROFILER => profiler += e.time_ns,
                     stack_id::SWITCHING_IN => t.switching_in_ns += e.time_ns,
                     _ => {}
                 }
-                if !exact {
-                    t.on_cpu_ns += e.time_ns;
-                }
+                on_cpu += e.time_ns;
             }
             Kind::Off(state) => {
-                t.off_ns[state as usize - 1] += e.time_ns;
+                t.time.add_wait(state, e.time_ns);
                 match e.user_stack {
                     stack_id::UNCHARGED => t.uncharged_ns += e.time_ns,
                     stack_id::LOST_WAITS => t.lost_ns += e.time_ns,
@@ -329,9 +328,9 @@ fn thread_time(whole: &ThreadTime, entries: &[Entry], cpu_ns: u64, exact: bool) 
             }
         }
     }
-    if exact {
-        t.on_cpu_ns = cpu_ns;
-    }
+    let on_cpu = if exact { cpu_ns } else { on_cpu };
+    t.time.profiler = profiler.min(on_cpu);
+    t.time.running = on_cpu - t.time.profiler;
     t
 }
 
@@ -407,7 +406,7 @@ fn site_hists(
 
 /// The run-queue histograms in proportion to the range's run-queue time.
 fn scaled_runqueue(whole: &Profile, inside: &Profile) -> [WaitHist; 2] {
-    let runnable = |p: &Profile| -> u64 { p.threads.values().map(ThreadTime::runnable_ns).sum() };
+    let runnable = |p: &Profile| -> u64 { p.threads.values().map(|t| t.time.runnable).sum() };
     let share = ratio(runnable(inside), runnable(whole));
     whole.runqueue_hists.map(|h| WaitHist {
         buckets: h.buckets.map(|b| (f64::from(b) * share).round() as u32),

@@ -8,8 +8,8 @@ use profiler_common::{TimelineSample, TimelineWait, WaitState, timeline_kind};
 
 use super::{build, bursts, range::slice, state_bins};
 use crate::model::{
-    CaptureMeta, Entry, Kind, Mode, Profile, RawTimeline, SavedCapture, StackNames, ThreadTime,
-    Window, saved::SAVED_FORMAT,
+    CaptureMeta, Entry, Kind, Mode, Profile, RawTimeline, SavedCapture, StackNames, StateTimes,
+    ThreadTime, Window, saved::SAVED_FORMAT,
 };
 
 const S: u64 = 1_000_000_000;
@@ -38,15 +38,18 @@ fn profile() -> Profile {
     sleep.finished(500 * MS);
     sleep.finished(500 * MS);
     p.entries = vec![cpu, sleep];
-    let mut t = ThreadTime {
+    let t = ThreadTime {
         pid: 1,
         name: "app".into(),
         samples: 900,
-        on_cpu_ns: 9 * S,
+        time: StateTimes {
+            running: 9 * S,
+            sleep: S,
+            ..StateTimes::default()
+        },
         on_cpu_exact: true,
         ..ThreadTime::default()
     };
-    t.off_ns[WaitState::Sleep as usize - 1] = S;
     p.threads.insert(1, t);
     p
 }
@@ -158,7 +161,7 @@ fn a_range_inside_a_sleep_holds_only_the_sleep() {
             .into_iter()
             .collect()
     );
-    assert_eq!(p.threads[&1].on_cpu_ns, 0);
+    assert_eq!(p.threads[&1].on_cpu_ns(), 0);
     let range = part.meta.range.unwrap();
     assert_eq!((range.from_s, range.to_s, range.of_s), (2.1, 2.4, 10.0));
     // Its own timeline is cut to it.

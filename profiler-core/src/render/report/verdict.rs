@@ -1,4 +1,6 @@
-//! The verdict: the report's rows → the sentences an expert would write first. It follows the
+//! The verdict: the report's rows → the sentences an expert would write first. It reads the
+//! model only (the builder calls it last), so the verdict and the report do not import each
+//! other. It follows the
 //! threads that do the work: the busiest active group (most time running, runnable or in
 //! uninterruptible I/O), how much of its time is on the CPU, its largest wait with latency and
 //! waker, and its run-queue share when it waits for a CPU, then its event-loop wait and its
@@ -6,29 +8,48 @@
 //! threads were idle (waiting for work), which are not ranked. With every thread idle, or in
 //! `--mode cpu`, it names the dominant state over all threads.
 
-use crate::model::Mode;
-
-use super::report::{FunctionRow, GroupRow, IdleRow, RunQueue};
+use super::{
+    model::{FunctionRow, GroupRow, IdleRow, Latency, Report, RunQueue},
+    words::{IdleRuleWords, idle_rule},
+};
+use crate::{
+    analysis::enables_interrupts,
+    model::{Mode, StateTimes},
+};
 
 /// A run-queue share at least this large is named.
 const RUNNABLE_NAMED_PCT: f64 = 5.0;
 /// A second group is named when it is at least this busy compared with the first.
 const NEXT_GROUP_SHARE: f64 = 0.25;
 
+/// The parts of the report the verdict reads.
 pub struct VerdictInput<'a> {
     pub mode: Mode,
     pub threads: usize,
-    pub all_thread_ns: u64,
-    /// Time over all threads: running (CPU), runnable, sleep, io, other.
-    pub by_state: [u64; 5],
+    /// Time per state over all threads.
+    pub totals: StateTimes,
     pub functions: &'a [FunctionRow],
     pub groups: &'a [GroupRow],
     pub idle: &'a [IdleRow],
     pub run_queue: &'a RunQueue,
 }
 
+impl<'a> VerdictInput<'a> {
+    pub fn of(r: &'a Report) -> Self {
+        Self {
+            mode: r.mode,
+            threads: r.threads.len(),
+            totals: r.totals,
+            functions: &r.top_on_cpu_functions,
+            groups: &r.groups,
+            idle: &r.idle_threads,
+            run_queue: &r.run_queue,
+        }
+    }
+}
+
 pub fn verdict(v: &VerdictInput<'_>) -> String {
-    if v.by_state.iter().all(|&ns| ns == 0) {
+    if v.totals.total() == 0 {
         return "Nothing was recorded.".into();
     }
     if !v.mode.traces_switches() {
@@ -62,9 +83,10 @@ pub fn verdict(v: &VerdictInput<'_>) -> String {
     let idle: usize = v.idle.iter().map(|i| i.thread_count).sum();
     if idle > 0 {
         text.push_str(&format!(
-            " {idle} of {} threads {} idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep) and {} listed apart, not ranked.",
+            " {idle} of {} threads {} idle ({}) and {} listed apart, not ranked.",
             v.threads,
             if idle == 1 { "was" } else { "were" },
+            idle_rule(IdleRuleWords::Brief),
             if idle == 1 { "is" } else { "are" }
         ));
     }
@@ -73,8 +95,33 @@ pub fn verdict(v: &VerdictInput<'_>) -> String {
 
 /// `X is on the CPU 60 % of the time; 32 % is spent in … (io, p99 0.20 ms, woken by …).`
 fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
+    let mut parts = vec![subject(g)];
+    let wait = dominant_wait(g);
+    let runnable = run_queue_share(g, run_queue);
+    match (wait, runnable) {
+        (Some(w), Some(r)) if r.0 > w.0 => {
+            parts.push(format!("{}: the CPU is the bottleneck", r.1));
+            parts.push(w.1);
+        }
+        (None, Some(r)) if r.0 >= g.running_pct.min(g.idle_wait_pct) => {
+            parts.push(format!("{}: the CPU is the bottleneck", r.1));
+        }
+        (w, r) => parts.extend(w.map(|w| w.1).into_iter().chain(r.map(|r| r.1))),
+    }
+    parts.extend(event_wait(g));
+    if g.idle_wait_pct >= RUNNABLE_NAMED_PCT {
+        parts.push(format!(
+            "{:.0} % parked with nothing to run (the Go scheduler's idle waits)",
+            g.idle_wait_pct
+        ));
+    }
+    format!("{}.", parts.join("; "))
+}
+
+/// The group and its share on the CPU.
+fn subject(g: &GroupRow) -> String {
     let active = g.thread_count - g.idle_threads;
-    let subject = if active > 1 {
+    if active > 1 {
         format!(
             "{}: its {active} active threads are on the CPU {:.0} % of their time",
             g.name, g.running_pct
@@ -84,8 +131,12 @@ fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
             "{} is on the CPU {:.0} % of the time",
             g.name, g.running_pct
         )
-    };
-    let wait = g.dominant_wait.as_ref().map(|w| {
+    }
+}
+
+/// The group's dominant wait, with its share (what it is weighed by).
+fn dominant_wait(g: &GroupRow) -> Option<(f64, String)> {
+    g.dominant_wait.as_ref().map(|w| {
         let mut detail = vec![w.state.to_string()];
         if let Some(p99) = w.p99_ms {
             detail.push(format!("p99 {}", ms_text(p99)));
@@ -102,9 +153,13 @@ fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
                 detail.join(", ")
             ),
         )
-    });
-    let runnable = (g.runnable_pct >= RUNNABLE_NAMED_PCT).then(|| {
-        let p99 = |l: &Option<super::report::Latency>| {
+    })
+}
+
+/// The group's wait for a CPU, with its share, when it is large enough to name.
+fn run_queue_share(g: &GroupRow, run_queue: &RunQueue) -> Option<(f64, String)> {
+    (g.runnable_pct >= RUNNABLE_NAMED_PCT).then(|| {
+        let p99 = |l: &Option<Latency>| {
             l.as_ref()
                 .and_then(|l| l.p99_ms)
                 .map_or("-".into(), ms_text)
@@ -118,10 +173,12 @@ fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
                 p99(&run_queue.after_wakeup)
             ),
         )
-    });
-    let mut parts = vec![subject];
-    let events = g
-        .event_wait
+    })
+}
+
+/// The group's event-loop wait, when it is large enough to name.
+fn event_wait(g: &GroupRow) -> Option<String> {
+    g.event_wait
         .as_ref()
         .filter(|w| w.share_pct >= RUNNABLE_NAMED_PCT)
         .map(|w| {
@@ -133,25 +190,7 @@ fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
                 "{:.0} % waiting for events in {} ({}{by})",
                 w.share_pct, w.site, w.state
             )
-        });
-    match (wait, runnable) {
-        (Some(w), Some(r)) if r.0 > w.0 => {
-            parts.push(format!("{}: the CPU is the bottleneck", r.1));
-            parts.push(w.1);
-        }
-        (None, Some(r)) if r.0 >= g.running_pct.min(g.idle_wait_pct) => {
-            parts.push(format!("{}: the CPU is the bottleneck", r.1));
-        }
-        (w, r) => parts.extend(w.map(|w| w.1).into_iter().chain(r.map(|r| r.1))),
-    }
-    parts.extend(events);
-    if g.idle_wait_pct >= RUNNABLE_NAMED_PCT {
-        parts.push(format!(
-            "{:.0} % parked with nothing to run (the Go scheduler's idle waits)",
-            g.idle_wait_pct
-        ));
-    }
-    format!("{}.", parts.join("; "))
+        })
 }
 
 fn ms_text(ms: f64) -> String {
@@ -164,9 +203,10 @@ fn ms_text(ms: f64) -> String {
 
 /// Every thread idle: where they waited.
 fn all_idle(v: &VerdictInput<'_>) -> String {
-    let share = 100.0 * v.by_state[2] as f64 / v.all_thread_ns.max(1) as f64;
+    let share = v.totals.pct(v.totals.sleep);
     let mut text = format!(
-        "Every thread was idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep): {share:.0} % of all thread time asleep"
+        "Every thread was idle ({}): {share:.0} % of all thread time asleep",
+        idle_rule(IdleRuleWords::Brief)
     );
     if let Some(i) = v.idle.iter().max_by(|a, b| a.sleep_s.total_cmp(&b.sleep_s))
         && let Some(site) = &i.site
@@ -192,9 +232,7 @@ fn hottest(functions: &[FunctionRow]) -> Option<&FunctionRow> {
 
 /// The first function by self time that is not a point where interrupts come back on.
 fn first_sampled(functions: &[FunctionRow]) -> Option<&FunctionRow> {
-    functions
-        .iter()
-        .find(|f| !super::report::enables_interrupts(&f.function))
+    functions.iter().find(|f| !enables_interrupts(&f.function))
 }
 
 /// The least self share of CPU time for the verdict to name a function.
@@ -256,8 +294,10 @@ mod tests {
         VerdictInput {
             mode: Mode::Wall,
             threads: groups.len() + idle.iter().map(|i| i.thread_count).sum::<usize>(),
-            all_thread_ns: 1,
-            by_state: [1, 0, 0, 0, 0],
+            totals: StateTimes {
+                running: 1,
+                ..StateTimes::default()
+            },
             functions: &[],
             groups,
             idle,
