@@ -309,6 +309,9 @@ fn capture_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
         row(out, "sampling", format!("{hz} Hz, {} samples", c.samples))?;
     }
     row(out, "kernel", esc(&c.kernel))?;
+    if let Some(mib) = c.kernel_memory_mib() {
+        row(out, "kernel memory", format!("{mib:.1} MiB of BPF maps"))?;
+    }
     if c.mode != "cpu" {
         row(
             out,

@@ -117,6 +117,12 @@ pub fn write_summary(out: &mut impl Write, r: &Report) -> io::Result<()> {
             .collect();
         writeln!(out, "  lost     {}: {}", c.lost_total, details.join("; "))?;
     }
+    if let Some(mib) = c.kernel_memory_mib() {
+        writeln!(
+            out,
+            "  kernel   {mib:.1} MiB of BPF maps held for the capture"
+        )?;
+    }
     if r.mode.traces_switches() {
         write_process_table(out, r)?;
         write_thread_table(out, r)?;

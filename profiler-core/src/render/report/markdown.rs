@@ -51,6 +51,9 @@ fn md_capture(r: &Report, out: &mut impl Write) -> io::Result<()> {
         writeln!(out, "| sampling | {hz} Hz, {} samples |", c.samples)?;
     }
     writeln!(out, "| kernel | {} |", c.kernel)?;
+    if let Some(mib) = c.kernel_memory_mib() {
+        writeln!(out, "| kernel memory | {mib:.1} MiB of BPF maps |")?;
+    }
     writeln!(
         out,
         "| waits | {} finished, {} still open at the end, {} blocked since before the start |",

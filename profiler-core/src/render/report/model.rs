@@ -88,6 +88,17 @@ pub struct Capture {
     pub window_ns: u64,
 }
 
+impl Capture {
+    /// The kernel memory the capture's BPF maps held (captures saved before it was measured:
+    /// none).
+    pub fn kernel_memory_mib(&self) -> Option<f64> {
+        self.counters
+            .get("kernel_memory_bytes")
+            .filter(|b| **b > 0)
+            .map(|b| *b as f64 / (1024.0 * 1024.0))
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Loss {
     pub what: &'static str,
