@@ -20,9 +20,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use profiler_common::{
-    CycleInput, SampleKey, SampleValue, SiteKey, Thread, WaitHist, WaitKey, WaitState, WaitValue,
-    WakerKey, WakerValue, exit_overcount_ns, hist_bucket, split_cycle, stack_id, thread_flags,
-    wait_flags,
+    Cycle, CycleInput, SampleKey, SampleValue, SiteKey, Thread, WaitHist, WaitKey, WaitStart,
+    WaitState, WaitValue, WakerKey, WakerValue, exit_overcount_ns, hist_bucket, split_cycle,
+    stack_id, thread_flags, wait_flags,
 };
 
 use crate::model::{
@@ -61,16 +61,8 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         timeline: _,
     } = drained;
     stacks.extend(seeds.stacks);
-    let mut pid_of = opts.pid_of.clone();
-    pid_of.extend(seeds.pids.iter().map(|(&tid, &pid)| (tid, pid)));
-    pid_of.extend(
-        kernel_threads
-            .iter()
-            .filter(|(_, t)| t.stats.tgid != 0)
-            .map(|(&tid, t)| (tid, t.stats.tgid)),
-    );
     let mut acc = Accumulator {
-        pid_of,
+        pid_of: pids_of(&opts.pid_of, &seeds.pids, &kernel_threads),
         ..Accumulator::default()
     };
 
@@ -91,16 +83,8 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
     acc.on_cpu(&samples, &cpu, opts);
 
     let mut threads = acc.threads;
-    for (tid, t) in threads.iter_mut() {
-        t.name = thread_name(*tid, kernel_threads.get(tid), &seeds.names);
-        t.schedstat = match (sched_at_start.get(tid), sched_at_stop.get(tid)) {
-            (Some(a), Some(b)) => Some(SchedStat {
-                exec_ns: b.exec_ns.saturating_sub(a.exec_ns),
-                delay_ns: b.delay_ns.saturating_sub(a.delay_ns),
-            }),
-            _ => None,
-        };
-    }
+    name_threads(&mut threads, &kernel_threads, &seeds.names);
+    window_schedstats(&mut threads, &sched_at_start, &sched_at_stop);
 
     let mut processes = opts.processes.clone();
     for t in threads.values() {
@@ -133,6 +117,54 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
+    }
+}
+
+/// Process of each thread: the caller's (live threads, from /proc), then the start
+/// snapshot's, then the kernel side's, each overriding the one before; the kernel side also
+/// knows the threads gone before /proc was read.
+fn pids_of(
+    live: &HashMap<u32, u32>,
+    seeded: &HashMap<u32, u32>,
+    kernel_threads: &HashMap<u32, Thread>,
+) -> HashMap<u32, u32> {
+    let mut pid_of = live.clone();
+    pid_of.extend(seeded.iter().map(|(&tid, &pid)| (tid, pid)));
+    pid_of.extend(
+        kernel_threads
+            .iter()
+            .filter(|(_, t)| t.stats.tgid != 0)
+            .map(|(&tid, t)| (tid, t.stats.tgid)),
+    );
+    pid_of
+}
+
+/// Names every thread the accounting produced (see `thread_name`).
+fn name_threads(
+    threads: &mut BTreeMap<u32, ThreadTime>,
+    kernel_threads: &HashMap<u32, Thread>,
+    seeded: &HashMap<u32, String>,
+) {
+    for (tid, t) in threads.iter_mut() {
+        t.name = thread_name(*tid, kernel_threads.get(tid), seeded);
+    }
+}
+
+/// Each thread's schedstat over the window: the counters read at its end less those read at
+/// its start; none for a thread missing either read (started or gone during the window).
+fn window_schedstats(
+    threads: &mut BTreeMap<u32, ThreadTime>,
+    at_start: &HashMap<u32, SchedStat>,
+    at_stop: &HashMap<u32, SchedStat>,
+) {
+    for (tid, t) in threads.iter_mut() {
+        t.schedstat = match (at_start.get(tid), at_stop.get(tid)) {
+            (Some(a), Some(b)) => Some(SchedStat {
+                exec_ns: b.exec_ns.saturating_sub(a.exec_ns),
+                delay_ns: b.delay_ns.saturating_sub(a.delay_ns),
+            }),
+            _ => None,
+        };
     }
 }
 
@@ -178,6 +210,13 @@ struct CpuTime {
     uncharged_ns: u64,
     /// Waits the wait table had no room for.
     lost_ns: u64,
+}
+
+/// A wait for the CPU (preempted, or woken and not yet run) rather than a sleep: the
+/// whole of it is run-queue time.
+fn is_runqueue_wait(slot: &WaitStart) -> bool {
+    slot.state == WaitState::RunqueuePreempted as u32
+        || slot.state == WaitState::RunqueueWoken as u32
 }
 
 /// The last cycle's CPU time, closed at the end of the window.
@@ -319,70 +358,85 @@ impl Accumulator {
         let switched_in = stats.last_in_ns > from;
         let baseline = stats.flags & thread_flags::BASELINE != 0;
         let counters = at_stop.filter(|_| baseline);
-        let runqueue_wait = slot.state == WaitState::RunqueuePreempted as u32
-            || slot.state == WaitState::RunqueueWoken as u32;
         let cycle = split_cycle(&CycleInput {
             from_ns: from,
             to_ns: window.stop_ns,
             in_ns: if switched_in { stats.last_in_ns } else { 0 },
             wake_ns: slot.wake_ts_ns,
             waiting,
-            runqueue_wait,
+            runqueue_wait: is_runqueue_wait(slot),
             exec_delta: counters.map_or(0, |c| c.exec_ns.saturating_sub(stats.last_exec_ns)),
             exec_known: counters.is_some() && !switched_in,
             delay_delta: counters.map_or(0, |c| c.delay_ns.saturating_sub(stats.last_delay_ns)),
             delay_known: counters.is_some() && switched_in,
         });
         if waiting {
-            let total = cycle.blocked_ns + cycle.runnable_ns;
-            let wait_state = WaitState::from_u32(slot.state);
-            if let Some(state) = wait_state
-                && total > 0
-                && total <= opts.max_block_ns
-                && (!switched_in || total >= opts.min_block_ns)
-            {
-                if !switched_in {
-                    self.open_waits += 1;
-                }
-                let seeded_whole = slot.flags & wait_flags::SNAPSHOT != 0 && !switched_in;
-                // A preemption on the way to a sleep is that sleep's time, no wait of its own.
-                let a_wait = slot.flags & wait_flags::PREEMPTED_ASLEEP == 0;
-                let add = |acc: &mut Self, state: WaitState, ns: u64| {
-                    if ns == 0 {
-                        return;
-                    }
-                    let e = acc.entry(tid, slot.user_stack, slot.kernel_stack, Kind::Off(state));
-                    e.time_ns += ns;
-                    if a_wait && switched_in {
-                        e.finished(ns);
-                    } else if a_wait && seeded_whole {
-                        // Blocked for the whole window: its one unfinished wait is the longest.
-                        e.max_ns = e.max_ns.max(ns);
-                    }
-                    acc.thread(tid).time.add_wait(state, ns);
-                };
-                if runqueue_wait {
-                    add(self, state, total);
-                } else {
-                    add(self, state, cycle.blocked_ns);
-                    add(self, WaitState::RunqueueWoken, cycle.runnable_ns);
-                    if a_wait && switched_in && cycle.blocked_ns > 0 {
-                        let site = SiteKey {
-                            state: slot.state,
-                            epoch: 0,
-                            user_stack: slot.user_stack,
-                            kernel_stack: slot.kernel_stack,
-                        };
-                        let hist = site_hists.entry(site).or_default();
-                        hist.buckets[hist_bucket(cycle.blocked_ns)] += 1;
-                    }
-                }
-            }
+            self.last_wait(tid, slot, &cycle, switched_in, site_hists, opts);
         }
         LastCycle {
             on_ns: cycle.on_ns,
             traced_ns: cycle.traced_on_ns,
             uncharged_ns: cycle.uncharged_ns,
+        }
+    }
+
+    /// Books the part of a thread's last cycle spent waiting, as `finished_waits` books the
+    /// kernel's: to the wait's stacks and state; not at all when its state is unknown or it
+    /// is longer than `max_block_ns` (or, finished, shorter than `min_block_ns`). A wait
+    /// still open at the end of the window is counted in `open_waits`.
+    fn last_wait(
+        &mut self,
+        tid: u32,
+        slot: &WaitStart,
+        cycle: &Cycle,
+        switched_in: bool,
+        site_hists: &mut HashMap<SiteKey, WaitHist>,
+        opts: &AccountOptions,
+    ) {
+        let runqueue_wait = is_runqueue_wait(slot);
+        let total = cycle.blocked_ns + cycle.runnable_ns;
+        let wait_state = WaitState::from_u32(slot.state);
+        if let Some(state) = wait_state
+            && total > 0
+            && total <= opts.max_block_ns
+            && (!switched_in || total >= opts.min_block_ns)
+        {
+            if !switched_in {
+                self.open_waits += 1;
+            }
+            let seeded_whole = slot.flags & wait_flags::SNAPSHOT != 0 && !switched_in;
+            // A preemption on the way to a sleep is that sleep's time, no wait of its own.
+            let a_wait = slot.flags & wait_flags::PREEMPTED_ASLEEP == 0;
+            let add = |acc: &mut Self, state: WaitState, ns: u64| {
+                if ns == 0 {
+                    return;
+                }
+                let e = acc.entry(tid, slot.user_stack, slot.kernel_stack, Kind::Off(state));
+                e.time_ns += ns;
+                if a_wait && switched_in {
+                    e.finished(ns);
+                } else if a_wait && seeded_whole {
+                    // Blocked for the whole window: its one unfinished wait is the longest.
+                    e.max_ns = e.max_ns.max(ns);
+                }
+                acc.thread(tid).time.add_wait(state, ns);
+            };
+            if runqueue_wait {
+                add(self, state, total);
+            } else {
+                add(self, state, cycle.blocked_ns);
+                add(self, WaitState::RunqueueWoken, cycle.runnable_ns);
+                if a_wait && switched_in && cycle.blocked_ns > 0 {
+                    let site = SiteKey {
+                        state: slot.state,
+                        epoch: 0,
+                        user_stack: slot.user_stack,
+                        kernel_stack: slot.kernel_stack,
+                    };
+                    let hist = site_hists.entry(site).or_default();
+                    hist.buckets[hist_bucket(cycle.blocked_ns)] += 1;
+                }
+            }
         }
     }
 

@@ -803,12 +803,14 @@ enum MetadataSection {
     },
 }
 
-impl DebugLayout {
-    fn resolve(pid: u32, vm: &VmStructs, major: Option<i64>) -> Result<DebugLayout, JvmError> {
+impl DebugSections {
+    /// Which of the layouts this JVM has, told by the fields its vmStructs names:
+    /// `nmethod::_immutable_data` only exists since the debug information left the blob.
+    fn resolve(pid: u32, vm: &VmStructs) -> Result<DebugSections, JvmError> {
         let f = |ty: &str, name: &str| vm.field(pid, ty, name);
         let nm = |name: &str| f("nmethod", name);
-        let sections = match nm("_immutable_data") {
-            Ok(immutable_data) => DebugSections::Immutable {
+        match nm("_immutable_data") {
+            Ok(immutable_data) => Ok(DebugSections::Immutable {
                 immutable_data,
                 immutable_data_size: nm("_immutable_data_size")?,
                 scopes_pcs_offset: nm("_scopes_pcs_offset")?,
@@ -824,34 +826,21 @@ impl DebugLayout {
                         metadata_offset: nm("_metadata_offset")?,
                     },
                 },
-            },
-            Err(_) => DebugSections::InBlob {
+            }),
+            Err(_) => Ok(DebugSections::InBlob {
                 metadata_offset: nm("_metadata_offset")?,
                 scopes_data_begin: nm("_scopes_data_begin")
                     .or_else(|_| f("CompiledMethod", "_scopes_data_begin"))?,
                 scopes_pcs_offset: nm("_scopes_pcs_offset")?,
                 dependencies_offset: nm("_dependencies_offset")?,
-            },
-        };
-        let compile_id = nm("_compile_id")?;
-        let pc_desc_size = vm.size_of(pid, "PcDesc")?;
-        let pc_offset = f("PcDesc", "_pc_offset")?;
-        let scope_offset = f("PcDesc", "_scope_decode_offset")?;
-        if pc_desc_size == 0
-            || pc_desc_size > 64
-            || pc_offset.end() > pc_desc_size
-            || scope_offset.end() > pc_desc_size
-        {
-            return Err(JvmError::Invalid {
-                pid,
-                what: format!("sizeof(PcDesc) {pc_desc_size}"),
-            });
+            }),
         }
-        let major = major.ok_or_else(|| JvmError::Unsupported {
-            pid,
-            what: "major version (Abstract_VM_Version::_vm_major_version)".into(),
-        })?;
-        let fields: Vec<Field> = match sections {
+    }
+
+    /// Every field the sections are read from, so the caller knows how much of the header
+    /// must be at hand.
+    fn fields(&self) -> Vec<Field> {
+        match *self {
             DebugSections::InBlob {
                 metadata_offset,
                 scopes_data_begin,
@@ -889,7 +878,33 @@ impl DebugLayout {
                 }
                 v
             }
-        };
+        }
+    }
+}
+
+impl DebugLayout {
+    fn resolve(pid: u32, vm: &VmStructs, major: Option<i64>) -> Result<DebugLayout, JvmError> {
+        let f = |ty: &str, name: &str| vm.field(pid, ty, name);
+        let sections = DebugSections::resolve(pid, vm)?;
+        let compile_id = f("nmethod", "_compile_id")?;
+        let pc_desc_size = vm.size_of(pid, "PcDesc")?;
+        let pc_offset = f("PcDesc", "_pc_offset")?;
+        let scope_offset = f("PcDesc", "_scope_decode_offset")?;
+        if pc_desc_size == 0
+            || pc_desc_size > 64
+            || pc_offset.end() > pc_desc_size
+            || scope_offset.end() > pc_desc_size
+        {
+            return Err(JvmError::Invalid {
+                pid,
+                what: format!("sizeof(PcDesc) {pc_desc_size}"),
+            });
+        }
+        let major = major.ok_or_else(|| JvmError::Unsupported {
+            pid,
+            what: "major version (Abstract_VM_Version::_vm_major_version)".into(),
+        })?;
+        let fields = sections.fields();
         let header_end = fields
             .iter()
             .chain([&compile_id])
@@ -1771,6 +1786,40 @@ impl Jvm {
         self.inlining_calls += 1;
         let call = self.inlining_calls;
         let mut read = InliningRead::default();
+        let pending = self.reuse_inlining(blobs, call, &mut read);
+        let mut buf = Vec::new();
+        let mut rest = &pending[..];
+        while !rest.is_empty() {
+            // The first batch is read whatever the budget, so every call makes progress.
+            if rest.len() < pending.len() && started.elapsed() >= budget {
+                read.deferred = rest.len();
+                break;
+            }
+            let parts = Self::next_inlining_batch(blobs, rest);
+            let (batch, tail) = rest.split_at(parts.len());
+            rest = tail;
+            let ranges: Vec<(u64, usize)> = parts.iter().flatten().flatten().copied().collect();
+            let ok = self.mem.read_ranges(&ranges, &mut buf);
+            for (&i, bytes) in batch.iter().zip(Self::cut_parts(&parts, &buf, &ok)) {
+                match bytes {
+                    Some(bytes) => self.decode_inlining(&mut blobs[i], bytes, call, &mut read),
+                    None => read.failed += 1,
+                }
+            }
+        }
+        self.inlining.retain(|_, r| r.seen == call);
+        read
+    }
+
+    /// Gives the blobs whose nmethod was read on an earlier call their inlining again
+    /// (marking the entry seen by `call`, so it is kept); returns the indices in `blobs` of
+    /// the nmethods still to read.
+    fn reuse_inlining(
+        &mut self,
+        blobs: &mut [CodeBlob],
+        call: u64,
+        read: &mut InliningRead,
+    ) -> Vec<usize> {
         let mut pending = Vec::new();
         for (i, b) in blobs.iter_mut().enumerate() {
             let Some(at) = b.debug else { continue };
@@ -1783,40 +1832,46 @@ impl Jvm {
                 None => pending.push(i),
             }
         }
+        pending
+    }
+
+    /// The parts (PcDescs, scopes, metadata) of the next batch of `rest` (indices in
+    /// `blobs`): as many nmethods as one `process_vm_readv` and one look at the clock are
+    /// for, the first one whatever its size. None for an nmethod whose parts are not known.
+    fn next_inlining_batch(blobs: &[CodeBlob], rest: &[usize]) -> Vec<Option<[(u64, usize); 3]>> {
         // Nmethods read per `process_vm_readv` (three parts each), and between two looks at
         // the clock; and the bytes a batch may hold beyond its first nmethod's.
         const BATCH: usize = 64;
         const BATCH_BYTES: usize = 4 << 20;
-        let mut buf = Vec::new();
-        let mut rest = &pending[..];
-        while !rest.is_empty() {
-            if rest.len() < pending.len() && started.elapsed() >= budget {
-                read.deferred = rest.len();
+        let mut parts: Vec<Option<[(u64, usize); 3]>> = Vec::with_capacity(BATCH);
+        let mut batch_bytes = 0;
+        for &i in rest.iter().take(BATCH) {
+            let p = blobs[i].debug.and_then(|d| d.parts());
+            let len: usize = p.iter().flatten().map(|r| r.1).sum();
+            if !parts.is_empty() && batch_bytes + len > BATCH_BYTES {
                 break;
             }
-            let mut parts: Vec<Option<[(u64, usize); 3]>> = Vec::with_capacity(BATCH);
-            let mut batch_bytes = 0;
-            for &i in rest.iter().take(BATCH) {
-                let p = blobs[i].debug.and_then(|d| d.parts());
-                let len: usize = p.iter().flatten().map(|r| r.1).sum();
-                if !parts.is_empty() && batch_bytes + len > BATCH_BYTES {
-                    break;
-                }
-                batch_bytes += len;
-                parts.push(p);
-            }
-            let (batch, tail) = rest.split_at(parts.len());
-            rest = tail;
-            let ranges: Vec<(u64, usize)> = parts.iter().flatten().flatten().copied().collect();
-            let ok = self.mem.read_ranges(&ranges, &mut buf);
-            let mut next = 0;
-            let mut part = 0;
-            for (&i, parts) in batch.iter().zip(&parts) {
-                let b = &mut blobs[i];
-                let Some(parts) = parts else {
-                    read.failed += 1;
-                    continue;
-                };
+            batch_bytes += len;
+            parts.push(p);
+        }
+        parts
+    }
+
+    /// Each nmethod's three parts cut out of `buf`, which holds the ranges of `parts` one
+    /// after the other as `read_ranges` left them (`ok`: which were read). None for an
+    /// nmethod whose parts were not known or not all read: its information is not whole.
+    fn cut_parts<'a>(
+        parts: &[Option<[(u64, usize); 3]>],
+        buf: &'a [u8],
+        ok: &[bool],
+    ) -> Vec<Option<[&'a [u8]; 3]>> {
+        let mut next = 0;
+        let mut part = 0;
+        parts
+            .iter()
+            .map(|parts| {
+                // Not known: no ranges were asked for, so `next` and `part` stay.
+                let parts = parts.as_ref()?;
                 let mut bytes: [&[u8]; 3] = [&[]; 3];
                 let mut whole = true;
                 for (k, &(_, len)) in parts.iter().enumerate() {
@@ -1825,54 +1880,60 @@ impl Jvm {
                     next += len;
                     part += 1;
                 }
-                if !whole {
-                    read.failed += 1;
-                    continue;
+                whole.then_some(bytes)
+            })
+            .collect()
+    }
+
+    /// Decodes the inlining of the nmethod `b` from its parts, read whole, and keeps it for
+    /// the next calls (a failure is not kept: the nmethod is read again next time).
+    fn decode_inlining(
+        &mut self,
+        b: &mut CodeBlob,
+        bytes: [&[u8]; 3],
+        call: u64,
+        read: &mut InliningRead,
+    ) {
+        read.bytes += bytes.iter().map(|b| b.len()).sum::<usize>();
+        let BlobKind::Nmethod { method } = b.kind else {
+            return;
+        };
+        let Ok(layout) = &self.layout.debug else {
+            return;
+        };
+        let info = DebugInfo {
+            pcs: bytes[0],
+            scopes: bytes[1],
+            metadata: bytes[2],
+            stream: layout.stream,
+            method,
+        };
+        match info.inlining(layout) {
+            Ok(inlining) => {
+                let inlining = inlining.map(Arc::new);
+                read.decoded += 1;
+                read.inlined += usize::from(inlining.is_some());
+                if let Some(at) = b.debug {
+                    self.inlining.insert(
+                        (b.start, at.compile_id),
+                        ReadInlining {
+                            seen: call,
+                            inlining: inlining.clone(),
+                        },
+                    );
                 }
-                read.bytes += bytes.iter().map(|b| b.len()).sum::<usize>();
-                let BlobKind::Nmethod { method } = b.kind else {
-                    continue;
-                };
-                let Ok(layout) = &self.layout.debug else {
-                    continue;
-                };
-                let info = DebugInfo {
-                    pcs: bytes[0],
-                    scopes: bytes[1],
-                    metadata: bytes[2],
-                    stream: layout.stream,
-                    method,
-                };
-                match info.inlining(layout) {
-                    Ok(inlining) => {
-                        let inlining = inlining.map(Arc::new);
-                        read.decoded += 1;
-                        read.inlined += usize::from(inlining.is_some());
-                        if let Some(at) = b.debug {
-                            self.inlining.insert(
-                                (b.start, at.compile_id),
-                                ReadInlining {
-                                    seen: call,
-                                    inlining: inlining.clone(),
-                                },
-                            );
-                        }
-                        b.inlining = inlining;
-                    }
-                    Err(e) => {
-                        log::debug!(
-                            "process {}: the debug information of {} at {:#x} did not decode: {e}",
-                            self.pid,
-                            b.name,
-                            b.start
-                        );
-                        read.failed += 1;
-                    }
-                }
+                b.inlining = inlining;
+            }
+            Err(e) => {
+                log::debug!(
+                    "process {}: the debug information of {} at {:#x} did not decode: {e}",
+                    self.pid,
+                    b.name,
+                    b.start
+                );
+                read.failed += 1;
             }
         }
-        self.inlining.retain(|_, r| r.seen == call);
-        read
     }
 
     /// Every PcDesc of an nmethod with its whole chain of scopes (bcis included), read now.

@@ -629,6 +629,104 @@ impl Default for Config {
     }
 }
 
+/// The attributes of a CPU's dummy event: no samples, only the side-band records (mmap,
+/// comm, fork/exit) with their tid and time, on the clock the rest of the capture uses.
+fn dummy_event_attr(config: &Config) -> PerfEventAttr {
+    let mut attr = PerfEventAttr {
+        type_: PERF_TYPE_SOFTWARE,
+        size: PERF_ATTR_SIZE_VER7,
+        config: PERF_COUNT_SW_DUMMY,
+        sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_TIME,
+        wakeup_watermark: config.wakeup_bytes.max(1),
+        clockid: libc::CLOCK_MONOTONIC,
+        ..PerfEventAttr::default()
+    };
+    // Disabled until the ring is mapped: records written before would be lost anyway.
+    for bit in [
+        attr_bit::DISABLED,
+        attr_bit::MMAP,
+        attr_bit::COMM,
+        attr_bit::TASK,
+        attr_bit::WATERMARK,
+        attr_bit::SAMPLE_ID_ALL,
+        attr_bit::MMAP2,
+        attr_bit::COMM_EXEC,
+        attr_bit::USE_CLOCKID,
+    ] {
+        attr.flags |= 1 << bit;
+    }
+    attr
+}
+
+/// Opens `attr` system-wide on `cpu`. A refusal for want of privilege is told apart (with
+/// `perf_event_paranoid`, which decides it) so the caller can say what to change.
+fn open_dummy_event(cpu: u32, attr: &PerfEventAttr) -> Result<OwnedFd, Error> {
+    // SAFETY: `attr` is a valid perf_event_attr of the size it declares, alive for the
+    // call; pid -1 with a CPU is a system-wide event on that CPU; group fd -1 is none.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr as *const PerfEventAttr,
+            -1 as libc::pid_t,
+            cpu as libc::c_int,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let source = io::Error::last_os_error();
+        return Err(match source.raw_os_error() {
+            Some(libc::EACCES | libc::EPERM) => Error::Privilege {
+                cpu,
+                source,
+                paranoid: std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+                    .map_or_else(|_| "unknown".into(), |s| s.trim().to_string()),
+            },
+            _ => Error::Open { cpu, source },
+        });
+    }
+    // SAFETY: perf_event_open returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// Maps `map_len` bytes of the event's ring (control page first). EPERM here means the
+/// locked-memory limit, which has an error of its own.
+fn map_ring(cpu: u32, fd: &OwnedFd, map_len: usize) -> Result<NonNull<u8>, Error> {
+    // Writable, so that the kernel honours data_tail and never overwrites unread records
+    // (it drops new ones and reports how many in PERF_RECORD_LOST).
+    // SAFETY: a fresh shared mapping of the perf fd; the kernel checks the length.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        let source = io::Error::last_os_error();
+        return Err(if source.raw_os_error() == Some(libc::EPERM) {
+            Error::MemoryLock {
+                cpu,
+                bytes: map_len,
+                source,
+            }
+        } else {
+            Error::Mmap {
+                cpu,
+                bytes: map_len,
+                source,
+            }
+        });
+    }
+    NonNull::new(base.cast::<u8>()).ok_or_else(|| Error::Layout {
+        cpu,
+        what: "mapped at address 0".into(),
+    })
+}
+
 /// One CPU's dummy event and its mapped ring.
 struct Ring {
     cpu: u32,
@@ -646,57 +744,10 @@ struct Ring {
 unsafe impl Send for Ring {}
 
 impl Ring {
+    /// Opens the CPU's dummy event and maps its ring. The steps are separate functions so
+    /// each keeps its own SAFETY argument next to its one system call.
     fn open(cpu: u32, config: &Config, page_size: usize) -> Result<Ring, Error> {
-        let mut attr = PerfEventAttr {
-            type_: PERF_TYPE_SOFTWARE,
-            size: PERF_ATTR_SIZE_VER7,
-            config: PERF_COUNT_SW_DUMMY,
-            sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_TIME,
-            wakeup_watermark: config.wakeup_bytes.max(1),
-            clockid: libc::CLOCK_MONOTONIC,
-            ..PerfEventAttr::default()
-        };
-        // Disabled until the ring is mapped: records written before would be lost anyway.
-        for bit in [
-            attr_bit::DISABLED,
-            attr_bit::MMAP,
-            attr_bit::COMM,
-            attr_bit::TASK,
-            attr_bit::WATERMARK,
-            attr_bit::SAMPLE_ID_ALL,
-            attr_bit::MMAP2,
-            attr_bit::COMM_EXEC,
-            attr_bit::USE_CLOCKID,
-        ] {
-            attr.flags |= 1 << bit;
-        }
-        // SAFETY: `attr` is a valid perf_event_attr of the size it declares, alive for the
-        // call; pid -1 with a CPU is a system-wide event on that CPU; group fd -1 is none.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttr,
-                -1 as libc::pid_t,
-                cpu as libc::c_int,
-                -1 as libc::c_int,
-                PERF_FLAG_FD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            let source = io::Error::last_os_error();
-            return Err(match source.raw_os_error() {
-                Some(libc::EACCES | libc::EPERM) => Error::Privilege {
-                    cpu,
-                    source,
-                    paranoid: std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-                        .map_or_else(|_| "unknown".into(), |s| s.trim().to_string()),
-                },
-                _ => Error::Open { cpu, source },
-            });
-        }
-        // SAFETY: perf_event_open returned a new fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
-
+        let fd = open_dummy_event(cpu, &dummy_event_attr(config))?;
         let data_pages = 1usize.checked_shl(config.data_pages_log2).unwrap_or(0);
         let map_len = data_pages.saturating_add(1).saturating_mul(page_size);
         if data_pages == 0 || map_len == usize::MAX {
@@ -705,41 +756,7 @@ impl Ring {
                 what: format!("2^{} data pages", config.data_pages_log2),
             });
         }
-        // Writable, so that the kernel honours data_tail and never overwrites unread records
-        // (it drops new ones and reports how many in PERF_RECORD_LOST).
-        // SAFETY: a fresh shared mapping of the perf fd; the kernel checks the length.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            let source = io::Error::last_os_error();
-            return Err(if source.raw_os_error() == Some(libc::EPERM) {
-                Error::MemoryLock {
-                    cpu,
-                    bytes: map_len,
-                    source,
-                }
-            } else {
-                Error::Mmap {
-                    cpu,
-                    bytes: map_len,
-                    source,
-                }
-            });
-        }
-        let Some(base) = NonNull::new(base.cast::<u8>()) else {
-            return Err(Error::Layout {
-                cpu,
-                what: "mapped at address 0".into(),
-            });
-        };
+        let base = map_ring(cpu, &fd, map_len)?;
         let mut ring = Ring {
             cpu,
             fd,
@@ -748,22 +765,32 @@ impl Ring {
             data_offset: page_size,
             data_size: data_pages * page_size,
         };
-        // Kernels since 4.1 say where the data is; older ones put it after the first page.
+        // Past this point a failure drops `ring`, which unmaps it.
+        ring.locate_data()?;
+        Ok(ring)
+    }
+
+    /// Kernels since 4.1 say where the data is; older ones put it after the first page (the
+    /// layout `open` assumed).
+    fn locate_data(&mut self) -> Result<(), Error> {
         let (offset, size) = (
-            ring.page_u64(PAGE_DATA_OFFSET),
-            ring.page_u64(PAGE_DATA_SIZE),
+            self.page_u64(PAGE_DATA_OFFSET),
+            self.page_u64(PAGE_DATA_SIZE),
         );
         if offset != 0 || size != 0 {
             let (offset, size) = (offset as usize, size as usize);
-            if !size.is_power_of_two() || offset.saturating_add(size) > map_len {
+            if !size.is_power_of_two() || offset.saturating_add(size) > self.map_len {
                 return Err(Error::Layout {
-                    cpu,
-                    what: format!("data at {offset} size {size} in a {map_len}-byte mapping"),
+                    cpu: self.cpu,
+                    what: format!(
+                        "data at {offset} size {size} in a {}-byte mapping",
+                        self.map_len
+                    ),
                 });
             }
-            (ring.data_offset, ring.data_size) = (offset, size);
+            (self.data_offset, self.data_size) = (offset, size);
         }
-        Ok(ring)
+        Ok(())
     }
 
     /// A `__u64` of the control page as an atomic: the kernel writes `data_head` while we

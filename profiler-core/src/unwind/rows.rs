@@ -1207,10 +1207,9 @@ mod tests {
     }
 
     /// Every row kind from hand-written CFI: gas turns the directives into the CFA
-    /// instructions, the labels (local symbols) mark where rows start.
-    #[test]
-    fn hand_written_cfi_rules() {
-        const ASM: &str = r#"
+    /// instructions, the labels (local symbols) mark where rows start. Kept outside the test
+    /// so the test reads as its checks; each label is named after the rule that starts there.
+    const HAND_WRITTEN_CFI: &str = r#"
             .text
             .globl main
             .type main, @function
@@ -1270,53 +1269,74 @@ mod tests {
             nop
             .section .note.GNU-stack, "", @progbits
         "#;
+
+    /// Every row kind from hand-written CFI: one build of `HAND_WRITTEN_CFI`, checked a
+    /// group of rules at a time (one build, not one per group: linking is the slow part).
+    #[test]
+    fn hand_written_cfi_rules() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let elf = build(dir.path(), &[("cfi.s", ASM, &[])], &[]);
+        let elf = build(dir.path(), &[("cfi.s", HAND_WRITTEN_CFI, &[])], &[]);
         let table = build_rows(&elf).expect("build rows");
         assert_sorted_and_merged(&table);
-        let at = |name| rule_at(&table, symbol(&elf, name));
-        let unsupported = (cfa::UNSUPPORTED, 0, rbp::UNCHANGED, 0);
-        assert_eq!(at("outermost"), (cfa::END_OF_STACK, 0, rbp::UNCHANGED, 0));
-        assert_eq!(at("odd"), (cfa::RSP, 8, rbp::UNCHANGED, 0));
         assert_eq!(
-            rule_at(&table, symbol(&elf, "odd") + 2),
+            rule_at(&table, symbol(&elf, "outermost")),
+            (cfa::END_OF_STACK, 0, rbp::UNCHANGED, 0)
+        );
+        assert_rules_the_unwinder_reads(&elf, &table);
+        assert_rules_it_cannot_follow(&elf, &table);
+        assert_adjacent_functions_share_a_row(&elf, &table);
+    }
+
+    /// `odd`'s rows the unwinder can follow: CFA on rsp, return address at CFA - 8.
+    fn assert_rules_the_unwinder_reads(elf: &[u8], table: &UnwindTable) {
+        assert_eq!(
+            rule_at(table, symbol(elf, "odd")),
+            (cfa::RSP, 8, rbp::UNCHANGED, 0)
+        );
+        assert_eq!(
+            rule_at(table, symbol(elf, "odd") + 2),
             (cfa::RSP, 16, rbp::UNCHANGED, 0)
         );
+        assert_eq!(
+            rule_at(table, symbol(elf, "odd_back") + 1),
+            (cfa::RSP, 16, rbp::UNCHANGED, 0)
+        );
+    }
+
+    /// `odd`'s rows with a CFA or rbp rule outside what the table encodes.
+    fn assert_rules_it_cannot_follow(elf: &[u8], table: &UnwindTable) {
+        let unsupported = (cfa::UNSUPPORTED, 0, rbp::UNCHANGED, 0);
         // CFA on r12: not one the unwinder reads.
-        assert_eq!(rule_at(&table, symbol(&elf, "odd_r12") + 3), unsupported);
+        assert_eq!(rule_at(table, symbol(elf, "odd_r12") + 3), unsupported);
         // rbp saved in another register.
         assert_eq!(
-            rule_at(&table, symbol(&elf, "odd_rbp_in_reg") + 3),
+            rule_at(table, symbol(elf, "odd_rbp_in_reg") + 3),
             (cfa::RSP, 16, rbp::UNSUPPORTED, 0)
         );
         // rbp offset outside i16.
         assert_eq!(
-            rule_at(&table, symbol(&elf, "odd_rbp_far") + 1),
+            rule_at(table, symbol(elf, "odd_rbp_far") + 1),
             (cfa::RSP, 16, rbp::UNSUPPORTED, 0)
         );
         // CFA offset outside i32.
-        assert_eq!(
-            rule_at(&table, symbol(&elf, "odd_huge_cfa") + 1),
-            unsupported
-        );
+        assert_eq!(rule_at(table, symbol(elf, "odd_huge_cfa") + 1), unsupported);
         // Return address somewhere other than CFA - 8.
-        assert_eq!(rule_at(&table, symbol(&elf, "odd_ra") + 1), unsupported);
-        assert_eq!(
-            rule_at(&table, symbol(&elf, "odd_back") + 1),
-            (cfa::RSP, 16, rbp::UNCHANGED, 0)
-        );
-        // The end of `odd` is the start of `adjacent`: no NO_INFO between them, and the two
-        // equal rules merge into one row.
-        let odd_end = symbol(&elf, "odd_end");
-        let adjacent = symbol(&elf, "adjacent");
+        assert_eq!(rule_at(table, symbol(elf, "odd_ra") + 1), unsupported);
+    }
+
+    /// The end of `odd` is the start of `adjacent`: no NO_INFO between them, and the two
+    /// equal rules merge into one row. After `adjacent`, padding up to the next 32 bytes:
+    /// NO_INFO.
+    fn assert_adjacent_functions_share_a_row(elf: &[u8], table: &UnwindTable) {
+        let odd_end = symbol(elf, "odd_end");
+        let adjacent = symbol(elf, "adjacent");
         assert_eq!(adjacent, odd_end + 1);
         assert_eq!(
-            rows_in(&table, odd_end, adjacent),
+            rows_in(table, odd_end, adjacent),
             vec![(0, cfa::RSP, 8, rbp::UNCHANGED, 0)]
         );
-        // After `adjacent`, padding up to the next 32 bytes: NO_INFO.
-        let adjacent_end = symbol(&elf, "adjacent_end");
-        assert_eq!(rule_at(&table, adjacent_end).0, cfa::NO_INFO);
+        let adjacent_end = symbol(elf, "adjacent_end");
+        assert_eq!(rule_at(table, adjacent_end).0, cfa::NO_INFO);
     }
 
     #[test]
