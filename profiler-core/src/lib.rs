@@ -5,13 +5,14 @@
 //! The capture side (`profiler`) hands it [`model::Drained`] and the targets' mappings.
 //!
 //! Stage order (each module imports only `model` and the stages before it):
-//! `procmap`, `perfmap`, `jvm` → `unwind` → `account` → `symbolize` → `analysis` → `fold` →
+//! `procmap`, `perfmap`, `jvm` → `unwind` → `account` → `symbolize` → `waits` → `analysis` (with `holders`) → `fold` →
 //! `diff` → `render`.
 
 pub mod account;
 pub mod analysis;
 pub mod diff;
 pub mod fold;
+pub mod holders;
 pub mod jvm;
 pub mod model;
 pub mod perfmap;
@@ -19,3 +20,4 @@ pub mod procmap;
 pub mod render;
 pub mod symbolize;
 pub mod unwind;
+pub mod waits;

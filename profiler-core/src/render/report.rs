@@ -20,11 +20,13 @@ use serde::Serialize;
 
 use crate::{
     analysis::{self, Analysis, SiteId, distinct_labels},
+    holders::HoldersRow,
     model::{
         CaptureMeta, Hist, Kind, Mode, Profile, StackNames, stack_frames, waker_frames,
         waker_identity,
     },
     render::verdict,
+    waits::{self, WaitKind},
 };
 
 /// Version of the JSON layout (docs/report.schema.json).
@@ -218,6 +220,11 @@ pub struct SiteRow {
     pub idle_s: f64,
     /// A wait for any of many events (epoll, poll, select): ranked after the blocking sites.
     pub event_wait: bool,
+    /// What the wait was for, by its frames (waits.rs): lock, waiting_for_work (idle),
+    /// condition, sleep, events, io.
+    pub kind: WaitKind,
+    /// For a lock: what the threads that released it did while holding it (holders.rs).
+    pub holders: Option<HoldersRow>,
     pub waits: u64,
     pub latency: Option<Latency>,
     /// Time the site's threads then waited for a CPU after being woken.
@@ -272,6 +279,10 @@ pub struct GroupWait {
     /// The site's first waker (`name-tid`, or `[interrupt]`, `[timer interrupt]`) and its share
     /// of the wakeups.
     pub woken_by: Option<String>,
+    /// As in `top_blocking_sites[].kind`.
+    pub kind: WaitKind,
+    /// For a lock: what its holders did most with the held time, with its state and share.
+    pub holders_mostly: Option<String>,
 }
 
 /// Idle threads of one process waiting at the same site.
@@ -282,6 +293,8 @@ pub struct IdleRow {
     pub state: Option<&'static str>,
     /// Their wait site, as in `top_blocking_sites[].site` (null: no wait recorded).
     pub site: Option<String>,
+    /// What they waited for, as in `top_blocking_sites[].kind`.
+    pub kind: Option<WaitKind>,
     pub thread_count: usize,
     /// Up to 8 of them, `name-tid`.
     pub threads: Vec<String>,
@@ -716,6 +729,8 @@ fn site_rows(
         .map(|((id, site), label)| {
             let mut row = site_row(profile, id.0, label, site, all_thread_ns, active_ns);
             row.event_wait = analysis.event_sites.contains(&id);
+            row.kind = waits::classify(&id.1);
+            row.holders = analysis.holders.get(&id).map(|h| h.row());
             (id, row)
         })
         .collect()
@@ -789,6 +804,14 @@ fn group_wait(
             .wakers
             .first()
             .map(|w| wakers_text(std::slice::from_ref(w))),
+        kind: site.kind,
+        holders_mostly: site.holders.as_ref().and_then(|h| {
+            let top = h.held.first()?;
+            Some(format!(
+                "{} ({}, {:.0} %)",
+                top.what, top.state, top.share_pct
+            ))
+        }),
     })
 }
 
@@ -814,6 +837,7 @@ fn idle_rows(
                 pid: set.pid,
                 state: site.map(|s| s.state),
                 site: site.map(|s| s.site.clone()),
+                kind: site.map(|s| s.kind),
                 thread_count: set.tids.len(),
                 threads: set
                     .tids
@@ -879,6 +903,8 @@ fn site_row(
         active_pct: round1(100.0 * site.active_ns as f64 / active_ns as f64),
         idle_s: secs(site.time_ns - site.active_ns),
         event_wait: false,
+        kind: WaitKind::Io,
+        holders: None,
         waits: site.hist.count,
         latency: site.hist.latency(),
         wakers,

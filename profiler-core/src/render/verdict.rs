@@ -6,12 +6,14 @@
 //! threads were idle (waiting for work), which are not ranked. With every thread idle, or in
 //! `--mode cpu`, it names the dominant state over all threads.
 
-use crate::model::Mode;
+use crate::{model::Mode, waits::WaitKind};
 
 use super::report::{FunctionRow, GroupRow, IdleRow, RunQueue};
 
 /// A run-queue share at least this large is named.
 const RUNNABLE_NAMED_PCT: f64 = 5.0;
+/// A group waiting for work at least this share of its time is said to be mostly idle.
+const MOSTLY_WAITING_FOR_WORK_PCT: f64 = 50.0;
 /// A second group is named when it is at least this busy compared with the first.
 const NEXT_GROUP_SHARE: f64 = 0.25;
 
@@ -59,16 +61,36 @@ pub fn verdict(v: &VerdictInput<'_>) -> String {
             f.function, f.self_pct, f.total_pct
         ));
     }
-    let idle: usize = v.idle.iter().map(|i| i.thread_count).sum();
-    if idle > 0 {
-        text.push_str(&format!(
-            " {idle} of {} threads {} idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep) and {} listed apart, not ranked.",
-            v.threads,
-            if idle == 1 { "was" } else { "were" },
-            if idle == 1 { "is" } else { "are" }
-        ));
-    }
+    text.push_str(&idle_sentence(v));
     text
+}
+
+/// ` 12 of 40 threads were idle (…), 8 of them waiting for work (…), and are listed apart,
+/// not ranked.`
+fn idle_sentence(v: &VerdictInput<'_>) -> String {
+    let idle: usize = v.idle.iter().map(|i| i.thread_count).sum();
+    if idle == 0 {
+        return String::new();
+    }
+    let work = v
+        .idle
+        .iter()
+        .filter(|i| i.kind == Some(WaitKind::Work))
+        .max_by_key(|i| i.thread_count)
+        .map(|i| {
+            let site = i.site.as_deref().unwrap_or("?");
+            format!(
+                ", {} of them a pool waiting for work ({site})",
+                i.thread_count
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        " {idle} of {} threads {} idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep){work} and {} listed apart, not ranked.",
+        v.threads,
+        if idle == 1 { "was" } else { "were" },
+        if idle == 1 { "is" } else { "are" }
+    )
 }
 
 /// `X is on the CPU 60 % of the time; 32 % is spent in … (io, p99 0.20 ms, woken by …).`
@@ -93,15 +115,27 @@ fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
         if let Some(by) = &w.woken_by {
             detail.push(format!("woken by {by}"));
         }
-        (
-            w.share_pct,
+        let mut text = if w.kind == WaitKind::Lock {
+            format!(
+                "{:.0} % is spent queueing for a lock, {} ({})",
+                w.share_pct,
+                w.site,
+                detail.join(", ")
+            )
+        } else {
             format!(
                 "{:.0} % is spent in {} ({})",
                 w.share_pct,
                 w.site,
                 detail.join(", ")
-            ),
-        )
+            )
+        };
+        if let Some(held) = &w.holders_mostly {
+            text.push_str(&format!(
+                "; its holders spend the held time mostly in {held}"
+            ));
+        }
+        (w.share_pct, text)
     });
     let runnable = (g.runnable_pct >= RUNNABLE_NAMED_PCT).then(|| {
         let p99 = |l: &Option<super::report::Latency>| {
@@ -145,9 +179,14 @@ fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
         (w, r) => parts.extend(w.map(|w| w.1).into_iter().chain(r.map(|r| r.1))),
     }
     parts.extend(events);
-    if g.idle_wait_pct >= RUNNABLE_NAMED_PCT {
+    if g.idle_wait_pct >= MOSTLY_WAITING_FOR_WORK_PCT {
         parts.push(format!(
-            "{:.0} % parked with nothing to run (the Go scheduler's idle waits)",
+            "{:.0} % waiting for work: the pool is mostly idle, not the bottleneck",
+            g.idle_wait_pct
+        ));
+    } else if g.idle_wait_pct >= RUNNABLE_NAMED_PCT {
+        parts.push(format!(
+            "{:.0} % waiting for work (idle waits)",
             g.idle_wait_pct
         ));
     }
@@ -244,6 +283,8 @@ mod tests {
                 total_s: share / 10.0,
                 p99_ms: Some(0.2),
                 woken_by: Some("[interrupt] (97 %)".into()),
+                kind: WaitKind::Io,
+                holders_mostly: None,
             }),
         }
     }
@@ -287,6 +328,7 @@ mod tests {
             pid: 1,
             state: Some("sleep"),
             site: Some("pthread_cond_wait ← bioProcessBackgroundJobs".into()),
+            kind: Some(WaitKind::Condition),
             thread_count: 3,
             threads: vec![],
             sleep_s: 30.0,
