@@ -176,14 +176,16 @@ pub fn classify(frames: &[String]) -> WaitKind {
     }
 }
 
-/// Whether these frames are a JVM thread's: Java frames (by the JDK's packages) or the
-/// JVM's calls into Java.
+/// Whether these frames are a JVM thread's: Java frames (by the JDK's packages), the JVM's
+/// calls into Java, or the start of a thread of the JVM's own (GC, compiler, VM thread).
 pub fn is_jvm_stack(frames: &[String]) -> bool {
     frames.iter().any(|f| {
         f.starts_with("java.")
             || f.starts_with("jdk.")
             || f.contains("JavaCalls::")
             || f.contains("JavaThread::")
+            || f.starts_with("thread_native_entry(")
+            || f.starts_with("Thread::call_run(")
     })
 }
 
@@ -252,8 +254,9 @@ pub fn lock_label(frames: &[String], callers: usize) -> Option<String> {
 
 /// A JVM thread's wait label, its Java frames leaf first after the blocking C call when the
 /// leaf is one (`fsync ← FileDescriptor.sync ← Ledger$AuditLog.append`), the JVM's C++ and
-/// the JDK's park machinery left out; `callers` Java frames (at least two). None for a stack
-/// that is not a JVM thread's or has no Java frame.
+/// the JDK's park machinery left out; `callers` Java frames (at least two). A thread of the
+/// JVM's own, with no Java frame, reads `the JVM's own condition wait`. None for a stack
+/// that is not a JVM thread's.
 pub fn jvm_label(frames: &[String], callers: usize) -> Option<String> {
     if !is_jvm_stack(frames) {
         return None;
@@ -262,12 +265,16 @@ pub fn jvm_label(frames: &[String], callers: usize) -> Option<String> {
         return Some(label);
     }
     let java = java_frames_leaf_first(frames);
+    let kind = classify(frames);
     if java.is_empty() {
-        return None;
+        // A thread of the JVM's own (GC, compiler): its C++ is in the stack, not the label.
+        return Some(match kind {
+            WaitKind::Work => "the JVM's own wait for work".into(),
+            kind => format!("the JVM's own {} wait", kind.name()),
+        });
     }
     // A system call's wrapper (fsync, read, epoll_wait) says what the Java frames wait in;
     // a sleep's or a park's condition variable says nothing more than they do.
-    let kind = classify(frames);
     let leaf = frames
         .last()
         .map(|f| function(f))
@@ -482,6 +489,18 @@ mod tests {
             Some("fsync ← FileDescriptor.sync ← Ledger$AuditLog.append")
         );
         assert_eq!(jvm_label(&v(&["main", "read"]), 2), None);
+        let gc = v(&[
+            "start_thread",
+            "thread_native_entry(Thread*)",
+            "Thread::call_run()",
+            "WorkerThread::run()",
+            "Monitor::wait(long)",
+            "pthread_cond_wait",
+        ]);
+        assert_eq!(
+            jvm_label(&gc, 2).as_deref(),
+            Some("the JVM's own condition wait")
+        );
     }
 
     #[test]
