@@ -58,16 +58,19 @@ pub type SiteId = (&'static str, Vec<String>);
 /// (`nginx+0x6e343`) in a file that names other frames of the stack is a local function its
 /// symbol table leaves out (a stripped binary keeps only its exported symbols): it is left
 /// out, so two stacks that differ only there are one site, as the user reads them, not two
-/// rows that look the same.
+/// rows that look the same. A lock's waits and a JVM pool's waits for work are one site each
+/// however they were reached (`waits::site_key`).
 pub fn site_frames(user_stack: u64, kernel_stack: u64, names: &StackNames) -> Vec<String> {
     let user = stack_frames(user_stack, stack_id::EMPTY, names);
-    if user.is_empty() {
-        return stack_frames(user_stack, kernel_stack, names);
-    }
-    match names.user_files.get(&user_stack) {
-        Some(files) if files.len() == user.len() => without_local_addresses(user, files),
-        _ => user,
-    }
+    let frames = if user.is_empty() {
+        stack_frames(user_stack, kernel_stack, names)
+    } else {
+        match names.user_files.get(&user_stack) {
+            Some(files) if files.len() == user.len() => without_local_addresses(user, files),
+            _ => user,
+        }
+    };
+    waits::site_key(&frames).unwrap_or(frames)
 }
 
 fn unnamed(frame: &str) -> bool {
@@ -320,7 +323,9 @@ pub(crate) fn distinct_labels<'a>(keys: impl Iterator<Item = &'a SiteId> + Clone
             .iter()
             .zip(&depth)
             .map(|((_, frames), &d)| {
-                waits::jvm_label(frames, d).unwrap_or_else(|| site_label(frames, frames, d))
+                waits::jvm_label(frames, d)
+                    .or_else(|| waits::lock_label(frames, d))
+                    .unwrap_or_else(|| site_label(frames, frames, d))
             })
             .collect();
         let mut seen: HashMap<(&str, &str), Vec<usize>> = HashMap::new();

@@ -48,7 +48,7 @@ pub fn lock_holders<'a>(
     let mut frames_of: HashMap<(u64, u64), Vec<String>> = HashMap::new();
     let mut out = HashMap::new();
     for site in sites {
-        let Some((taker, _)) = waits::lock_taker(&site.1) else {
+        let Some((taker, _, _)) = waits::lock_taker(&site.1) else {
             continue;
         };
         if waits::classify(&site.1) != WaitKind::Lock {
@@ -119,7 +119,7 @@ fn held(
                 };
                 let kind = waits::classify(frames);
                 let this_lock = waits::lock_taker(frames)
-                    .is_some_and(|(t, _)| waits::function(&frames[t]) == locked);
+                    .is_some_and(|(t, _, _)| waits::function(&frames[t]) == locked);
                 if kind == WaitKind::Work || (kind == WaitKind::Lock && this_lock) {
                     continue;
                 }

@@ -113,6 +113,9 @@ const CONDITION_FRAMES: &[&str] = &[
     "jdk.internal.misc.Unsafe.park",
     "pthread_cond_wait",
     "pthread_cond_timedwait",
+    "___pthread_cond_wait",
+    "___pthread_cond_timedwait64",
+    "__pthread_cond_wait_common",
     "pthread_cond_clockwait",
     "__pthread_cond_wait",
     "__pthread_cond_timedwait",
@@ -140,7 +143,12 @@ pub const EVENT_FRAMES: &[&str] = &[
 ];
 
 /// Classes whose frames are a lock's or a park's machinery, named past in labels.
-const MACHINERY: &[&str] = &["java.util.concurrent.locks.", "jdk.internal.misc.Unsafe."];
+const MACHINERY: &[&str] = &[
+    "java.util.concurrent.locks.",
+    "jdk.internal.misc.Unsafe.",
+    "java.util.concurrent.ForkJoinPool.managedBlock",
+    "java.util.concurrent.ForkJoinPool.unmanagedBlock",
+];
 
 /// A frame's function: without the inlined frames' `_[i]` and without C++ arguments.
 pub fn function(frame: &str) -> &str {
@@ -177,7 +185,8 @@ pub fn classify(frames: &[String]) -> WaitKind {
 }
 
 /// Whether these frames are a JVM thread's: Java frames (by the JDK's packages), the JVM's
-/// calls into Java, or the start of a thread of the JVM's own (GC, compiler, VM thread).
+/// calls into Java, the start of a thread of the JVM's own (GC, compiler, VM thread), or the
+/// JVM's monitor, `os::` and `JVM_` functions (a stack cut short before its Java frames).
 pub fn is_jvm_stack(frames: &[String]) -> bool {
     frames.iter().any(|f| {
         f.starts_with("java.")
@@ -186,6 +195,9 @@ pub fn is_jvm_stack(frames: &[String]) -> bool {
             || f.contains("JavaThread::")
             || f.starts_with("thread_native_entry(")
             || f.starts_with("Thread::call_run(")
+            || f.starts_with("os::")
+            || f.starts_with("JVM_")
+            || MONITOR_FRAMES.contains(&function(f))
     })
 }
 
@@ -210,8 +222,9 @@ pub fn short_java(frame: &str) -> &str {
 }
 
 /// The frame (index) that took the lock: the caller of the outermost lock frame, passing
-/// over the lock's machinery (j.u.c's `ReentrantLock.lock`) and, in a JVM, its C++ and stubs.
-pub fn lock_taker(frames: &[String]) -> Option<(usize, bool)> {
+/// over the lock's machinery (j.u.c's `ReentrantLock.lock`) and, in a JVM, its C++ and stubs;
+/// with that lock frame's index and whether it is a Java monitor's.
+pub fn lock_taker(frames: &[String]) -> Option<(usize, usize, bool)> {
     let monitor = frames
         .iter()
         .position(|f| MONITOR_FRAMES.contains(&function(f)));
@@ -227,7 +240,35 @@ pub fn lock_taker(frames: &[String]) -> Option<(usize, bool)> {
         let unnamed = name.contains("+0x") || name.starts_with('[');
         !machinery && !unnamed && (!jvm || is_java(f))
     })?;
-    Some((taker, monitor.is_some()))
+    Some((taker, outer, monitor.is_some()))
+}
+
+/// The frames that identify a lock's wait wherever it is called from and however the JIT
+/// compiled its callers — the frame that took the lock and the lock's outermost frame
+/// (`[LockService$Journal.record, _complete_monitor_locking_Java]`) — and a JVM pool's wait
+/// for work — its outermost and innermost wait-for-work frames (`[getTask,
+/// LinkedBlockingQueue.take]`). None for other waits: their stacks are their identity.
+pub fn site_key(frames: &[String]) -> Option<Vec<String>> {
+    match classify(frames) {
+        WaitKind::Lock => {
+            let (taker, outer, _) = lock_taker(frames)?;
+            Some(vec![
+                function(&frames[taker]).to_string(),
+                function(&frames[outer]).to_string(),
+            ])
+        }
+        WaitKind::Work if is_jvm_stack(frames) => {
+            let work = |f: &&String| WORK_FRAMES.contains(&function(f));
+            let outer = function(frames.iter().find(work)?).to_string();
+            let inner = function(frames.iter().rfind(work)?).to_string();
+            let mut key = vec![outer];
+            if key[0] != inner {
+                key.push(inner);
+            }
+            Some(key)
+        }
+        _ => None,
+    }
 }
 
 /// A lock wait's label: `monitor enter ← Ledger$AuditLog.append` (a Java monitor), `lock ←
@@ -237,7 +278,7 @@ pub fn lock_label(frames: &[String], callers: usize) -> Option<String> {
     if classify(frames) != WaitKind::Lock {
         return None;
     }
-    let (taker, monitor) = lock_taker(frames)?;
+    let (taker, _, monitor) = lock_taker(frames)?;
     let mut label = String::from(if monitor { "monitor enter" } else { "lock" });
     let jvm = is_jvm_stack(frames);
     let named = frames[..=taker]
@@ -368,6 +409,49 @@ mod tests {
             jvm_label(&f, 2).as_deref(),
             Some("monitor enter ← Ledger$AuditLog.append ← Filter$Chain.doFilter")
         );
+    }
+
+    #[test]
+    fn a_locks_waits_and_a_pools_waits_are_one_site_each_however_they_were_reached() {
+        let key = site_key(&monitor_wait()).expect("a lock's key");
+        assert_eq!(
+            key,
+            ["Ledger$AuditLog.append", "_complete_monitor_locking_Java"]
+        );
+        assert_eq!(
+            lock_label(&key, 1).as_deref(),
+            Some("monitor enter ← Ledger$AuditLog.append")
+        );
+        let take = juc(&[
+            "java.util.concurrent.ThreadPoolExecutor.getTask",
+            "java.util.concurrent.LinkedBlockingQueue.take_[i]",
+            "java.util.concurrent.locks.AbstractQueuedSynchronizer$ConditionObject.await",
+            "java.util.concurrent.ForkJoinPool.managedBlock",
+            "java.util.concurrent.ForkJoinPool.unmanagedBlock",
+            "java.util.concurrent.locks.LockSupport.park",
+        ]);
+        let key = site_key(&take).expect("a pool's key");
+        assert_eq!(
+            jvm_label(&key, 1).as_deref(),
+            Some("LinkedBlockingQueue.take ← ThreadPoolExecutor.getTask")
+        );
+        assert_eq!(
+            jvm_label(&take, 2).as_deref(),
+            Some("LinkedBlockingQueue.take ← ThreadPoolExecutor.getTask")
+        );
+        let cut_short = v(&[
+            "com.sun.net.httpserver.Filter$Chain.doFilter",
+            "Ledger$AuditLog.append_[i]",
+            "_complete_monitor_locking_Java",
+            "ObjectMonitor::EnterI(JavaThread*)",
+            "os::PlatformEvent::park()",
+            "___pthread_cond_wait",
+        ]);
+        assert_eq!(
+            jvm_label(&cut_short, 1).as_deref(),
+            Some("monitor enter ← Ledger$AuditLog.append")
+        );
+        assert_eq!(site_key(&v(&["main", "read"])), None);
     }
 
     #[test]

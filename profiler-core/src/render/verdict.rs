@@ -12,8 +12,11 @@ use super::report::{FunctionRow, GroupRow, IdleRow, RunQueue};
 
 /// A run-queue share at least this large is named.
 const RUNNABLE_NAMED_PCT: f64 = 5.0;
-/// A group waiting for work at least this share of its time is said to be mostly idle.
+/// A group waiting for work at least this share of its time is said to be mostly idle …
 const MOSTLY_WAITING_FOR_WORK_PCT: f64 = 50.0;
+/// … unless its largest wait takes at least this share: then that wait is what it waits on
+/// when it has work.
+const BLOCKED_PCT: f64 = 20.0;
 /// A second group is named when it is at least this busy compared with the first.
 const NEXT_GROUP_SHARE: f64 = 0.25;
 
@@ -179,7 +182,11 @@ fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
         (w, r) => parts.extend(w.map(|w| w.1).into_iter().chain(r.map(|r| r.1))),
     }
     parts.extend(events);
-    if g.idle_wait_pct >= MOSTLY_WAITING_FOR_WORK_PCT {
+    let blocked = g
+        .dominant_wait
+        .as_ref()
+        .is_some_and(|w| w.share_pct >= BLOCKED_PCT);
+    if g.idle_wait_pct >= MOSTLY_WAITING_FOR_WORK_PCT && !blocked {
         parts.push(format!(
             "{:.0} % waiting for work: the pool is mostly idle, not the bottleneck",
             g.idle_wait_pct
@@ -341,6 +348,48 @@ mod tests {
              fdatasync ← flushAppendOnlyFile (io, p99 0.20 ms, woken by [interrupt] (97 %)). \
              3 of 4 threads were idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep) and are \
              listed apart, not ranked."
+        );
+    }
+
+    #[test]
+    fn a_lock_wait_names_the_lock_its_holders_and_the_idle_pool() {
+        let mut pool = group(
+            "java (pool-*-thread-* pool, 8 threads)",
+            3.0,
+            1.0,
+            Some((75.0, "monitor enter ← Ledger$AuditLog.append")),
+        );
+        if let Some(w) = pool.dominant_wait.as_mut() {
+            w.state = "sleep";
+            w.kind = WaitKind::Lock;
+            w.woken_by = None;
+            w.holders_mostly =
+                Some("fsync ← FileDescriptor.sync ← Ledger$AuditLog.append (io, 90 %)".into());
+        }
+        pool.idle_wait_pct = 15.0;
+        let idle = [IdleRow {
+            process: "java".into(),
+            pid: 1,
+            state: Some("sleep"),
+            site: Some("LinkedBlockingQueue.take ← ThreadPoolExecutor.getTask".into()),
+            kind: Some(WaitKind::Work),
+            thread_count: 4,
+            threads: vec![],
+            sleep_s: 40.0,
+            share_pct: 30.0,
+        }];
+        let rq = rq();
+        let groups = [pool];
+        let v = verdict(&input(&groups, &idle, &rq));
+        assert_eq!(
+            v,
+            "java (pool-*-thread-* pool, 8 threads) is on the CPU 3 % of the time; 75 % is spent \
+             queueing for a lock, monitor enter ← Ledger$AuditLog.append (sleep, p99 0.20 ms); \
+             its holders spend the held time mostly in fsync ← FileDescriptor.sync ← \
+             Ledger$AuditLog.append (io, 90 %); 15 % waiting for work (idle waits). 4 of 5 \
+             threads were idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep), 4 of them a \
+             pool waiting for work (LinkedBlockingQueue.take ← ThreadPoolExecutor.getTask) and \
+             are listed apart, not ranked."
         );
     }
 
