@@ -8,7 +8,7 @@
 
 use crate::{model::Mode, waits::WaitKind};
 
-use super::report::{FunctionRow, GroupRow, IdleRow, RunQueue};
+use super::report::{FunctionRow, GroupRow, GroupWait, IdleRow, RunQueue};
 
 /// A run-queue share at least this large is named.
 const RUNNABLE_NAMED_PCT: f64 = 5.0;
@@ -110,36 +110,7 @@ fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
             g.name, g.running_pct
         )
     };
-    let wait = g.dominant_wait.as_ref().map(|w| {
-        let mut detail = vec![w.state.to_string()];
-        if let Some(p99) = w.p99_ms {
-            detail.push(format!("p99 {}", ms_text(p99)));
-        }
-        if let Some(by) = &w.woken_by {
-            detail.push(format!("woken by {by}"));
-        }
-        let mut text = if w.kind == WaitKind::Lock {
-            format!(
-                "{:.0} % is spent queueing for a lock, {} ({})",
-                w.share_pct,
-                w.site,
-                detail.join(", ")
-            )
-        } else {
-            format!(
-                "{:.0} % is spent in {} ({})",
-                w.share_pct,
-                w.site,
-                detail.join(", ")
-            )
-        };
-        if let Some(held) = &w.holders_mostly {
-            text.push_str(&format!(
-                "; its holders spend the held time mostly in {held}"
-            ));
-        }
-        (w.share_pct, text)
-    });
+    let wait = g.dominant_wait.as_ref().map(wait_text);
     let runnable = (g.runnable_pct >= RUNNABLE_NAMED_PCT).then(|| {
         let p99 = |l: &Option<super::report::Latency>| {
             l.as_ref()
@@ -182,22 +153,59 @@ fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
         (w, r) => parts.extend(w.map(|w| w.1).into_iter().chain(r.map(|r| r.1))),
     }
     parts.extend(events);
+    parts.extend(work_text(g));
+    format!("{}.", parts.join("; "))
+}
+
+/// `32 % is spent in fsync ← f (io, p99 0.20 ms, woken by …)`; a lock's wait with what its
+/// holders do with the lock. With its share, to rank it against the run queue.
+fn wait_text(w: &GroupWait) -> (f64, String) {
+    let mut detail = vec![w.state.to_string()];
+    if let Some(p99) = w.p99_ms {
+        detail.push(format!("p99 {}", ms_text(p99)));
+    }
+    if let Some(by) = &w.woken_by {
+        detail.push(format!("woken by {by}"));
+    }
+    let what = if w.kind == WaitKind::Lock {
+        "is spent queueing for a lock,"
+    } else {
+        "is spent in"
+    };
+    let mut text = format!(
+        "{:.0} % {what} {} ({})",
+        w.share_pct,
+        w.site,
+        detail.join(", ")
+    );
+    if let Some(held) = &w.holders_mostly {
+        text.push_str(&format!(
+            "; its holders spend the held time mostly in {held}"
+        ));
+    }
+    (w.share_pct, text)
+}
+
+/// A group's waits for work: mostly idle when they are most of its time and no other wait
+/// blocks it much.
+fn work_text(g: &GroupRow) -> Option<String> {
     let blocked = g
         .dominant_wait
         .as_ref()
         .is_some_and(|w| w.share_pct >= BLOCKED_PCT);
     if g.idle_wait_pct >= MOSTLY_WAITING_FOR_WORK_PCT && !blocked {
-        parts.push(format!(
+        Some(format!(
             "{:.0} % waiting for work: the pool is mostly idle, not the bottleneck",
             g.idle_wait_pct
-        ));
+        ))
     } else if g.idle_wait_pct >= RUNNABLE_NAMED_PCT {
-        parts.push(format!(
+        Some(format!(
             "{:.0} % waiting for work (idle waits)",
             g.idle_wait_pct
-        ));
+        ))
+    } else {
+        None
     }
-    format!("{}.", parts.join("; "))
 }
 
 fn ms_text(ms: f64) -> String {
@@ -265,7 +273,6 @@ fn on_cpu_only(v: &VerdictInput<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::report::GroupWait;
 
     fn group(name: &str, running: f64, runnable: f64, wait: Option<(f64, &str)>) -> GroupRow {
         GroupRow {
