@@ -8,10 +8,7 @@
 
 mod common;
 
-use std::{
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::time::Duration;
 
 use common::*;
 
@@ -48,20 +45,8 @@ fn capture_service(lock: &str) -> Captured {
         &dir,
         "LockService",
     );
-    let port = line
-        .strip_prefix("ready ")
-        .unwrap_or_else(|| panic!("not ready: {line:?}"))
-        .to_string();
-    let mut wrk = Command::new("/usr/bin/wrk")
-        .args([
-            "-t2",
-            "-c32",
-            "-d16s",
-            &format!("http://127.0.0.1:{port}/order"),
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start wrk");
+    let port = ready_port(&line);
+    let mut wrk = start_wrk(2, 32, 16, &format!("http://127.0.0.1:{port}/order"));
     // Warm, as a service is profiled: the JIT has compiled (and inlined) the request path.
     std::thread::sleep(Duration::from_secs(8));
     let pid = jvm.pid().to_string();
