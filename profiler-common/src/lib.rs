@@ -93,6 +93,9 @@ pub mod names {
     pub const MAP_SITE_HISTS: &str = "SITE_HISTS";
     /// Per thread, time of waits the wait table had no room for.
     pub const MAP_LOST_WAITS: &str = "LOST_WAITS";
+    /// The kernel stacks' and the unwinder's memos (LRU).
+    pub const MAP_KERNEL_MEMO: &str = "KERNEL_MEMO";
+    pub const MAP_UNWIND_MEMO: &str = "UNWIND_MEMO";
     /// `PerCpuArray<WaitHist>` indexed by [`super::RunqueueHist`]: run-queue delays.
     pub const MAP_RUNQUEUE_HISTS: &str = "RUNQUEUE_HISTS";
     /// `Array<unwind::RowChunk>`: every unwind row, in chunks.
@@ -1182,6 +1185,10 @@ pub enum Counter {
     /// Set by user space: files whose unwind rows did not fit the row array (unwound by
     /// frame pointers).
     UnwindRowsNotLoaded,
+    /// Set by user space: kernel memory the capture's maps held (their `memlock`), in bytes.
+    KernelMemoryBytes,
+    /// Set by user space: drains of the tables during the capture.
+    Drains,
 }
 
 /// What a counter counts: something lost (the user must see it, with the flag that avoids it)
@@ -1193,7 +1200,7 @@ pub enum CounterKind {
 }
 
 impl Counter {
-    pub const COUNT: u32 = 25;
+    pub const COUNT: u32 = 27;
 
     /// Every counter is one or the other: the match has no wildcard, so a new counter must be
     /// classified before it compiles.
@@ -1205,7 +1212,8 @@ impl Counter {
             | LostWaitsFull | MappingRecordsLost | UnwindRowsNotLoaded => CounterKind::Loss,
             Samples | SwitchesOut | Waits | WaitsFiltered | MissedSwitchIns | Wakeups
             | UnwindMemoHits | UnwindMemoMisses | UnwindFrames | RowCacheMisses
-            | KernelMemoHits | KernelMemoMisses | MemoDisagreements => CounterKind::Event,
+            | KernelMemoHits | KernelMemoMisses | MemoDisagreements | KernelMemoryBytes
+            | Drains => CounterKind::Event,
         }
     }
 
@@ -1238,6 +1246,8 @@ impl Counter {
             LostWaitsFull => "lost_waits_full",
             MappingRecordsLost => "mapping_records_lost",
             UnwindRowsNotLoaded => "unwind_rows_not_loaded",
+            KernelMemoryBytes => "kernel_memory_bytes",
+            Drains => "drains",
         }
     }
 
@@ -1294,6 +1304,8 @@ impl Counter {
         Counter::LostWaitsFull,
         Counter::MappingRecordsLost,
         Counter::UnwindRowsNotLoaded,
+        Counter::KernelMemoryBytes,
+        Counter::Drains,
     ];
 }
 

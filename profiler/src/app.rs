@@ -20,7 +20,7 @@ use crate::{
     launch,
     preflight::{self, Output, PreflightError, Target},
     probes::{self, ProbeConfig, Probes},
-    snapshot,
+    sizes, snapshot,
     targets::{Selection, TargetSet},
 };
 use profiler_core::{
@@ -487,6 +487,11 @@ async fn capture(
     let load_started = Instant::now();
     let config = probe_config(args, verbose, prepared);
     let mut probes = Probes::load(&config)?;
+    let (kernel_memory, maps) = probes::maps_kernel_memory();
+    log::info!(
+        "kernel memory: {:.1} MiB in {maps} maps",
+        kernel_memory as f64 / (1024.0 * 1024.0)
+    );
     prepared.targets.uploads.set_capacity(config.dwarf_chunks);
     let loaded = load_started.elapsed();
     // Before a command starts: its exec's mappings are among the records.
@@ -550,7 +555,10 @@ async fn capture(
         .await;
     prepared.targets = targets;
     let stop_ns = stop_ns?;
-    let drained = drain_all(&probes, draining.stop(), &prepared.targets, sched_at_start)?;
+    let mut drained = drain_all(&probes, draining.stop(), &prepared.targets, sched_at_start)?;
+    drained
+        .counters
+        .set(profiler_common::Counter::KernelMemoryBytes, kernel_memory);
     Ok(Captured {
         drained,
         seeds,
@@ -585,7 +593,21 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
     ProbeConfig {
         target_words: kernel::pid_max().div_ceil(64),
         follow_children: !args.no_children,
-        max_processes: args.max_processes,
+        sizes: {
+            let threads = prepared
+                .targets
+                .processes
+                .keys()
+                .map(|pid| {
+                    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(1, |d| d.count() as u32)
+                })
+                .sum::<u32>()
+                .max(1);
+            let processes = (prepared.targets.processes.len() as u32).max(1);
+            let sizes = sizes::table_sizes(args, threads, processes);
+            log::info!("{threads} threads in {processes} processes at start: tables {sizes:?}");
+            sizes
+        },
         offsets: prepared.offsets,
         mode: args.mode,
         period_ns: args.period_ns(),
@@ -598,9 +620,6 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
             .uploads
             .tables()
             .map(|t| unwind_chunks(args, t)),
-        max_stacks: args.max_stacks,
-        max_keys: args.max_keys,
-        max_threads: args.max_threads,
         verify_memos: args.verify_memos,
         verbose,
         // Only waker kernel stacks stop at an interrupt entry: with `--wakers`, or where the
@@ -657,6 +676,9 @@ fn drain_all(
 ) -> Result<Drained> {
     let pids: Vec<u32> = targets.processes.keys().copied().collect();
     let (mut drained, stats) = drainer.finish(probes, &pids)?;
+    drained
+        .counters
+        .set(profiler_common::Counter::Drains, stats.drains);
     // Losses of user space's own, beside the kernel's.
     drained.counters.set(
         profiler_common::Counter::MappingRecordsLost,
@@ -681,6 +703,12 @@ fn drain_all(
         stats.peak_stacks,
         stats.peak_threads
     );
+    if let Some(shortest) = stats.shortest_interval {
+        log::info!(
+            "a table came to be more than half full: the drains came as often as every {} ms",
+            shortest.as_millis()
+        );
+    }
     drained.sched_at_start = sched_at_start;
     for counter in profiler_common::Counter::ALL {
         log::debug!("counter {counter:?}: {}", drained.counters.get(counter));

@@ -12,18 +12,7 @@ pub const DEFAULT_FREQ_HZ: u64 = 99;
 pub const DEFAULT_SECS: u64 = 20;
 /// Default `--min-block-us`.
 pub const DEFAULT_MIN_BLOCK_US: u64 = 1;
-/// Default size of the in-kernel stack table (distinct user + kernel stacks). The tables are
-/// drained five times a second and hold two drain intervals' records: a 60 s PostgreSQL
-/// capture under pgbench needed at most 420 stacks and 1 061 wait keys at one drain, a thread
-/// per request at 800 a second 1 047 wait keys. Preallocated: about 1.1 KiB of kernel memory
-/// per entry (9 MiB); a drain's cost grows with the table's size (its buckets are read).
-pub const DEFAULT_MAX_STACKS: u32 = 8_192;
-/// Default size of the on-CPU sample table and of the off-CPU wait table (distinct keys).
-pub const DEFAULT_MAX_KEYS: u32 = 8_192;
-/// Default number of processes tracked: a mapping table of 16 KiB each, preallocated (16 MiB).
-pub const DEFAULT_MAX_PROCESSES: u32 = 1_024;
-/// Default number of threads tracked (also the size of the wait-start table).
-pub const DEFAULT_MAX_THREADS: u32 = 65_536;
+
 /// Default rows of each `profiler diff` table (functions, blocking sites).
 pub const DEFAULT_DIFF_TOP: u64 = 10;
 
@@ -226,21 +215,26 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Unwind::Dwarf)]
     pub unwind: Unwind,
 
-    /// Size of the in-kernel stack table (distinct stacks).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_STACKS, value_parser = table_size)]
-    pub max_stacks: u32,
+    /// Size of the in-kernel stack table (distinct stacks between two drains). Default: sized
+    /// from the target's threads (see `sizes.rs`).
+    #[arg(long, value_name = "N", value_parser = table_size)]
+    pub max_stacks: Option<u32>,
 
-    /// Size of the in-kernel sample and wait tables (distinct thread × stack keys).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_KEYS, value_parser = table_size)]
-    pub max_keys: u32,
+    /// Size of the in-kernel sample, wait and waker tables (distinct thread × stack keys
+    /// between two drains; a site histogram table an eighth of it). Default: sized from the
+    /// target's threads.
+    #[arg(long, value_name = "N", value_parser = table_size)]
+    pub max_keys: Option<u32>,
 
-    /// Number of processes tracked in the kernel (mapping tables, process events).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PROCESSES, value_parser = table_size)]
-    pub max_processes: u32,
+    /// Number of processes tracked in the kernel at once (mapping tables, process events;
+    /// exited ones are freed five times a second). Default: sized from the target.
+    #[arg(long, value_name = "N", value_parser = table_size)]
+    pub max_processes: Option<u32>,
 
-    /// Number of threads tracked in the kernel.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_THREADS, value_parser = table_size)]
-    pub max_threads: u32,
+    /// Number of threads tracked in the kernel at once (exited ones leave at the next
+    /// drains). Default: sized from the target's threads.
+    #[arg(long, value_name = "N", value_parser = table_size)]
+    pub max_threads: Option<u32>,
 
     /// Size of the in-kernel unwind row array, in chunks of 65,536 rows (768 KiB each).
     /// Default: what the target's files need now, plus room for files mapped later (more for
@@ -327,7 +321,7 @@ mod tests {
         assert_eq!(args.mode, Mode::Wall);
         assert_eq!(args.min_block_ns(), DEFAULT_MIN_BLOCK_US * 1000);
         assert_eq!(args.max_block_ns(), u64::MAX);
-        assert_eq!(args.max_stacks, DEFAULT_MAX_STACKS);
+        assert_eq!(args.max_stacks, None, "sized from the target");
         assert_eq!(args.unwind, Unwind::Dwarf);
         assert!(!args.out.per_thread);
         assert!(!args.out.hide_idle);
@@ -446,9 +440,9 @@ mod tests {
             let one = record(&["-p", "1", flag, "1"]).unwrap_or_else(|e| panic!("{flag} 1: {e}"));
             let sizes = (one.max_stacks, one.max_keys, one.max_threads);
             let expected = match flag {
-                "--max-stacks" => (1, DEFAULT_MAX_KEYS, DEFAULT_MAX_THREADS),
-                "--max-keys" => (DEFAULT_MAX_STACKS, 1, DEFAULT_MAX_THREADS),
-                _ => (DEFAULT_MAX_STACKS, DEFAULT_MAX_KEYS, 1),
+                "--max-stacks" => (Some(1), None, None),
+                "--max-keys" => (None, Some(1), None),
+                _ => (None, None, Some(1)),
             };
             assert_eq!(sizes, expected, "{flag} 1");
         }

@@ -39,6 +39,28 @@ use profiler_core::model::{Drained, SchedStat};
 /// two intervals' worth of keys (the epoch being written and the one waiting for its drain).
 pub const DRAIN_INTERVAL: Duration = crate::capture::TICK;
 
+/// The shortest drain interval: a table that fills within 25 ms holds more than 40 000 keys a
+/// second, which a drain of a few milliseconds still keeps up with.
+const MIN_DRAIN_INTERVAL: Duration = Duration::from_millis(25);
+
+/// The next drain interval after a drain that found its fullest table `fill` full (0..1):
+/// half as long while a table is more than half full (a full table loses records), back
+/// towards [`DRAIN_INTERVAL`] while all are below an eighth.
+fn next_interval(current: Duration, fill: f64) -> Duration {
+    if fill > 0.5 {
+        (current / 2).max(MIN_DRAIN_INTERVAL)
+    } else if fill < 0.125 {
+        (current * 2).min(DRAIN_INTERVAL)
+    } else {
+        current
+    }
+}
+
+thread_local! {
+    /// The fullest table of the drain under way on this thread (0..1).
+    static FILL: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
 /// The aggregate tables, taken out of the loaded object, and everything drained from them.
 pub struct Drainer {
     samples: BatchMap<SampleKey, SampleValue>,
@@ -61,6 +83,9 @@ pub struct Drainer {
 pub struct DrainStats {
     pub drains: u64,
     pub secs: f64,
+    /// The shortest interval the drains came to (the tables filled faster than
+    /// [`DRAIN_INTERVAL`] allowed).
+    pub shortest_interval: Option<Duration>,
     /// The most keys one drain found, per table (both epochs).
     pub peak_waits: usize,
     pub peak_samples: usize,
@@ -102,8 +127,10 @@ impl Drainer {
 
     /// One drain while the capture runs: the keys of the epoch before the current one, the
     /// stacks, the threads that exited; then the next epoch begins.
-    pub fn drain(&mut self) -> Result<(), ProbeError> {
+    /// Returns how full the fullest table was (0..1).
+    pub fn drain(&mut self) -> Result<f64, ProbeError> {
         let started = Instant::now();
+        FILL.with(|f| f.set(0.0));
         let old = ((self.epoch + 1) & 1) as u32;
         self.take(Some(old))?;
         self.take_exited_threads()?;
@@ -111,7 +138,7 @@ impl Drainer {
         lock(&self.window).set_epoch(self.epoch)?;
         self.stats.drains += 1;
         self.stats.secs += started.elapsed().as_secs_f64();
-        Ok(())
+        Ok(FILL.with(std::cell::Cell::get))
     }
 
     /// After the window closed: everything left, live threads included.
@@ -264,14 +291,21 @@ impl Drainer {
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
             let mut warned = false;
+            let mut interval = DRAIN_INTERVAL;
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                stopped.recv_timeout(DRAIN_INTERVAL)
+                stopped.recv_timeout(interval)
             {
-                if let Err(e) = self.drain()
-                    && !warned
-                {
-                    log::warn!("draining the tables during the capture failed: {e}");
-                    warned = true;
+                match self.drain() {
+                    Ok(fill) => interval = next_interval(interval, fill),
+                    Err(e) if !warned => {
+                        log::warn!("draining the tables during the capture failed: {e}");
+                        warned = true;
+                    }
+                    Err(_) => {}
+                }
+                if interval < DRAIN_INTERVAL {
+                    let shortest = self.stats.shortest_interval.get_or_insert(interval);
+                    *shortest = (*shortest).min(interval);
                 }
             }
             self
@@ -386,6 +420,8 @@ struct BatchMap<K, V> {
     batch: usize,
     keys: Vec<K>,
     values: Vec<V>,
+    /// The table's `max_entries`.
+    capacity: usize,
     _types: PhantomData<(K, V)>,
 }
 
@@ -425,12 +461,14 @@ impl<K: Pod, V: Pod> BatchMap<K, V> {
         match probes.take_map(name)? {
             Map::HashMap(data) => {
                 let batch = (BATCH_BYTES / (size_of::<K>() + size_of::<V>())).max(16);
+                let capacity = data.info().map_or(0, |i| i.max_entries() as usize);
                 Ok(Self {
                     name,
                     data,
                     batch,
                     keys: vec![zeroed(); batch],
                     values: vec![zeroed(); batch],
+                    capacity,
                     _types: PhantomData,
                 })
             }
@@ -454,14 +492,26 @@ impl<K: Pod, V: Pod> BatchMap<K, V> {
 
     /// Every entry, each deleted as it is read.
     fn take_all(&mut self) -> Result<Vec<(K, V)>, ProbeError> {
-        self.batches(BPF_MAP_LOOKUP_AND_DELETE_BATCH)
-            .map_err(|e| self.error("taking", e))
+        let all = self
+            .batches(BPF_MAP_LOOKUP_AND_DELETE_BATCH)
+            .map_err(|e| self.error("taking", e))?;
+        self.note_fill(all.len());
+        Ok(all)
+    }
+
+    /// Remembers how full the table was at this read (the fullest table of a drain sets
+    /// the pace of the next ones).
+    fn note_fill(&self, entries: usize) {
+        if self.capacity > 0 {
+            FILL.with(|f| f.set(f.get().max(entries as f64 / self.capacity as f64)));
+        }
     }
 
     /// The entries whose key `pick` selects, deleted from the table.
     fn take_where(&mut self, pick: impl Fn(&K) -> bool) -> Result<Found<K, V>, ProbeError> {
         let all = self.read_all()?;
         let seen = all.len();
+        self.note_fill(seen);
         let taken: Vec<(K, V)> = all.into_iter().filter(|(k, _)| pick(k)).collect();
         let keys: Vec<K> = taken.iter().map(|(k, _)| *k).collect();
         self.delete(&keys)?;
@@ -551,6 +601,20 @@ fn bpf(cmd: libc::c_long, attr: &mut BatchAttr) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filling_table_shortens_the_interval_and_an_emptied_one_restores_it() {
+        let mut interval = DRAIN_INTERVAL;
+        for _ in 0..10 {
+            interval = next_interval(interval, 0.9);
+        }
+        assert_eq!(interval, MIN_DRAIN_INTERVAL);
+        assert_eq!(next_interval(interval, 0.3), MIN_DRAIN_INTERVAL);
+        for _ in 0..10 {
+            interval = next_interval(interval, 0.01);
+        }
+        assert_eq!(interval, DRAIN_INTERVAL);
+    }
 
     #[test]
     fn schedstat_lines_parse() {

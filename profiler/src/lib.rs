@@ -12,6 +12,7 @@ pub mod launch;
 pub mod mmap_events;
 pub mod preflight;
 pub mod probes;
+pub mod sizes;
 pub mod snapshot;
 pub mod targets;
 pub mod uploads;

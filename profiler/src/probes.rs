@@ -19,7 +19,10 @@ use profiler_common::{
 };
 use thiserror::Error;
 
-use crate::kernel::{PreemptCountPath, TaskOffsets};
+use crate::{
+    kernel::{PreemptCountPath, TaskOffsets},
+    sizes::TableSizes,
+};
 use profiler_core::model::{Counters, Mode};
 
 /// The eBPF object built by build.rs.
@@ -75,8 +78,8 @@ pub struct ProbeConfig {
     pub target_words: u32,
     /// A target's new processes join the target set.
     pub follow_children: bool,
-    /// Size of the per-process tables (mappings, events).
-    pub max_processes: u32,
+    /// Sizes of the tables (`sizes.rs`).
+    pub sizes: TableSizes,
     pub offsets: TaskOffsets,
     pub mode: Mode,
     pub period_ns: u64,
@@ -87,9 +90,6 @@ pub struct ProbeConfig {
     pub waker_stacks: bool,
     /// Unwind user stacks from `.eh_frame` rows; the row array gets this many chunks.
     pub dwarf_chunks: Option<u32>,
-    pub max_stacks: u32,
-    pub max_keys: u32,
-    pub max_threads: u32,
     /// Unwind even recognised stacks and count disagreements (`--verify-memos`).
     pub verify_memos: bool,
     pub verbose: u8,
@@ -176,17 +176,18 @@ impl Probes {
             .override_global(GLOBAL_CONFIG, &config, true)
             .override_global(GLOBAL_IRQ_ENTRY, &cfg.irq_entry, true)
             .override_global(aya_log::LEVEL, &log_level, false)
-            .map_max_entries(names::MAP_STACKS, cfg.max_stacks)
-            .map_max_entries(names::MAP_SAMPLES, cfg.max_keys)
-            .map_max_entries(names::MAP_WAITS, cfg.max_keys)
-            .map_max_entries(names::MAP_WAKERS, cfg.max_keys)
-            // 3.3 KiB an entry, and one per blocking site (not per thread and site).
-            .map_max_entries(names::MAP_SITE_HISTS, (cfg.max_keys / 8).max(64))
+            .map_max_entries(names::MAP_STACKS, cfg.sizes.stacks)
+            .map_max_entries(names::MAP_SAMPLES, cfg.sizes.keys)
+            .map_max_entries(names::MAP_WAITS, cfg.sizes.keys)
+            .map_max_entries(names::MAP_WAKERS, cfg.sizes.keys)
+            .map_max_entries(names::MAP_SITE_HISTS, cfg.sizes.site_hists)
+            .map_max_entries(names::MAP_KERNEL_MEMO, cfg.sizes.memos)
+            .map_max_entries(names::MAP_UNWIND_MEMO, cfg.sizes.memos)
             .map_max_entries(names::MAP_UNWIND_ROWS, cfg.dwarf_chunks.unwrap_or(1).max(1))
-            .map_max_entries(names::MAP_THREADS, cfg.max_threads)
+            .map_max_entries(names::MAP_THREADS, cfg.sizes.threads)
             .map_max_entries(names::MAP_TARGETS, cfg.target_words.max(1))
-            .map_max_entries(names::MAP_PROCS, cfg.max_processes)
-            .map_max_entries(names::MAP_PROC_MAPPINGS, cfg.max_processes)
+            .map_max_entries(names::MAP_PROCS, cfg.sizes.processes)
+            .map_max_entries(names::MAP_PROC_MAPPINGS, cfg.sizes.processes)
             .load(EBPF_OBJECT)
             .map_err(ProbeError::Load)?;
 
@@ -233,6 +234,16 @@ impl Probes {
                     what: format!("loading {}", names::PROG_SNAPSHOT),
                     source,
                 })?;
+        }
+        // The verifier's work is most of the start-up's CPU time: name it per program.
+        for (name, prog) in ebpf.programs() {
+            if let Some(n) = prog
+                .info()
+                .ok()
+                .and_then(|i| i.verified_instruction_count())
+            {
+                log::debug!("program {name}: {n} instructions verified");
+            }
         }
         Ok(Self {
             ebpf,
@@ -574,6 +585,37 @@ impl WindowSwitch {
         self.now = control;
         Ok(())
     }
+}
+
+/// Kernel memory held by the BPF maps this process has open: the sum of their `memlock` in
+/// /proc/self/fdinfo (what `bpftool map show` reports per map).
+pub fn maps_kernel_memory() -> (u64, usize) {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return (0, 0);
+    };
+    let mut bytes = 0;
+    let mut maps = 0;
+    for fd in fds.filter_map(Result::ok) {
+        let is_map = std::fs::read_link(fd.path())
+            .is_ok_and(|target| target.as_os_str() == "anon_inode:bpf-map");
+        if !is_map {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/self/fdinfo/{}",
+            fd.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        if let Some(memlock) = info
+            .lines()
+            .find_map(|l| l.strip_prefix("memlock:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            bytes += memlock;
+            maps += 1;
+        }
+    }
+    (bytes, maps)
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.

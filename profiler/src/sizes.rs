@@ -1,0 +1,102 @@
+//! How large the kernel's tables are: from the target set (its threads and processes when
+//! the capture starts), unless a flag says otherwise. Every hash map the programs insert into
+//! is preallocated (an insert from `sched_switch`, interrupts off, cannot wait for memory), so
+//! a table's size is the kernel memory it holds for the whole capture. The aggregate tables
+//! are drained while the capture runs and hold two drain intervals' records, not the window's;
+//! the drainer drains sooner when one fills (drain.rs), and what still does not fit is a
+//! counted loss naming the flag.
+
+use crate::cli::Args;
+
+/// Sizes of the tables a capture loads with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableSizes {
+    pub threads: u32,
+    pub processes: u32,
+    pub stacks: u32,
+    /// Samples, waits and wakers.
+    pub keys: u32,
+    /// Blocking sites' histograms (3.3 KiB each).
+    pub site_hists: u32,
+    /// The unwinder's and the kernel stacks' memos (LRU: a forgotten memo costs an unwind).
+    pub memos: u32,
+}
+
+/// Threads a churning service creates and ends between two drains (800 threads a second
+/// over two 200 ms intervals, as a thread-per-request server under wrk), beside those alive.
+const THREAD_CHURN: u32 = 1_024;
+/// Processes a build starts between two ticks (a `make -j2` of small files: ~120 a second).
+const PROCESS_CHURN: u32 = 64;
+/// Distinct stacks and (thread, stack) keys per thread between two drains: a PostgreSQL
+/// backend under pgbench used ~40 stacks and ~100 wait keys (11 processes: 420 and 1 061).
+/// Keys are at least 4 096: a Python thread-per-request server (540 threads a second, each
+/// handing the GIL on through futexes) came to 2 048 wait keys at one drain on a saturated
+/// machine, where the drainer itself waits for a CPU.
+const STACKS_PER_THREAD: u32 = 128;
+const KEYS_PER_THREAD: u32 = 128;
+
+/// The sizes for `threads` threads in `processes` processes at the start (a launched command
+/// counts as one process with one thread: its build may start many more).
+pub fn table_sizes(args: &Args, threads: u32, processes: u32) -> TableSizes {
+    let threads_sized = threads.saturating_mul(2).saturating_add(THREAD_CHURN);
+    let keys = args
+        .max_keys
+        .unwrap_or_else(|| clamp(threads.saturating_mul(KEYS_PER_THREAD), 4_096, 16_384));
+    TableSizes {
+        threads: args
+            .max_threads
+            .unwrap_or_else(|| clamp(threads_sized, 2_048, 65_536)),
+        processes: args.max_processes.unwrap_or_else(|| {
+            clamp(
+                processes.saturating_mul(2).saturating_add(PROCESS_CHURN),
+                64,
+                4_096,
+            )
+        }),
+        stacks: args
+            .max_stacks
+            .unwrap_or_else(|| clamp(threads.saturating_mul(STACKS_PER_THREAD), 2_048, 8_192)),
+        keys,
+        site_hists: (keys / 8).max(64),
+        memos: clamp(threads.saturating_mul(4), 512, 8_192),
+    }
+}
+
+fn clamp(v: u32, lo: u32, hi: u32) -> u32 {
+    v.clamp(lo, hi)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        let argv = ["profiler", "-p", "1"].iter().chain(extra);
+        crate::cli::Cli::try_parse_from(argv).unwrap().record
+    }
+
+    #[test]
+    fn a_small_process_gets_small_tables_and_a_large_one_larger() {
+        let small = table_sizes(&args(&[]), 2, 1);
+        assert_eq!(small.threads, 2_048);
+        assert_eq!(small.stacks, 2_048);
+        assert_eq!(small.processes, 66);
+        let jvm = table_sizes(&args(&[]), 5_000, 1);
+        assert_eq!(jvm.threads, 11_024);
+        assert_eq!(jvm.stacks, 8_192);
+        assert_eq!(jvm.keys, 16_384);
+        assert_eq!(jvm.memos, 8_192);
+    }
+
+    #[test]
+    fn a_flag_wins() {
+        let s = table_sizes(
+            &args(&["--max-threads", "7", "--max-keys", "800"]),
+            5_000,
+            1,
+        );
+        assert_eq!((s.threads, s.keys, s.site_hists), (7, 800, 100));
+    }
+}
