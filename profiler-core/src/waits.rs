@@ -121,6 +121,15 @@ const CONDITION_FRAMES: &[&str] = &[
     "__pthread_cond_timedwait",
     "sem_wait",
     "sem_timedwait",
+    "__new_sem_wait_slow64",
+    "pthread_join",
+    "__pthread_clockjoin_ex",
+    // A futex under none of the above: something waits for something else's signal.
+    "__futex_abstimed_wait_common",
+    "__futex_abstimed_wait_common64",
+    "do_futex_wait",
+    "futex_wait",
+    "runtime.futex",
     "sync.(*WaitGroup).Wait",
     "sync.(*Cond).Wait",
 ];
@@ -185,7 +194,8 @@ pub fn classify(frames: &[String]) -> WaitKind {
 }
 
 /// Whether these frames are a JVM thread's: Java frames (by the JDK's packages), the JVM's
-/// calls into Java, the start of a thread of the JVM's own (GC, compiler, VM thread), or the
+/// calls into Java, the java launcher's main thread, the start of a thread of the JVM's own
+/// (GC, compiler, VM thread), or the
 /// JVM's monitor, `os::` and `JVM_` functions (a stack cut short before its Java frames).
 pub fn is_jvm_stack(frames: &[String]) -> bool {
     frames.iter().any(|f| {
@@ -194,6 +204,8 @@ pub fn is_jvm_stack(frames: &[String]) -> bool {
             || f.contains("JavaCalls::")
             || f.contains("JavaThread::")
             || f.starts_with("thread_native_entry(")
+            || f == "JavaMain"
+            || f == "CallJavaMainInNewThread"
             || f.starts_with("Thread::call_run(")
             || f.starts_with("os::")
             || f.starts_with("JVM_")
@@ -534,6 +546,17 @@ mod tests {
         );
         let c = v(&["main", "worker", "pthread_cond_wait"]);
         assert_eq!(classify(&c), WaitKind::Condition);
+        let main = v(&[
+            "main",
+            "CallJavaMainInNewThread",
+            "pthread_join",
+            "__futex_abstimed_wait_common",
+        ]);
+        assert_eq!(classify(&main), WaitKind::Condition);
+        assert_eq!(
+            jvm_label(&main, 2).as_deref(),
+            Some("the JVM's own condition wait")
+        );
         let mutex = v(&[
             "main",
             "flush_queue",
