@@ -213,6 +213,79 @@ pub fn is_jvm_stack(frames: &[String]) -> bool {
     })
 }
 
+/// HotSpot's own classes whose frames are the JVM at work (its JIT compilers, its GC, its
+/// locks and runtime calls), not the program: by name, and by prefix for families of them.
+const HOTSPOT_CLASSES: &[&str] = &[
+    "Compile",
+    "C2Compiler",
+    "Parse",
+    "GraphKit",
+    "Matcher",
+    "Node",
+    "LinearScan",
+    "GraphBuilder",
+    "Optimizer",
+    "ConnectionGraph",
+    "IndexSet",
+    "RegMask",
+    "ObjectMonitor",
+    "ObjectSynchronizer",
+    "SharedRuntime",
+    "InterpreterRuntime",
+    "Runtime1",
+    "OptoRuntime",
+    "JavaThread",
+    "Thread",
+    "os",
+    "Monitor",
+    "Mutex",
+    "CodeCache",
+    "CompileBroker",
+    "Symbol",
+    "SymbolTable",
+    "ClassLoader",
+    "SystemDictionary",
+    "SafepointSynchronize",
+    "Parker",
+    "WorkerThread",
+    "VMThread",
+    "JvmtiExport",
+    "Klass",
+    "InstanceKlass",
+    "Method",
+    "MacroAssembler",
+    "LIR_Assembler",
+    "nmethod",
+    "CompiledMethod",
+    "CodeBuffer",
+    "Dependencies",
+];
+const HOTSPOT_CLASS_PREFIXES: &[&str] = &["Phase", "G1", "Shenandoah", "ci", "PS", "ZBarrier"];
+
+/// Whether a frame is the JVM's own machinery by its name: HotSpot's C++ (`PhaseChaitin::Split
+/// (…)`, `ObjectMonitor::EnterI(…)`), its stubs, `JVM_` and `Unsafe_` entry points,
+/// `SpinPause`. The verdict names none of them as where the CPU time went.
+pub fn is_jvm_internal(frame: &str) -> bool {
+    let f = function(frame);
+    if f.starts_with("JVM_")
+        || f.starts_with("Unsafe_")
+        || f.starts_with("StubRoutines")
+        || f == "SpinPause"
+        || f == "Interpreter"
+        || MONITOR_FRAMES.contains(&f)
+    {
+        return true;
+    }
+    f.split_once("::").is_some_and(|(class, _)| {
+        HOTSPOT_CLASSES.contains(&class)
+            || HOTSPOT_CLASS_PREFIXES.iter().any(|p| {
+                class
+                    .strip_prefix(p)
+                    .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_uppercase()))
+            })
+    })
+}
+
 /// Whether a frame of a JVM stack is a Java method (`Class.method`), not the JVM's C++, a
 /// stub, a native library's function or an address.
 pub fn is_java(frame: &str) -> bool {
@@ -622,5 +695,12 @@ mod tests {
         assert!(is_java("Ledger$AuditLog.append_[i]"));
         assert!(!is_java("os::PlatformEvent::park()"));
         assert!(!is_java("libjvm.so+0x1234"));
+        assert!(is_jvm_internal(
+            "PhaseChaitin::Split(unsigned int, ResourceArea*)"
+        ));
+        assert!(is_jvm_internal("ObjectMonitor::EnterI(JavaThread*)"));
+        assert!(is_jvm_internal("SpinPause"));
+        assert!(!is_jvm_internal("LockService.checksum_[i]"));
+        assert!(!is_jvm_internal("std::vector<int>::push_back(int const&)"));
     }
 }

@@ -6,7 +6,10 @@
 //! threads were idle (waiting for work), which are not ranked. With every thread idle, or in
 //! `--mode cpu`, it names the dominant state over all threads.
 
-use crate::{model::Mode, waits::WaitKind};
+use crate::{
+    model::Mode,
+    waits::{self, WaitKind},
+};
 
 use super::report::{FunctionRow, GroupRow, GroupWait, IdleRow, RunQueue};
 
@@ -244,11 +247,12 @@ fn hottest(functions: &[FunctionRow]) -> Option<&FunctionRow> {
     first_sampled(functions).filter(|f| f.self_pct >= HOT_SELF_PCT)
 }
 
-/// The first function by self time that is not a point where interrupts come back on.
+/// The first function by self time that is not a point where interrupts come back on, nor a
+/// JVM's own machinery (its JIT compiler's or GC's C++: the program's time is elsewhere).
 fn first_sampled(functions: &[FunctionRow]) -> Option<&FunctionRow> {
-    functions
-        .iter()
-        .find(|f| !super::report::enables_interrupts(&f.function))
+    functions.iter().find(|f| {
+        !super::report::enables_interrupts(&f.function) && !waits::is_jvm_internal(&f.function)
+    })
 }
 
 /// The least self share of CPU time for the verdict to name a function.
