@@ -217,7 +217,7 @@ impl Accumulator {
         if ns == 0 {
             return;
         }
-        self.thread(tid).off_ns[WaitState::Other as usize - 1] += ns;
+        self.thread(tid).time.other += ns;
         self.entry(tid, id, stack_id::EMPTY, Kind::Off(WaitState::Other))
             .time_ns += ns;
     }
@@ -240,7 +240,7 @@ impl Accumulator {
                 e.waits += value.count;
                 e.max_ns = e.max_ns.max(value.max_ns);
             }
-            self.thread(key.tid).off_ns[state as usize - 1] += value.total_ns;
+            self.thread(key.tid).time.add_wait(state, value.total_ns);
         }
     }
 
@@ -269,7 +269,7 @@ impl Accumulator {
                     Kind::Off(WaitState::RunqueueWoken),
                 )
                 .time_ns += over;
-                self.thread(tid).off_ns[WaitState::RunqueueWoken as usize - 1] += over;
+                self.thread(tid).time.runnable += over;
             }
             cpu.insert(
                 tid,
@@ -357,7 +357,7 @@ impl Accumulator {
                         // Blocked for the whole window: its one unfinished wait is the longest.
                         e.max_ns = e.max_ns.max(ns);
                     }
-                    acc.thread(tid).off_ns[state as usize - 1] += ns;
+                    acc.thread(tid).time.add_wait(state, ns);
                 };
                 if runqueue_wait {
                     add(self, state, total);
@@ -408,7 +408,7 @@ impl Accumulator {
         // thread table), the samples are all there is.
         for (&tid, &ns) in &sampled_ns {
             if !cpu.contains_key(&tid) {
-                self.thread(tid).on_cpu_ns = ns;
+                self.thread(tid).time.running = ns;
             }
         }
         if !opts.mode.traces_switches() {
@@ -423,8 +423,8 @@ impl Accumulator {
             let work = traced - overhead;
             let switching_in = on - traced;
             let t = self.thread(tid);
-            t.on_cpu_ns = on;
-            t.overhead_ns = overhead;
+            t.time.running = on - overhead;
+            t.time.profiler = overhead;
             t.switching_in_ns = switching_in;
             t.on_cpu_exact = true;
             // Neither CPU time nor a wait in the kernel's books: state "other", in a frame of
@@ -573,8 +573,14 @@ mod tests {
             .collect()
     }
 
-    fn total(t: &ThreadTime) -> u64 {
-        t.on_cpu_ns + t.off_ns.iter().sum::<u64>()
+    /// A thread's time of one kind over its entries: where the run-queue kinds, one state in
+    /// `ThreadTime`, are told apart.
+    fn kind_ns(p: &Profile, tid: u32, kind: Kind) -> u64 {
+        p.entries
+            .iter()
+            .filter(|e| e.tid == tid && e.kind == kind)
+            .map(|e| e.time_ns)
+            .sum()
     }
 
     #[test]
@@ -585,7 +591,7 @@ mod tests {
         };
         let p = account(drained, Seeds::default(), &opts(Mode::Cpu));
         assert_eq!(p.threads[&7].samples, 40);
-        assert_eq!(p.threads[&7].on_cpu_ns, 400 * MS);
+        assert_eq!(p.threads[&7].on_cpu_ns(), 400 * MS);
         assert!(!p.threads[&7].on_cpu_exact);
         assert_eq!(p.entries.len(), 2);
     }
@@ -616,10 +622,10 @@ mod tests {
         assert!(t.on_cpu_exact);
         assert_eq!(
             (
-                t.on_cpu_ns,
-                t.overhead_ns,
+                t.on_cpu_ns(),
+                t.time.profiler,
                 t.switching_in_ns,
-                t.running_ns()
+                t.time.running
             ),
             (5 * S, 100 * MS, 500 * MS, 4_900 * MS)
         );
@@ -678,9 +684,9 @@ mod tests {
         for mode in [Mode::Wall, Mode::Off] {
             let p = account(drained(), Seeds::default(), &opts(mode));
             let t = &p.threads[&7];
-            assert_eq!(t.on_cpu_ns, 3 * S);
+            assert_eq!(t.on_cpu_ns(), 3 * S);
             assert_eq!(t.uncharged_ns, 700 * MS);
-            assert_eq!(t.off(WaitState::Other), 700 * MS);
+            assert_eq!(t.time.other, 700 * MS);
             let e = by_stack(&p, 7);
             assert_eq!(
                 e[&(stack_id::UNCHARGED, Kind::Off(WaitState::Other))],
@@ -707,7 +713,7 @@ mod tests {
             },
         );
         let p = account(drained, Seeds::default(), &opts(Mode::Wall));
-        assert_eq!(p.threads[&7].on_cpu_ns, 10 * S);
+        assert_eq!(p.threads[&7].on_cpu_ns(), 10 * S);
         assert_eq!(by_stack(&p, 7)[&(1, Kind::OnCpu)], 10 * S);
     }
 
@@ -738,9 +744,13 @@ mod tests {
         );
         let p = account(drained, Seeds::default(), &opts(Mode::Off));
         let t = &p.threads[&3];
-        assert_eq!(t.on_cpu_ns, 3 * S);
-        assert_eq!(t.off(WaitState::RunqueueWoken), 500 * MS);
-        assert_eq!(t.off(WaitState::Sleep), 2_500 * MS);
+        assert_eq!(t.on_cpu_ns(), 3 * S);
+        assert_eq!(t.time.runnable, 500 * MS);
+        assert_eq!(
+            kind_ns(&p, 3, Kind::Off(WaitState::RunqueueWoken)),
+            500 * MS
+        );
+        assert_eq!(t.time.sleep, 2_500 * MS);
         let e = p
             .entries
             .iter()
@@ -778,12 +788,13 @@ mod tests {
             },
         );
         let p = account(drained, Seeds::default(), &opts(Mode::Off));
-        assert_eq!(p.threads[&1].off(WaitState::Sleep), 10 * S);
+        assert_eq!(p.threads[&1].time.sleep, 10 * S);
         assert_eq!(p.entries[0].max_ns, 10 * S);
         let t = &p.threads[&3];
-        assert_eq!(t.off(WaitState::Io), 4 * S);
-        assert_eq!(t.off(WaitState::RunqueueWoken), S);
-        assert_eq!(total(t), 10 * S);
+        assert_eq!(t.time.io, 4 * S);
+        assert_eq!(t.time.runnable, S);
+        assert_eq!(kind_ns(&p, 3, Kind::Off(WaitState::RunqueueWoken)), S);
+        assert_eq!(t.total_ns(), 10 * S);
         assert_eq!(p.open_waits, 2);
     }
 
@@ -813,8 +824,12 @@ mod tests {
         );
         drained.samples = vec![sample(3, 1, 10)];
         let p = account(drained, Seeds::default(), &opts(Mode::Wall));
-        assert_eq!(p.threads[&3].on_cpu_ns, 7 * S);
-        assert_eq!(p.threads[&3].off(WaitState::RunqueuePreempted), 3 * S);
+        assert_eq!(p.threads[&3].on_cpu_ns(), 7 * S);
+        assert_eq!(p.threads[&3].time.runnable, 3 * S);
+        assert_eq!(
+            kind_ns(&p, 3, Kind::Off(WaitState::RunqueuePreempted)),
+            3 * S
+        );
     }
 
     #[test]
@@ -843,7 +858,7 @@ mod tests {
             (e.waits, e.time_ns, e.min_ns, e.max_ns),
             (3, 60 * MS, 19 * MS, 21 * MS)
         );
-        assert_eq!(p.threads[&4].off(WaitState::Sleep), 60 * MS);
+        assert_eq!(p.threads[&4].time.sleep, 60 * MS);
         assert_eq!(p.threads[&4].name, "tid-4");
     }
 }

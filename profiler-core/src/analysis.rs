@@ -1,5 +1,5 @@
 //! Analysis: the time model with named stacks → what the threads were doing as a whole. Each
-//! thread is idle or active ([`IDLE_RULE`]); threads with the same name once digits are
+//! thread is idle or active ([`is_idle`]); threads with the same name once digits are
 //! stripped, in processes of the same name, are one group (a pool); each group gets its time
 //! per state and its dominant wait (idle waits, [`IDLE_WAIT_FRAMES`], apart); idle threads
 //! are gathered by process and wait. Pure; the
@@ -7,11 +7,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use profiler_common::{WaitState, stack_id};
+use profiler_common::stack_id;
 
 use crate::{
     holders::{Holders, lock_holders},
-    model::{NO_FILE, Profile, StackNames, ThreadTime, stack_frames},
+    model::{NO_FILE, Profile, StackNames, StateTimes, ThreadTime, stack_frames},
     waits::{self, WaitKind},
 };
 
@@ -19,23 +19,31 @@ use crate::{
 pub const IDLE_MAX_ON_CPU_PCT: f64 = 1.0;
 /// … in uninterruptible I/O (or stopped) at most this share …
 pub const IDLE_MAX_IO_PCT: f64 = 1.0;
-/// … and asleep at least this share (the rest: waiting for a CPU after its wakeups).
+/// … and asleep at least this share (the rest: waiting for a CPU after its wakeups). The
+/// rule's words are made from these three (render/report/words.rs `idle_rule`).
 pub const IDLE_MIN_SLEEP_PCT: f64 = 90.0;
-/// The rule, as the report and the README state it.
-pub const IDLE_RULE: &str = "a thread is idle when, over its time in the capture window, it \
-     was on the CPU at most 1 % of the time, in uninterruptible I/O or stopped at most 1 %, and \
-     in interruptible sleep (a futex, poll, read, nanosleep … wait) at least 90 % (the rest is \
-     waiting for a CPU after its wakeups); every other thread is active (in --mode cpu, \
-     without off-CPU states, every thread counts as active)";
-
 /// Frames that mean a wait is for work, wherever it happens: a pool's queue, the Go
 /// scheduler ([`waits::WORK_FRAMES`]). A C pool's worker waits for work too, but only its
-/// name says so, not its stack: those threads are caught by [`IDLE_RULE`] instead.
+/// name says so, not its stack: those threads are caught by [`is_idle`] instead.
 pub const IDLE_WAIT_FRAMES: &[&str] = waits::WORK_FRAMES;
 
 /// Whether a site's frames make its waits idle waits ([`IDLE_WAIT_FRAMES`]).
 pub fn is_idle_wait(frames: &[String]) -> bool {
     waits::classify(frames) == WaitKind::Work
+}
+
+/// Kernel functions that turn interrupts back on: cpu-clock samples pile up there for time
+/// the kernel ran with interrupts off in their callers (the timer is an interrupt and waits),
+/// so the report notes their share and the verdict never names one as the hottest function.
+pub fn enables_interrupts(frame: &str) -> bool {
+    const PREFIXES: [&str; 5] = [
+        "_raw_spin_unlock_irq",
+        "_raw_read_unlock_irq",
+        "_raw_write_unlock_irq",
+        "finish_task_switch",
+        "__local_bh_enable_ip",
+    ];
+    PREFIXES.iter().any(|p| frame.starts_with(p))
 }
 
 /// Frames of a wait for any of many events — epoll, poll, select — in the kernel, or (without
@@ -92,59 +100,10 @@ fn without_local_addresses(frames: Vec<String>, files: &[u32]) -> Vec<String> {
         .collect()
 }
 
-/// Time per state of a thread or of several.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StateTimes {
-    /// On the CPU, the profiler's programs left out.
-    pub running: u64,
-    pub profiler: u64,
-    pub runnable: u64,
-    pub sleep: u64,
-    pub io: u64,
-    pub other: u64,
-}
-
-impl StateTimes {
-    pub fn of(t: &ThreadTime) -> Self {
-        Self {
-            running: t.running_ns(),
-            profiler: t.overhead_ns,
-            runnable: t.runnable_ns(),
-            sleep: t.off(WaitState::Sleep),
-            io: t.off(WaitState::Io),
-            other: t.off(WaitState::Other),
-        }
-    }
-
-    fn add(&mut self, o: &Self) {
-        self.running += o.running;
-        self.profiler += o.profiler;
-        self.runnable += o.runnable;
-        self.sleep += o.sleep;
-        self.io += o.io;
-        self.other += o.other;
-    }
-
-    pub fn total(&self) -> u64 {
-        self.running + self.profiler + self.runnable + self.sleep + self.io + self.other
-    }
-
-    /// On the CPU, waiting for one, or in uninterruptible I/O: what Linux's load average
-    /// counts. The measure of how busy a group is.
-    pub fn busy(&self) -> u64 {
-        self.running + self.profiler + self.runnable + self.io
-    }
-
-    /// `ns` as a percentage of this time.
-    pub fn pct(&self, ns: u64) -> f64 {
-        100.0 * ns as f64 / self.total().max(1) as f64
-    }
-}
-
-/// Whether a thread with these times is idle by [`IDLE_RULE`].
+/// Whether a thread with these times is idle: the idle rule, by the three constants above.
 pub fn is_idle(t: &StateTimes) -> bool {
     t.total() > 0
-        && t.pct(t.running + t.profiler) <= IDLE_MAX_ON_CPU_PCT
+        && t.pct(t.on_cpu()) <= IDLE_MAX_ON_CPU_PCT
         && t.pct(t.io + t.other) <= IDLE_MAX_IO_PCT
         && t.pct(t.sleep) >= IDLE_MIN_SLEEP_PCT
 }
@@ -366,7 +325,7 @@ pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysi
     let mut by_key: BTreeMap<(String, String), Vec<u32>> = BTreeMap::new();
     let mut threads = BTreeMap::new();
     for (&tid, t) in &profile.threads {
-        let times = StateTimes::of(t);
+        let times = t.time;
         threads.insert(
             tid,
             ThreadClass {
@@ -478,7 +437,7 @@ fn group(
     let mut events: HashMap<SiteId, u64> = HashMap::new();
     let mut idle_wait_ns = 0;
     for tid in counted {
-        time.add(&StateTimes::of(&profile.threads[tid]));
+        time += profile.threads[tid].time;
         for (site, ns) in waits.get(tid).into_iter().flatten() {
             if is_idle_wait(&site.1) {
                 idle_wait_ns += ns;
@@ -525,7 +484,7 @@ fn idle_sets(
                 sleep_ns: 0,
             });
         set.tids.push(tid);
-        set.sleep_ns += t.off(WaitState::Sleep);
+        set.sleep_ns += t.time.sleep;
     }
     let mut idle: Vec<IdleSet> = sets.into_values().collect();
     idle.sort_by(|a, b| {
@@ -542,6 +501,8 @@ fn idle_sets(
 mod tests {
     use std::sync::Arc;
 
+    use profiler_common::WaitState;
+
     use super::*;
     use crate::model::{Entry, Kind, Mode, Name, ProcessInfo, Window};
 
@@ -555,17 +516,19 @@ mod tests {
         sleep: u64,
         io: u64,
     ) -> ThreadTime {
-        let mut t = ThreadTime {
+        ThreadTime {
             pid,
             name: name.into(),
-            on_cpu_ns: running,
+            time: StateTimes {
+                running,
+                runnable,
+                sleep,
+                io,
+                ..StateTimes::default()
+            },
             on_cpu_exact: true,
             ..ThreadTime::default()
-        };
-        t.off_ns[WaitState::Sleep as usize - 1] = sleep;
-        t.off_ns[WaitState::RunqueuePreempted as usize - 1] = runnable;
-        t.off_ns[WaitState::Io as usize - 1] = io;
-        t
+        }
     }
 
     fn wait(tid: u32, user: u64, state: WaitState, ns: u64) -> Entry {

@@ -8,14 +8,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use profiler_common::{SiteKey as KernelSite, WaitState, stack_id};
+use profiler_common::{SiteKey as KernelSite, stack_id};
 use serde::Serialize;
 use thiserror::Error;
 
 use crate::{
     analysis::{SiteFrames, distinct_labels},
     fold::{self, FoldOptions, Unit},
-    model::{Hist, Kind, Mode, Profile, SavedCapture, StackNames, stack_frames},
+    model::{Hist, Kind, Mode, Profile, SavedCapture, StackNames, StateTimes, stack_frames},
 };
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -185,16 +185,16 @@ fn side(c: &SavedCapture) -> Side {
 struct Figures {
     /// Folded stack → µs per second.
     stacks: HashMap<String, f64>,
-    /// ms per second, in `STATES` order.
-    states: [f64; 5],
+    /// Thread time per state over all threads, ns.
+    states: StateTimes,
+    /// The window's length in seconds: what every figure is divided by.
+    secs: f64,
     /// Function → (self, total) ms per second.
     functions: HashMap<String, (f64, f64)>,
     /// On-CPU time in code (the sum of every function's self time), ms per second.
     code_ms_per_s: f64,
     sites: BTreeMap<(&'static str, SiteFrames), SiteFigures>,
 }
-
-const STATES: [&str; 5] = ["running", "runnable", "sleep", "io", "other"];
 
 struct SiteFigures {
     ms_per_s: f64,
@@ -212,17 +212,8 @@ impl Figures {
         let code_ns = functions.values().map(|f| f.0).sum();
         Self {
             stacks: stack_rates(c, secs),
-            states: {
-                let mut states = [0u64; 5];
-                for t in profile.threads.values() {
-                    states[0] += t.on_cpu_ns;
-                    states[1] += t.runnable_ns();
-                    states[2] += t.off(WaitState::Sleep);
-                    states[3] += t.off(WaitState::Io);
-                    states[4] += t.off(WaitState::Other);
-                }
-                states.map(per_s)
-            },
+            states: profile.state_totals(),
+            secs,
             functions: functions
                 .into_iter()
                 .map(|(f, (s, t))| (f, (per_s(s), per_s(t))))
@@ -343,15 +334,7 @@ fn site_hists(
         let (ns, hist) = sites.entry((state.label(), key)).or_default();
         *ns += e.time_ns;
         hist.add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
-        let kernel_site = KernelSite {
-            state: state as u32,
-            epoch: 0,
-            user_stack: e.user_stack,
-            kernel_stack: e.kernel_stack,
-        };
-        if hists_added.insert(kernel_site)
-            && let Some(h) = profile.site_hists.get(&kernel_site)
-        {
+        if let Some(h) = profile.site_hist_once(e, state, &mut hists_added) {
             hist.add_buckets(h);
         }
     }
@@ -359,12 +342,19 @@ fn site_hists(
 }
 
 fn states(b: &Figures, a: &Figures) -> Vec<StateRow> {
+    // Running is all CPU time here, the profiler's programs included: both captures paid
+    // for them, and a diff of thread time should add up to the threads' time.
+    const STATES: [&str; 5] = ["running", "runnable", "sleep", "io", "other"];
+    let ms_per_s = |f: &Figures| {
+        let t = &f.states;
+        [t.on_cpu(), t.runnable, t.sleep, t.io, t.other].map(|ns| ns as f64 / 1e6 / f.secs)
+    };
     STATES
-        .iter()
-        .enumerate()
-        .map(|(i, &state)| StateRow {
+        .into_iter()
+        .zip(ms_per_s(b).into_iter().zip(ms_per_s(a)))
+        .map(|(state, (before, after))| StateRow {
             state,
-            ms_per_s: change(b.states[i], a.states[i]),
+            ms_per_s: change(before, after),
         })
         .filter(|r| r.ms_per_s.before > 0.0 || r.ms_per_s.after > 0.0)
         .collect()
@@ -476,7 +466,7 @@ fn round1(v: f64) -> f64 {
 mod tests {
     use std::{collections::HashMap, sync::Arc};
 
-    use profiler_common::{WaitHist, hist_bucket};
+    use profiler_common::{WaitHist, WaitState, hist_bucket};
 
     use super::*;
     use crate::model::{CaptureMeta, Entry, Name, ThreadTime, Window, saved::SAVED_FORMAT};
@@ -536,8 +526,8 @@ mod tests {
         };
         for e in &entries {
             match e.kind {
-                Kind::OnCpu => thread.on_cpu_ns += e.time_ns,
-                Kind::Off(s) => thread.off_ns[s as usize - 1] += e.time_ns,
+                Kind::OnCpu => thread.time.running += e.time_ns,
+                Kind::Off(s) => thread.time.add_wait(s, e.time_ns),
             }
         }
         SavedCapture {

@@ -25,10 +25,9 @@ use crate::{
 };
 use profiler_core::{
     account::{self, AccountOptions},
-    analysis, diff,
-    fold::{self, FoldOptions, Folded},
+    fold::Folded,
     model::{CaptureMeta, Drained, Mode, SavedCapture, Seeds, Window, saved::SAVED_FORMAT},
-    render::{self, html, pprof, report, summary, svg},
+    render::{self, DiffOptions, RenderOptions, ReportFormat, ReportTexts, pprof},
     symbolize,
     unwind::tables::UnwindTables,
 };
@@ -62,27 +61,26 @@ fn replay(r: &ReplayArgs) -> Result<()> {
 fn diff(d: &DiffArgs) -> Result<()> {
     let before = SavedCapture::load(&d.before)?;
     let after = SavedCapture::load(&d.after)?;
-    let diff = diff::diff(&before, &after).with_context(|| {
-        format!(
-            "cannot compare {} with {}",
-            d.before.display(),
-            d.after.display()
-        )
-    })?;
+    let top = usize::try_from(d.top).unwrap_or(usize::MAX);
+    let rendered =
+        render::render_diff(&before, &after, &DiffOptions { top }).with_context(|| {
+            format!(
+                "cannot compare {} with {}",
+                d.before.display(),
+                d.after.display()
+            )
+        })?;
     let svg_path = d
         .output
         .clone()
-        .unwrap_or_else(|| default_diff_name(&after.meta.target, diff.mode));
+        .unwrap_or_else(|| default_diff_name(&after.meta.target, rendered.diff.mode));
     let before_svg_path = svg_path.with_extension("before.svg");
     let report_out = match &d.report {
         None => None,
-        Some(path) => match report_format(path)? {
-            ReportFormat::Html => anyhow::bail!(
-                "the diff report {} must end in .md (Markdown) or .json",
-                path.display()
-            ),
-            format => Some((preflight::open_output("the report", path)?, format)),
-        },
+        Some(path) => {
+            let format = report_format(path)?;
+            Some((preflight::open_output("the report", path)?, format))
+        }
     };
     let folded_out = d
         .folded
@@ -92,34 +90,20 @@ fn diff(d: &DiffArgs) -> Result<()> {
     let after_svg = preflight::open_output("the flame graph", &svg_path)?;
     let before_svg = preflight::open_output("the flame graph", &before_svg_path)?;
 
-    write_diff_graphs(&diff, after_svg, before_svg)?;
+    write_text(after_svg, "the flame graph", &rendered.after_svg)?;
+    write_text(before_svg, "the flame graph", &rendered.before_svg)?;
     if let Some(out) = folded_out {
-        let path = write_output(out, "the folded stacks", |w| {
-            for (stack, (b, a)) in &diff.stacks {
-                writeln!(w, "{stack} {b} {a}")?;
-            }
-            Ok(())
-        })?;
+        let path = write_text(out, "the folded stacks", &rendered.folded_text())?;
         eprintln!(
             "profiler: wrote folded stacks (before after, µs/s) to {}",
             path.display()
         );
     }
-    let top = usize::try_from(d.top).unwrap_or(usize::MAX);
-    let report = render::diff::report(&diff, top);
     if let Some((output, format)) = report_out {
-        let path = write_output(output, "the report", |w| match format {
-            ReportFormat::Markdown => render::diff::write_markdown(&report, &mut { w }),
-            ReportFormat::Json => render::diff::write_json(&report, &mut { w }),
-            // `report_format` gives Markdown or JSON only.
-            ReportFormat::Html => Err(std::io::Error::other(
-                "the diff report is Markdown (.md) or JSON (.json)",
-            )),
-        })?;
-        eprintln!("profiler: wrote the report to {}", path.display());
+        write_report(output, rendered.report(format))?;
     }
     let mut stdout = std::io::stdout().lock();
-    render::diff::write_text(&report, &mut stdout)?;
+    stdout.write_all(rendered.terminal()?.as_bytes())?;
     writeln!(
         stdout,
         "profiler: wrote the differential flame graphs to {} (drawn on after) and {} (drawn on before)",
@@ -133,46 +117,6 @@ fn diff(d: &DiffArgs) -> Result<()> {
 fn default_diff_name(target: &str, mode: Mode) -> PathBuf {
     let name = preflight::file_name_safe(target);
     PathBuf::from(format!("diff-{name}-{}.svg", mode.name()))
-}
-
-/// The differential flame graph twice: drawn on the after capture, then on the before one.
-fn write_diff_graphs(diff: &diff::Diff, after_svg: Output, before_svg: Output) -> Result<()> {
-    let words = |s: &diff::Side| format!("{} {:.2} s", s.target, s.duration_s);
-    let title = format!(
-        "{} → {} — {}",
-        words(&diff.before),
-        words(&diff.after),
-        match diff.mode {
-            Mode::Cpu => "on-CPU",
-            Mode::Off => "off-CPU",
-            Mode::Wall => "wall clock",
-        }
-    );
-    for (out, shape, what) in [
-        (
-            after_svg,
-            svg::DiffShape::After,
-            "widths: after · red grew, blue shrank · the before-shaped graph shows what disappeared",
-        ),
-        (
-            before_svg,
-            svg::DiffShape::Before,
-            "widths: before (what shrank or disappeared) · red grew, blue shrank",
-        ),
-    ] {
-        let opts = svg::SvgOptions {
-            title: title.clone(),
-            subtitle: format!(
-                "{what} · {} of thread time per second of capture",
-                render::diff::GRAPH_UNIT
-            ),
-            wakeup_palette: false,
-        };
-        write_output(out, "the flame graph", |w| {
-            svg::write_differential(&diff.stacks, shape, &opts, render::diff::GRAPH_UNIT, w)
-        })?;
-    }
-    Ok(())
 }
 
 /// The report's format, from its path's extension. A device, a FIFO or `/dev/stdout` has none
@@ -809,13 +753,6 @@ impl Outputs {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ReportFormat {
-    Markdown,
-    Json,
-    Html,
-}
-
 fn open_outputs(
     out: &OutputArgs,
     default_svg: PathBuf,
@@ -873,75 +810,28 @@ fn default_svg_name(meta: &CaptureMeta, mode: Mode) -> PathBuf {
     )
 }
 
-/// Analyse (idle threads, groups), fold, then write every output and print the summary.
+/// Render the capture (profiler-core: analyse, fold, draw, report), then write every output
+/// and print the summary.
 fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()> {
-    let SavedCapture {
-        meta,
-        profile,
-        names,
-        ..
-    } = saved;
-    let analysis = analysis::analyze(profile, names, &meta.target);
-    let fold_opts = FoldOptions {
-        process: meta.target.clone(),
+    let opts = RenderOptions {
         per_process: out.per_process,
         per_thread: out.per_thread,
-        hide_sleep_of: if out.hide_idle {
-            analysis
-                .threads
-                .iter()
-                .filter(|(_, c)| c.idle)
-                .map(|(&tid, _)| tid)
-                .collect()
-        } else {
-            Default::default()
-        },
+        hide_idle: out.hide_idle,
+        wakers: outputs.wakers_svg.is_some() || outputs.wakers_folded.is_some(),
     };
-    let folded = fold::fold(profile, names, &fold_opts);
-    let mode_words = match profile.mode {
-        Mode::Cpu => "on-CPU",
-        Mode::Off => "off-CPU",
-        Mode::Wall => "wall clock: on-CPU + off-CPU",
-    };
-    let title = format!("{} (PID {}) — {mode_words}", meta.target, meta.pid);
+    let rendered = render::render(saved, &opts).context("cannot draw the flame graph")?;
     let svg_path = outputs.svg.path.clone();
-    write_folded(&folded, outputs.folded)?;
-    let subtitle = summary::subtitle(profile, &folded);
-    let graph = render_svg(&folded, title.clone(), subtitle.clone(), false)?;
-    write_svg(&graph, outputs.svg, false)?;
-    if outputs.wakers_svg.is_some() || outputs.wakers_folded.is_some() {
-        let chains = fold::fold_wakers(profile, names, &fold_opts);
-        write_folded(&chains, outputs.wakers_folded)?;
+    write_folded(&rendered.folded, outputs.folded)?;
+    write_text(outputs.svg, "the flame graph", &rendered.svg)?;
+    if let Some(wakers) = &rendered.wakers {
+        write_folded(&wakers.folded, outputs.wakers_folded)?;
         if let Some(out) = outputs.wakers_svg {
-            let subtitle = format!(
-                "blocked stack above --, waker's stack below it · {} · unit: µs of blocked time each waker ended",
-                summary::secs(profile.window.len_ns())
-            );
-            let graph = render_svg(&chains, format!("{title} — wakeups"), subtitle, true)?;
-            write_svg(&graph, out, true)?;
+            let path = write_text(out, "the wakeup graph", &wakers.svg)?;
+            eprintln!("profiler: wrote wakeup graph to {}", path.display());
         }
     }
-    let report = report::build(&report::ReportInput {
-        profile,
-        names,
-        meta,
-        analysis: &analysis,
-    });
     if let Some((output, format)) = outputs.report {
-        let path = write_output(output, "the report", |w| match format {
-            ReportFormat::Markdown => report::write_markdown(&report, &mut { w }),
-            ReportFormat::Json => report::write_json(&report, &mut { w }),
-            ReportFormat::Html => html::write_html(
-                &html::HtmlInput {
-                    report: &report,
-                    title: &title,
-                    subtitle: &subtitle,
-                    flame_graph: &graph,
-                },
-                &mut { w },
-            ),
-        })?;
-        eprintln!("profiler: wrote the report to {}", path.display());
+        write_report(output, rendered.report(format))?;
     }
     if let Some(output) = outputs.saved {
         let path = write_output(output, "the saved capture", |w| saved.write_to(w))?;
@@ -960,8 +850,7 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
         eprintln!("profiler: wrote the pprof profile to {}", path.display());
     }
     let mut stdout = std::io::stdout().lock();
-    summary::write_summary(&mut stdout, profile, &analysis, meta)?;
-    report::write_text(&report, &mut stdout, profile.mode)?;
+    stdout.write_all(rendered.terminal()?.as_bytes())?;
     writeln!(
         stdout,
         "profiler: wrote flame graph to {}",
@@ -995,27 +884,15 @@ fn write_folded(folded: &Folded, out: Option<Output>) -> Result<()> {
     Ok(())
 }
 
-/// The flame graph of `folded`, as SVG text.
-fn render_svg(
-    folded: &Folded,
-    title: String,
-    subtitle: String,
-    wakeup_palette: bool,
-) -> Result<String> {
-    let opts = svg::SvgOptions {
-        title,
-        subtitle,
-        wakeup_palette,
-    };
-    let mut bytes = Vec::new();
-    svg::write_svg(folded, &opts, &mut bytes).context("cannot draw the flame graph")?;
-    String::from_utf8(bytes).context("the flame graph is not UTF-8")
+/// Writes the report the render stage made, and says where.
+fn write_report(output: Output, text: std::io::Result<String>) -> Result<()> {
+    let text = text.context("cannot write the report")?;
+    let path = write_text(output, "the report", &text)?;
+    eprintln!("profiler: wrote the report to {}", path.display());
+    Ok(())
 }
 
-fn write_svg(graph: &str, out: Output, wakeup_palette: bool) -> Result<()> {
-    let path = write_output(out, "the flame graph", |w| w.write_all(graph.as_bytes()))?;
-    if wakeup_palette {
-        eprintln!("profiler: wrote wakeup graph to {}", path.display());
-    }
-    Ok(())
+/// Writes text the render stage made.
+fn write_text(out: Output, what: &str, text: &str) -> Result<PathBuf> {
+    write_output(out, what, |w| w.write_all(text.as_bytes()))
 }

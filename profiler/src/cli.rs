@@ -81,8 +81,8 @@ pub struct DiffArgs {
     #[arg(long, value_name = "PATH")]
     pub folded: Option<PathBuf>,
 
-    /// Write the report here too: Markdown (`.md`) or JSON (`.json`, schema in
-    /// docs/diff.schema.json).
+    /// Write the report here too: Markdown (`.md`), JSON (`.json`, schema in
+    /// docs/diff.schema.json) or one HTML page with both graphs (`.html`).
     #[arg(long, value_name = "PATH")]
     pub report: Option<PathBuf>,
 
@@ -122,10 +122,8 @@ pub struct OutputArgs {
     #[arg(long)]
     pub per_process: bool,
 
-    /// Leave the sleep of idle threads (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep: pool
-    /// workers waiting for work, a main thread in join) out of the flame graph and the folded
-    /// stacks; the subtitle says how much was left out. Off by default.
-    #[arg(long)]
+    // Its help names the idle rule in the words the report uses (`hide_idle_help`).
+    #[arg(long, help = hide_idle_help())]
     pub hide_idle: bool,
 
     /// Also write the wakeup chains (`waiter stack;--;waker stack`) as `<output>.wakers.svg`
@@ -246,6 +244,17 @@ pub struct Args {
     /// (`memo_disagreements` in the JSON report): for tests, at the cost of the memos' saving.
     #[arg(long, hide = true)]
     pub verify_memos: bool,
+}
+
+/// `--hide-idle`'s help, with the idle rule as the report words it.
+fn hide_idle_help() -> String {
+    use profiler_core::render::report::{IdleRuleWords, idle_rule};
+    format!(
+        "Leave the sleep of idle threads ({}: pool workers waiting for work, a main thread in \
+         join) out of the flame graph and the folded stacks; the subtitle says how much was \
+         left out. Off by default.",
+        idle_rule(IdleRuleWords::Brief)
+    )
 }
 
 /// `--mode`: one of the core's mode names (the core knows no command-line crate).

@@ -21,7 +21,7 @@ use crate::{
     uploads::Uploads,
 };
 use profiler_core::{
-    model::{Kind, ProcessInfo, Profile},
+    model::{CaptureNote, Kind, PartialTime, ProcessInfo, Profile},
     perfmap::PerfMap,
     procmap::{MappingKind, ProcessMaps},
     symbolize::lookup_addresses,
@@ -521,27 +521,24 @@ impl TargetSet {
             .collect()
     }
 
-    /// What the report must say about JVMs' JIT names.
-    pub fn jit_notes(&self) -> Vec<String> {
+    /// What the report must say about JVMs' JIT names (render words it).
+    pub fn jit_notes(&self) -> Vec<CaptureNote> {
         let mut notes = Vec::new();
         for (pid, t) in &self.processes {
             let Some(h) = &t.hotspot else { continue };
             if h.reused > 0 {
-                notes.push(format!(
-                    "{}-{pid}: {} address{} of JIT code held one Java method and then another \
-                     during the capture; frames there carry the later name, which may be stale \
-                     for stacks taken before the JIT reused it.",
-                    t.name,
-                    h.reused,
-                    if h.reused == 1 { "" } else { "es" },
-                ));
+                notes.push(CaptureNote::JitCodeReused {
+                    process: t.name.clone(),
+                    pid: *pid,
+                    addresses: h.reused as u64,
+                });
             }
             if let Some(e) = &h.error {
-                notes.push(format!(
-                    "{}-{pid}: the JVM's code cache could not be read ({e}); JIT code compiled \
-                     after the last good read is unnamed and unwinds by frame pointers.",
-                    t.name
-                ));
+                notes.push(CaptureNote::CodeCacheUnreadable {
+                    process: t.name.clone(),
+                    pid: *pid,
+                    error: e.clone(),
+                });
             }
         }
         notes
@@ -549,7 +546,7 @@ impl TargetSet {
 
     /// JVMs whose threads' stacks stopped inside Java code for more than 1 % of their on-CPU
     /// or off-CPU time: that share is said, not hidden (their callers are missing).
-    pub fn jit_partial_notes(&self, profile: &Profile) -> Vec<String> {
+    pub fn jit_partial_notes(&self, profile: &Profile) -> Vec<CaptureNote> {
         let mut notes = Vec::new();
         for (pid, t) in &self.processes {
             let Some(h) = &t.hotspot else { continue };
@@ -572,26 +569,21 @@ impl TargetSet {
                 }
             }
             let share = |(total, partial): (u64, u64)| {
-                (total > 0 && partial * 100 > total).then(|| 100.0 * partial as f64 / total as f64)
+                (total > 0 && partial * 100 > total).then_some(PartialTime {
+                    partial_ns: partial,
+                    total_ns: total,
+                })
             };
-            let (on, off) = (share(on), share(off));
-            if on.is_none() && off.is_none() {
+            let (on_cpu, off_cpu) = (share(on), share(off));
+            if on_cpu.is_none() && off_cpu.is_none() {
                 continue;
             }
-            let part =
-                |what: &str, s: Option<f64>| s.map(|s| format!("{s:.1} % of its {what} time"));
-            let parts: Vec<String> = [part("on-CPU", on), part("off-CPU", off)]
-                .into_iter()
-                .flatten()
-                .collect();
-            notes.push(format!(
-                "{}-{pid}: {} had stacks that stop inside Java code or at an unmapped address \
-                 (code the JIT compiled since the profiler last read the code cache, a stub with \
-                 no frame rule, a method's epilogue): their callers are missing. A warmed-up JVM \
-                 has fewer.",
-                t.name,
-                parts.join(" and ")
-            ));
+            notes.push(CaptureNote::PartialJavaStacks {
+                process: t.name.clone(),
+                pid: *pid,
+                on_cpu,
+                off_cpu,
+            });
         }
         notes
     }

@@ -13,8 +13,8 @@ use std::{
 use common::{Build, PROFILER, Workload, assert_success, require_root, scratch_dir, serial};
 use profiler_common::{WaitState, stack_id};
 use profiler_core::model::{
-    CaptureMeta, Entry, Kind, Mode, Name, Profile, SavedCapture, StackNames, ThreadTime, Window,
-    saved::SAVED_FORMAT,
+    CaptureMeta, Entry, Kind, Mode, Name, Profile, SavedCapture, StackNames, StateTimes,
+    ThreadTime, Window, saved::SAVED_FORMAT,
 };
 
 fn run_diff(before: &Path, after: &Path, dir: &Path, extra: &[&str]) -> Output {
@@ -54,7 +54,10 @@ fn synthetic(mode: Mode, dir: &Path) -> PathBuf {
     let thread = ThreadTime {
         pid: 7,
         name: "app".into(),
-        on_cpu_ns: 1000 * MS,
+        time: StateTimes {
+            running: 1000 * MS,
+            ..StateTimes::default()
+        },
         ..ThreadTime::default()
     };
     let capture = SavedCapture {
@@ -148,15 +151,7 @@ fn function<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Va
 }
 
 fn conforms_to_the_schema(json: &serde_json::Value) {
-    let schema_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/diff.schema.json");
-    let schema: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(schema_path).expect("read the schema"))
-            .expect("the schema is JSON");
-    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
-    let errors: Vec<String> = validator
-        .iter_errors(json)
-        .map(|e| format!("{e} at {}", e.instance_path))
-        .collect();
+    let errors = common::schema_errors("diff.schema.json", json);
     assert!(errors.is_empty(), "{errors:#?}");
 }
 

@@ -259,8 +259,9 @@ fn check_against_report(name: &str, pprof_file: &Path, report: &Value, chain: [&
     }
 }
 
+/// The golden captures live with the render stage's golden tests (profiler-core).
 fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiler-core/tests/golden")
 }
 
 #[test]

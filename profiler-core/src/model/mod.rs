@@ -18,8 +18,8 @@ pub use named::{
     FrameFile, NO_FILE, Name, StackNames, WakerIdentity, stack_frames, waker_frames, waker_identity,
 };
 pub use raw::{Counters, Drained, SchedStat, Seeds, Window, comm_name};
-pub use saved::{CaptureMeta, SavedCapture};
-pub use time::{Entry, Kind, ProcessInfo, ProcessTotals, Profile, ThreadTime, Waker};
+pub use saved::{CaptureMeta, CaptureNote, PartialTime, SavedCapture};
+pub use time::{Entry, Kind, ProcessInfo, ProcessTotals, Profile, StateTimes, ThreadTime, Waker};
 
 use serde::{Deserialize, Serialize};
 

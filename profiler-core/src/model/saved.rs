@@ -34,9 +34,55 @@ pub struct CaptureMeta {
     /// itself is on CLOCK_MONOTONIC). Absent from captures saved before it was recorded.
     #[serde(default)]
     pub started_unix_ns: Option<u64>,
-    /// What the capture itself found worth saying (JIT names that could be stale).
+    /// What the capture itself found worth saying (JIT names that could be stale), as data:
+    /// render puts it into words.
     #[serde(default)]
-    pub notes: Vec<String>,
+    pub notes: Vec<CaptureNote>,
+}
+
+/// Something the capture side found that the report must say. Saved with its figures, so
+/// render words it (render/report/words.rs) and a later profiler can word it better.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "note", rename_all = "snake_case")]
+pub enum CaptureNote {
+    /// A JVM's JIT put one Java method and then another at these many code addresses during
+    /// the capture: frames there carry the later name.
+    JitCodeReused {
+        process: String,
+        pid: u32,
+        addresses: u64,
+    },
+    /// A JVM's code cache could not be read (the error, in words): JIT code compiled after the
+    /// last good read is unnamed.
+    CodeCacheUnreadable {
+        process: String,
+        pid: u32,
+        error: String,
+    },
+    /// A JVM's stacks that stop inside Java code or at an unmapped address (their callers are
+    /// missing), on the CPU and off it; a side is absent where it was at most 1 % of the time.
+    PartialJavaStacks {
+        process: String,
+        pid: u32,
+        on_cpu: Option<PartialTime>,
+        off_cpu: Option<PartialTime>,
+    },
+    /// A note of a capture saved when notes were sentences: kept as written.
+    #[serde(untagged)]
+    Text(String),
+}
+
+/// Part of a time: `partial_ns` of `total_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartialTime {
+    pub partial_ns: u64,
+    pub total_ns: u64,
+}
+
+impl PartialTime {
+    pub fn pct(&self) -> f64 {
+        100.0 * self.partial_ns as f64 / self.total_ns.max(1) as f64
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -150,6 +196,43 @@ impl SavedCapture {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn notes_saved_as_sentences_are_read_as_text_and_notes_as_data_round_trip() {
+        let old = r#"{"target": "java", "pid": 7, "kernel": "6.1", "ended_early": null,
+                      "notes": ["java-7: 3 addresses of JIT code held one Java method and then another."]}"#;
+        let meta: CaptureMeta = serde_json::from_str(old).expect("an old capture's meta");
+        assert_eq!(
+            meta.notes,
+            [CaptureNote::Text(
+                "java-7: 3 addresses of JIT code held one Java method and then another.".into()
+            )]
+        );
+        let notes = vec![
+            CaptureNote::JitCodeReused {
+                process: "java".into(),
+                pid: 7,
+                addresses: 3,
+            },
+            CaptureNote::PartialJavaStacks {
+                process: "java".into(),
+                pid: 7,
+                on_cpu: Some(PartialTime {
+                    partial_ns: 5,
+                    total_ns: 100,
+                }),
+                off_cpu: None,
+            },
+            CaptureNote::Text("as written".into()),
+        ];
+        let json = serde_json::to_string(&notes).unwrap();
+        assert!(
+            json.contains(r#"{"note":"jit_code_reused","process":"java""#),
+            "{json}"
+        );
+        let back: Vec<CaptureNote> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, notes);
+    }
 
     #[test]
     fn svg_and_folded_files_are_named_for_what_they_are() {

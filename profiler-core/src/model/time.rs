@@ -1,7 +1,7 @@
 //! The accounted time model: per thread and stack, how much time on the CPU and in each
 //! off-CPU state, inside the window. Built by `profile::account`; read by fold and render.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use profiler_common::{RunqueueHist, SiteKey, WaitHist, WaitState, stack_id};
 use serde::{Deserialize, Serialize};
@@ -79,33 +79,104 @@ impl Entry {
     }
 }
 
-/// Where one thread's time went.
+/// Time per state: a thread's, a process's, a group's, all threads' or a capture's. Every
+/// figure of time by state has this one shape, so no total is an array read in an order
+/// someone has to remember (a thread's off-CPU time was indexed by `WaitState`, the
+/// verdict's totals by running/runnable/sleep/io/other, and they drifted apart).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateTimes {
+    /// On the CPU, the profiler's own programs left out.
+    pub running: u64,
+    /// The profiler's programs, run on the thread's CPU time: never its work.
+    pub profiler: u64,
+    /// Waiting for a CPU: preempted, or woken and not yet running.
+    pub runnable: u64,
+    /// Interruptible sleep.
+    pub sleep: u64,
+    /// Uninterruptible sleep.
+    pub io: u64,
+    /// Stopped or traced; held but not charged (steal); waits whose state was lost.
+    pub other: u64,
+}
+
+impl StateTimes {
+    /// Time in a wait of `state`: the one place a `WaitState` becomes a state of the report
+    /// (both run-queue kinds are runnable).
+    pub fn add_wait(&mut self, state: WaitState, ns: u64) {
+        let field = match state {
+            WaitState::Sleep => &mut self.sleep,
+            WaitState::Io => &mut self.io,
+            WaitState::RunqueuePreempted | WaitState::RunqueueWoken => &mut self.runnable,
+            WaitState::Other => &mut self.other,
+        };
+        *field += ns;
+    }
+
+    /// CPU time: the thread's work and the profiler's programs.
+    pub fn on_cpu(&self) -> u64 {
+        self.running + self.profiler
+    }
+
+    pub fn total(&self) -> u64 {
+        self.on_cpu() + self.runnable + self.sleep + self.io + self.other
+    }
+
+    /// On the CPU, waiting for one, or in uninterruptible I/O: what Linux's load average
+    /// counts. The measure of how busy a group is.
+    pub fn busy(&self) -> u64 {
+        self.on_cpu() + self.runnable + self.io
+    }
+
+    /// `ns` as a percentage of this time.
+    pub fn pct(&self, ns: u64) -> f64 {
+        100.0 * ns as f64 / self.total().max(1) as f64
+    }
+}
+
+impl std::ops::AddAssign for StateTimes {
+    fn add_assign(&mut self, o: Self) {
+        self.running += o.running;
+        self.profiler += o.profiler;
+        self.runnable += o.runnable;
+        self.sleep += o.sleep;
+        self.io += o.io;
+        self.other += o.other;
+    }
+}
+
+impl std::iter::Sum for StateTimes {
+    fn sum<I: Iterator<Item = Self>>(iter: I) -> Self {
+        let mut total = Self::default();
+        for t in iter {
+            total += t;
+        }
+        total
+    }
+}
+
+/// Where one thread's time went. Saved in the layout captures have always had
+/// ([`wire::ThreadTimeV1`]), so captures saved before and after read alike.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "wire::ThreadTimeV1", into = "wire::ThreadTimeV1")]
 pub struct ThreadTime {
     /// Its process (0 in captures saved before processes were recorded).
-    #[serde(default)]
     pub pid: u32,
     pub name: String,
     pub samples: u64,
-    /// CPU time inside the window: as the scheduler charged it when switches are traced
-    /// (`overhead_ns` and `switching_in_ns` included), else sample periods.
-    pub on_cpu_ns: u64,
-    /// Of `on_cpu_ns`, the profiler's own programs.
-    pub overhead_ns: u64,
-    /// Of `on_cpu_ns`, time charged before the thread was switched in (see
+    /// Its time per state inside the window. Running + profiler is its CPU time: as the
+    /// scheduler charged it when switches are traced (`switching_in_ns` included), else
+    /// sample periods.
+    pub time: StateTimes,
+    /// Of the CPU time, time charged before the thread was switched in (see
     /// `stack_id::SWITCHING_IN`).
     pub switching_in_ns: u64,
-    /// Off-CPU time per state, indexed by `WaitState as usize - 1`.
-    pub off_ns: [u64; 5],
-    /// Of `off_ns[Other]`, time the thread held its CPU that the kernel charged neither as
-    /// CPU nor as run-queue wait (hypervisor steal; see `Cycle::uncharged_ns`).
-    #[serde(default)]
+    /// Of `time.other`, time the thread held its CPU that the kernel charged neither as CPU
+    /// nor as run-queue wait (hypervisor steal; see `Cycle::uncharged_ns`).
     pub uncharged_ns: u64,
-    /// Of `off_ns[Other]`, time of waits the wait table had no room for: their state is
-    /// unknown (see `stack_id::LOST_WAITS`).
-    #[serde(default)]
+    /// Of `time.other`, time of waits the wait table had no room for: their state is unknown
+    /// (see `stack_id::LOST_WAITS`).
     pub lost_ns: u64,
-    /// Whether `on_cpu_ns` was measured at context switches (exact) or from samples.
+    /// Whether the CPU time was measured at context switches (exact) or from samples.
     pub on_cpu_exact: bool,
     /// The thread's schedstat over the window, read from /proc at its start and end (threads
     /// alive at both); the ground truth the other figures are checked against.
@@ -113,22 +184,14 @@ pub struct ThreadTime {
 }
 
 impl ThreadTime {
-    pub fn off(&self, state: WaitState) -> u64 {
-        self.off_ns[state as usize - 1]
-    }
-
-    /// CPU time that is the thread's own work (the profiler's programs left out).
-    pub fn running_ns(&self) -> u64 {
-        self.on_cpu_ns.saturating_sub(self.overhead_ns)
-    }
-
-    pub fn runnable_ns(&self) -> u64 {
-        self.off(WaitState::RunqueuePreempted) + self.off(WaitState::RunqueueWoken)
+    /// CPU time inside the window, the profiler's programs included.
+    pub fn on_cpu_ns(&self) -> u64 {
+        self.time.on_cpu()
     }
 
     /// All of its time accounted in the window.
     pub fn total_ns(&self) -> u64 {
-        self.on_cpu_ns + self.off_ns.iter().sum::<u64>()
+        self.time.total()
     }
 
     /// What its shares (running %, sleep %, …) are of: its own time in the window (the
@@ -140,6 +203,87 @@ impl ThreadTime {
             self.total_ns().clamp(1, window_ns.max(1))
         } else {
             window_ns.max(1)
+        }
+    }
+}
+
+/// The saved layout of a thread's time.
+mod wire {
+    use profiler_common::WaitState;
+    use serde::{Deserialize, Serialize};
+
+    use super::{SchedStat, StateTimes, ThreadTime};
+
+    /// `ThreadTime` as format 1 of saved captures holds it: CPU time with the profiler's part
+    /// in it, and off-CPU time per state indexed by `WaitState as usize - 1` (the two run-queue
+    /// kinds apart; they are read back as one, runnable, and saved in the first slot).
+    #[derive(Clone, Serialize, Deserialize)]
+    pub struct ThreadTimeV1 {
+        #[serde(default)]
+        pid: u32,
+        name: String,
+        samples: u64,
+        on_cpu_ns: u64,
+        overhead_ns: u64,
+        switching_in_ns: u64,
+        off_ns: [u64; 5],
+        #[serde(default)]
+        uncharged_ns: u64,
+        #[serde(default)]
+        lost_ns: u64,
+        on_cpu_exact: bool,
+        schedstat: Option<SchedStat>,
+    }
+
+    impl From<ThreadTimeV1> for ThreadTime {
+        fn from(w: ThreadTimeV1) -> Self {
+            let mut time = StateTimes {
+                running: w.on_cpu_ns.saturating_sub(w.overhead_ns),
+                profiler: w.overhead_ns.min(w.on_cpu_ns),
+                ..StateTimes::default()
+            };
+            for (state, ns) in WaitState::ALL.into_iter().zip(w.off_ns) {
+                time.add_wait(state, ns);
+            }
+            ThreadTime {
+                pid: w.pid,
+                name: w.name,
+                samples: w.samples,
+                time,
+                switching_in_ns: w.switching_in_ns,
+                uncharged_ns: w.uncharged_ns,
+                lost_ns: w.lost_ns,
+                on_cpu_exact: w.on_cpu_exact,
+                schedstat: w.schedstat,
+            }
+        }
+    }
+
+    impl From<ThreadTime> for ThreadTimeV1 {
+        fn from(t: ThreadTime) -> Self {
+            let mut off_ns = [0; 5];
+            for state in WaitState::ALL {
+                off_ns[state as usize - 1] = match state {
+                    WaitState::Sleep => t.time.sleep,
+                    WaitState::Io => t.time.io,
+                    WaitState::RunqueuePreempted => t.time.runnable,
+                    WaitState::RunqueueWoken => 0,
+                    WaitState::Other => t.time.other,
+                };
+            }
+            ThreadTimeV1 {
+                pid: t.pid,
+                name: t.name,
+                samples: t.samples,
+                on_cpu_ns: t.time.on_cpu(),
+                overhead_ns: t.time.profiler,
+                switching_in_ns: t.switching_in_ns,
+                off_ns,
+                uncharged_ns: t.uncharged_ns,
+                lost_ns: t.lost_ns,
+                on_cpu_exact: t.on_cpu_exact,
+                schedstat: t.schedstat,
+            }
         }
     }
 }
@@ -171,29 +315,8 @@ pub struct ProcessTotals {
     pub pid: u32,
     pub name: String,
     pub threads: usize,
-    pub on_cpu_ns: u64,
-    pub overhead_ns: u64,
-    /// Off-CPU time per state, indexed like `ThreadTime::off_ns`.
-    pub off_ns: [u64; 5],
-}
-
-impl ProcessTotals {
-    pub fn off(&self, state: WaitState) -> u64 {
-        self.off_ns[state as usize - 1]
-    }
-
-    pub fn running_ns(&self) -> u64 {
-        self.on_cpu_ns.saturating_sub(self.overhead_ns)
-    }
-
-    pub fn runnable_ns(&self) -> u64 {
-        self.off(WaitState::RunqueuePreempted) + self.off(WaitState::RunqueueWoken)
-    }
-
-    /// All its threads' time: the denominator of its shares.
-    pub fn thread_ns(&self) -> u64 {
-        self.on_cpu_ns + self.off_ns.iter().sum::<u64>()
-    }
+    /// All its threads' time per state: its total is the denominator of its shares.
+    pub time: StateTimes,
 }
 
 /// One process of the capture.
@@ -251,6 +374,28 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// The kernel's latency histogram of `e`'s stack pair in `state`, the first time `seen`
+    /// asks for it: the kernel keeps one per stack pair, shared by its threads, so a site that
+    /// sums their entries adds it once.
+    pub fn site_hist_once(
+        &self,
+        e: &Entry,
+        state: WaitState,
+        seen: &mut BTreeSet<SiteKey>,
+    ) -> Option<&WaitHist> {
+        let key = SiteKey {
+            state: state as u32,
+            epoch: 0,
+            user_stack: e.user_stack,
+            kernel_stack: e.kernel_stack,
+        };
+        if seen.insert(key) {
+            self.site_hists.get(&key)
+        } else {
+            None
+        }
+    }
+
     /// A profile of `mode` over `window` with nothing in it yet.
     pub fn empty(mode: Mode, window: Window, period_ns: u64) -> Self {
         Self {
@@ -311,24 +456,17 @@ impl Profile {
                 ..Default::default()
             });
             p.threads += 1;
-            p.on_cpu_ns += t.on_cpu_ns;
-            p.overhead_ns += t.overhead_ns;
-            for (sum, v) in p.off_ns.iter_mut().zip(t.off_ns) {
-                *sum += v;
-            }
+            p.time += t.time;
         }
         let mut rows: Vec<ProcessTotals> = by_pid.into_values().collect();
-        rows.sort_by_key(|p| (std::cmp::Reverse(p.on_cpu_ns), p.pid));
+        rows.sort_by_key(|p| (std::cmp::Reverse(p.time.on_cpu()), p.pid));
         rows
     }
 
-    /// Sum of time per kind over all threads.
-    pub fn totals(&self) -> BTreeMap<Kind, u64> {
-        let mut totals = BTreeMap::new();
-        for e in &self.entries {
-            *totals.entry(e.kind).or_default() += e.time_ns;
-        }
-        totals
+    /// Time per state over all threads: the one sum the report, the summary, the verdict and
+    /// the diff read.
+    pub fn state_totals(&self) -> StateTimes {
+        self.threads.values().map(|t| t.time).sum()
     }
 }
 

@@ -10,7 +10,7 @@
 
 use std::io::{self, Write};
 
-use super::report::{Latency, Report, SiteRow, WakerRow};
+use super::report::{Latency, Report, SiteRow, ThreadRow, WakerRow};
 
 /// What the page shows besides the report.
 pub struct HtmlInput<'a> {
@@ -89,18 +89,25 @@ const PRINT_SCRIPT: &str = "window.addEventListener('beforeprint', function () {
 const FRAME_SCRIPT: &str = "(function () {\n  var replace = history.replaceState.bind(history);\n  \
      history.replaceState = function (s, t, u) { try { replace(s, t, u); } catch (e) {} };\n})();";
 
-pub fn write_html(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()> {
-    let r = input.report;
+/// The page up to its body: the style, the print script, the title. Elements are closed
+/// XML-style (`<meta …/>`), which HTML reads alike, so the diff's page (which shares this)
+/// can be checked by an XML parser.
+pub(crate) fn write_head(title: &str, out: &mut impl Write) -> io::Result<()> {
     writeln!(out, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>")?;
-    writeln!(out, "<meta charset=\"utf-8\">")?;
+    writeln!(out, "<meta charset=\"utf-8\"/>")?;
     writeln!(
         out,
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>"
     )?;
-    writeln!(out, "<title>{}</title>", esc(input.title))?;
+    writeln!(out, "<title>{}</title>", esc(title))?;
     writeln!(out, "<style>{CSS}</style>")?;
     writeln!(out, "<script>{PRINT_SCRIPT}</script>")?;
-    writeln!(out, "</head>\n<body>")?;
+    writeln!(out, "</head>\n<body>")
+}
+
+pub fn write_html(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()> {
+    let r = input.report;
+    write_head(input.title, out)?;
     writeln!(out, "<h1>{}</h1>", esc(input.title))?;
     writeln!(out, "<p class=\"capture\">{}</p>", esc(input.subtitle))?;
     writeln!(
@@ -114,7 +121,7 @@ pub fn write_html(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()>
     processes(r, out)?;
     threads(r, out)?;
     for n in &r.notes {
-        writeln!(out, "<p class=\"muted\">Note: {}</p>", esc(n))?;
+        writeln!(out, "<p class=\"muted\">Note: {}</p>", esc(&n.to_string()))?;
     }
 
     flame_graph(input, out)?;
@@ -150,14 +157,7 @@ fn processes(r: &Report, out: &mut impl Write) -> io::Result<()> {
             state_headers()
         )?;
         for p in &r.processes {
-            let shares = [
-                p.running_pct,
-                p.runnable_pct,
-                p.sleep_pct,
-                p.io_pct,
-                p.other_pct,
-                p.profiler_pct,
-            ];
+            let shares = p.shares.columns();
             writeln!(
                 out,
                 "<tr><td>{} <span class=\"muted\">(PID {})</span></td><td class=\"n\">{}</td><td class=\"bar\">{}</td>{}</tr>",
@@ -189,30 +189,7 @@ fn threads(r: &Report, out: &mut impl Write) -> io::Result<()> {
         state_headers()
     )?;
     for t in r.threads.iter().take(SHOWN_THREADS) {
-        let shares = [
-            t.running_pct,
-            t.runnable_pct,
-            t.sleep_pct,
-            t.io_pct,
-            t.other_pct,
-            t.profiler_pct,
-        ];
-        let rq = t.run_queue_delay.as_ref().map_or("-".into(), |l| {
-            format!("{} × {:.3} / {:.2} ms", l.count, l.mean_ms, l.max_ms)
-        });
-        let process = if many {
-            format!("<td class=\"n\">{}</td>", t.pid)
-        } else {
-            String::new()
-        };
-        writeln!(
-            out,
-            "<tr><td class=\"mono\">{}-{}</td>{process}<td class=\"bar\">{}</td>{}<td class=\"n\">{rq}</td></tr>",
-            esc(&t.name),
-            t.tid,
-            state_bar(&shares),
-            state_cells(&shares)
-        )?;
+        thread_row(t, many, out)?;
     }
     writeln!(out, "</tbody></table>")?;
     if r.threads.len() > SHOWN_THREADS {
@@ -228,6 +205,27 @@ fn threads(r: &Report, out: &mut impl Write) -> io::Result<()> {
          schedstat), the profiler's own programs left out (<i>profiler</i>).</p>"
     )?;
     Ok(())
+}
+
+/// One row of the thread table.
+fn thread_row(t: &ThreadRow, many: bool, out: &mut impl Write) -> io::Result<()> {
+    let shares = t.shares.columns();
+    let rq = t.run_queue_delay.as_ref().map_or("-".into(), |l| {
+        format!("{} × {:.3} / {:.2} ms", l.count, l.mean_ms, l.max_ms)
+    });
+    let process = if many {
+        format!("<td class=\"n\">{}</td>", t.pid)
+    } else {
+        String::new()
+    };
+    writeln!(
+        out,
+        "<tr><td class=\"mono\">{}-{}</td>{process}<td class=\"bar\">{}</td>{}<td class=\"n\">{rq}</td></tr>",
+        esc(&t.name),
+        t.tid,
+        state_bar(&shares),
+        state_cells(&shares)
+    )
 }
 
 fn functions(r: &Report, out: &mut impl Write) -> io::Result<()> {
@@ -394,7 +392,23 @@ fn state_bar(shares: &[f64; 6]) -> String {
 }
 
 fn flame_graph(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()> {
-    let svg = input.flame_graph;
+    writeln!(out, "<h2>Flame graph</h2>")?;
+    writeln!(
+        out,
+        "<p class=\"muted\">Click a frame to zoom, <i>Search</i> (top right) or Ctrl-F inside \
+         the graph to highlight functions by regular expression.</p>"
+    )?;
+    write_frame("flamegraph", "flame graph", input.flame_graph, out)
+}
+
+/// A flame graph SVG in a frame of its own (`<iframe srcdoc>`), where its script's search
+/// and zoom work as in the SVG file and leave the page alone.
+pub(crate) fn write_frame(
+    id: &str,
+    title: &str,
+    svg: &str,
+    out: &mut impl Write,
+) -> io::Result<()> {
     // The SVG inside an HTML document: from its root element on (no XML declaration or DTD),
     // as wide as the frame (inline, an SVG without a width would be 300 px wide).
     let svg = svg.find("<svg").map_or(svg, |i| &svg[i..]);
@@ -402,15 +416,9 @@ fn flame_graph(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()> {
     let doc = format!(
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>html, body {{ margin: 0; overflow: hidden; }} svg {{ display: block; width: 100%; }}</style><script>{FRAME_SCRIPT}</script></head><body>{svg}</body></html>"
     );
-    writeln!(out, "<h2>Flame graph</h2>")?;
     writeln!(
         out,
-        "<p class=\"muted\">Click a frame to zoom, <i>Search</i> (top right) or Ctrl-F inside \
-         the graph to highlight functions by regular expression.</p>"
-    )?;
-    writeln!(
-        out,
-        "<iframe class=\"flamegraph\" id=\"flamegraph\" title=\"flame graph\" style=\"height:{}px\" srcdoc=\"{}\"></iframe>",
+        "<iframe class=\"flamegraph\" id=\"{id}\" title=\"{title}\" style=\"height:{}px\" srcdoc=\"{}\"></iframe>",
         height + 2,
         esc(&doc)
     )
@@ -557,87 +565,127 @@ fn duration_label(ns: f64) -> String {
     format!("{text} {unit}")
 }
 
-/// The latency histogram as an inline SVG: one bar per in-kernel bucket on a log duration
-/// axis, its area proportional to its waits (height = waits ÷ the bucket's log width, so the
-/// buckets' unequal widths do not shape the curve), p50, p99 and max as vertical lines.
-/// None without a histogram.
-fn latency_chart(l: &Latency) -> Option<String> {
-    const W: f64 = 760.0;
-    const H: f64 = 190.0;
-    const LEFT: f64 = 12.0;
-    const RIGHT: f64 = 12.0;
-    const TOP: f64 = 52.0;
-    const BOTTOM: f64 = 24.0;
-    let first = l.histogram.first()?;
-    let last = l.histogram.last()?;
-    // Bucket 0 starts at 0 ns: on a log axis it starts an octave below its end.
-    let start = |from: u64, to: u64| {
-        if from == 0 {
-            to as f64 / 2.0
-        } else {
-            from as f64
-        }
-    };
-    let (data_lo, data_hi) = (
-        start(first.from_ns, first.to_ns),
-        (last.to_ns as f64).max(start(last.from_ns, last.to_ns) * 1.01),
-    );
-    // At least two decades shown, the data in the middle.
-    let (mut lo, mut hi) = (data_lo.log10() - 0.3, data_hi.log10() + 0.3);
-    if hi - lo < 2.0 {
-        let grow = (2.0 - (hi - lo)) / 2.0;
-        lo -= grow;
-        hi += grow;
+/// The latency chart's size and margins.
+const CHART_W: f64 = 760.0;
+const CHART_H: f64 = 190.0;
+const CHART_LEFT: f64 = 12.0;
+const CHART_RIGHT: f64 = 12.0;
+const CHART_TOP: f64 = 52.0;
+const CHART_BOTTOM: f64 = 24.0;
+
+/// A bucket's start on a log axis: bucket 0 starts at 0 ns, drawn from an octave below its
+/// end.
+fn bucket_start(from: u64, to: u64) -> f64 {
+    if from == 0 {
+        to as f64 / 2.0
+    } else {
+        from as f64
     }
-    let plot_w = W - LEFT - RIGHT;
-    let plot_h = H - TOP - BOTTOM;
-    let x = |ns: f64| LEFT + (ns.max(1.0).log10() - lo) / (hi - lo) * plot_w;
-    let density = |from: u64, to: u64, count: u64| {
-        let from = start(from, to);
-        count as f64 / ((to as f64).max(from * 1.01) / from).log10()
-    };
-    let top = l
-        .histogram
-        .iter()
-        .map(|b| density(b.from_ns, b.to_ns, b.count))
-        .fold(0.0, f64::max)
-        .max(f64::MIN_POSITIVE);
+}
+
+/// Waits per decade of a bucket: a bar's height, so the buckets' unequal widths do not
+/// shape the curve.
+fn bucket_density(from: u64, to: u64, count: u64) -> f64 {
+    let from = bucket_start(from, to);
+    count as f64 / ((to as f64).max(from * 1.01) / from).log10()
+}
+
+/// The chart's duration axis: log10 of ns from `lo` to `hi`.
+struct LogAxis {
+    lo: f64,
+    hi: f64,
+}
+
+impl LogAxis {
+    /// At least two decades, the data in the middle.
+    fn around(data_lo: f64, data_hi: f64) -> Self {
+        let (mut lo, mut hi) = (data_lo.log10() - 0.3, data_hi.log10() + 0.3);
+        if hi - lo < 2.0 {
+            let grow = (2.0 - (hi - lo)) / 2.0;
+            lo -= grow;
+            hi += grow;
+        }
+        Self { lo, hi }
+    }
+
+    fn x(&self, ns: f64) -> f64 {
+        let plot_w = CHART_W - CHART_LEFT - CHART_RIGHT;
+        CHART_LEFT + (ns.max(1.0).log10() - self.lo) / (self.hi - self.lo) * plot_w
+    }
+}
+
+/// The latency histogram as an inline SVG: one bar per in-kernel bucket on a log duration
+/// axis, its area proportional to its waits (height = waits ÷ the bucket's log width), p50,
+/// p99 and max as vertical lines. None without a histogram.
+fn latency_chart(l: &Latency) -> Option<String> {
+    let (first, last) = (l.histogram.first()?, l.histogram.last()?);
+    let axis = LogAxis::around(
+        bucket_start(first.from_ns, first.to_ns),
+        (last.to_ns as f64).max(bucket_start(last.from_ns, last.to_ns) * 1.01),
+    );
+    let (w, h, left, right, bottom) = (CHART_W, CHART_H, CHART_LEFT, CHART_RIGHT, CHART_BOTTOM);
     let mut svg = format!(
-        "<svg class=\"chart\" viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"latency histogram\">"
+        "<svg class=\"chart\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"latency histogram\">"
     );
     svg.push_str(&format!(
-        "<line x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#999\"/>",
-        W - RIGHT,
-        H - BOTTOM,
-        H - BOTTOM
+        "<line x1=\"{left}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#999\"/>",
+        w - right,
+        h - bottom,
+        h - bottom
     ));
-    // Decade ticks.
-    let mut decade = lo.ceil() as i32;
-    while f64::from(decade) <= hi {
+    chart_ticks(&axis, &mut svg);
+    chart_bars(l, &axis, &mut svg);
+    chart_marks(l, &axis, &mut svg);
+    svg.push_str("</svg>");
+    Some(svg)
+}
+
+/// A tick and a label at each decade of the axis.
+fn chart_ticks(axis: &LogAxis, svg: &mut String) {
+    let mut decade = axis.lo.ceil() as i32;
+    while f64::from(decade) <= axis.hi {
         let ns = 10f64.powi(decade);
-        let tx = x(ns);
+        let tx = axis.x(ns);
         svg.push_str(&format!(
             "<line x1=\"{tx:.1}\" x2=\"{tx:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/><text x=\"{tx:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            TOP - 4.0,
-            H - BOTTOM + 4.0,
-            H - 8.0,
+            CHART_TOP - 4.0,
+            CHART_H - CHART_BOTTOM + 4.0,
+            CHART_H - 8.0,
             duration_label(ns)
         ));
         decade += 1;
     }
+}
+
+/// One bar per bucket, the densest as tall as the plot.
+fn chart_bars(l: &Latency, axis: &LogAxis, svg: &mut String) {
+    let plot_h = CHART_H - CHART_TOP - CHART_BOTTOM;
+    let top = l
+        .histogram
+        .iter()
+        .map(|b| bucket_density(b.from_ns, b.to_ns, b.count))
+        .fold(0.0, f64::max)
+        .max(f64::MIN_POSITIVE);
     for b in &l.histogram {
-        let (x0, x1) = (x(start(b.from_ns, b.to_ns)), x(b.to_ns as f64));
-        let h = (density(b.from_ns, b.to_ns, b.count) / top * plot_h).max(1.0);
+        let (x0, x1) = (
+            axis.x(bucket_start(b.from_ns, b.to_ns)),
+            axis.x(b.to_ns as f64),
+        );
+        let h = (bucket_density(b.from_ns, b.to_ns, b.count) / top * plot_h).max(1.0);
         svg.push_str(&format!(
             "<rect x=\"{x0:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{h:.2}\" fill=\"rgb(70,130,200)\"><title>{} – {}: {} waits</title></rect>",
-            H - BOTTOM - h,
+            CHART_H - CHART_BOTTOM - h,
             (x1 - x0).max(1.0),
             duration_label(b.from_ns as f64),
             duration_label(b.to_ns as f64),
             b.count
         ));
     }
-    // Markers, each label on its own line so that close ones stay readable.
+}
+
+/// p50, p99 and max as vertical lines, each label on its own line so that close ones stay
+/// readable.
+fn chart_marks(l: &Latency, axis: &LogAxis, svg: &mut String) {
     let marks = [
         ("p50", l.p50_ms, "rgb(30,30,30)", "4 3"),
         ("p99", l.p99_ms, "rgb(200,40,40)", "4 3"),
@@ -645,19 +693,17 @@ fn latency_chart(l: &Latency) -> Option<String> {
     ];
     for (row, (name, v, colour, dash)) in marks.into_iter().enumerate() {
         let Some(v) = v else { continue };
-        let mx = x(v * 1e6);
+        let mx = axis.x(v * 1e6);
         let ty = 14.0 + 13.0 * row as f64;
-        let anchor = if mx > W * 0.75 { "end" } else { "start" };
+        let anchor = if mx > CHART_W * 0.75 { "end" } else { "start" };
         let tx = if anchor == "end" { mx - 3.0 } else { mx + 3.0 };
         svg.push_str(&format!(
             "<g class=\"mark\"><line x1=\"{mx:.1}\" x2=\"{mx:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{colour}\" stroke-dasharray=\"{dash}\"/><text x=\"{tx:.1}\" y=\"{ty:.1}\" text-anchor=\"{anchor}\">{name} {}</text></g>",
             ty - 10.0,
-            H - BOTTOM,
+            CHART_H - CHART_BOTTOM,
             duration_label(v * 1e6)
         ));
     }
-    svg.push_str("</svg>");
-    Some(svg)
 }
 
 fn run_queue(r: &Report, out: &mut impl Write) -> io::Result<()> {
@@ -690,7 +736,7 @@ fn run_queue(r: &Report, out: &mut impl Write) -> io::Result<()> {
 }
 
 /// Text and attribute values.
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for ch in s.chars() {
         match ch {

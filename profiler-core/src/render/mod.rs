@@ -1,15 +1,21 @@
 //! Render: the folded profile → what users read (SVG flame graph, the end-of-run summary, the
 //! report as text, Markdown, JSON or one HTML page), the capture as pprof for other tools, and
-//! per-thread timelines as a Perfetto trace.
+//! per-thread timelines as a Perfetto trace. [`render`] runs the stage in order for one
+//! capture, [`render_diff`] for two; the caller only writes what they return.
 
 pub mod diff;
 pub mod html;
 pub mod perfetto;
+mod pipeline;
 pub mod pprof;
 pub mod report;
 pub mod summary;
 pub mod svg;
-pub mod verdict;
+
+pub use pipeline::{
+    DiffOptions, RenderDiffError, RenderOptions, Rendered, RenderedDiff, ReportFormat, ReportTexts,
+    Wakers, render, render_diff,
+};
 
 /// `1 thread`, `3 threads`.
 pub(crate) fn count(n: impl Into<u64>, word: &str) -> String {

@@ -517,133 +517,15 @@ struct Wake {
 
 impl<'a> Plan<'a> {
     fn new(timeline: &'a Timeline) -> Self {
-        let mut processes: Vec<PlannedProcess<'a>> = Vec::new();
-        let mut process_of_pid: HashMap<u32, usize> = HashMap::new();
-        for p in &timeline.processes {
-            process_of_pid.entry(p.pid).or_insert_with(|| {
-                processes.push(PlannedProcess {
-                    pid: p.pid,
-                    name: &p.name,
-                });
-                processes.len() - 1
-            });
-        }
-
-        // One track per tid: a thread listed twice is one thread with both lists of slices
-        // (two thread tracks with one tid would read as tid reuse).
-        let mut tracks: Vec<Track<'a>> = Vec::new();
-        let mut track_of_tid: HashMap<u32, usize> = HashMap::new();
-        let mut slices_of: Vec<Vec<&'a Slice>> = Vec::new();
-        for t in &timeline.threads {
-            let i = *track_of_tid.entry(t.tid).or_insert_with(|| {
-                let process = *process_of_pid.entry(t.pid).or_insert_with(|| {
-                    // A process the timeline does not list: its track, unnamed.
-                    processes.push(PlannedProcess {
-                        pid: t.pid,
-                        name: "",
-                    });
-                    processes.len() - 1
-                });
-                tracks.push(Track {
-                    pid: t.pid,
-                    tid: t.tid,
-                    name: &t.name,
-                    process,
-                    slices: Vec::new(),
-                });
-                slices_of.push(Vec::new());
-                tracks.len() - 1
-            });
-            slices_of[i].extend(&t.slices);
-        }
-        for (track, mut slices) in tracks.iter_mut().zip(slices_of) {
-            slices.sort_by_key(|s| (s.start_ns, s.end_ns));
-            let mut covered_to = 0;
-            for s in slices {
-                let start_ns = s.start_ns.max(covered_to);
-                let overlapped = s.start_ns < covered_to;
-                if s.end_ns < start_ns || (overlapped && s.end_ns <= covered_to) {
-                    continue;
-                }
-                covered_to = s.end_ns;
-                track.slices.push(PlannedSlice {
-                    start_ns,
-                    end_ns: s.end_ns,
-                    slice: s,
-                    flows_in: Vec::new(),
-                });
-            }
-        }
-
-        let mut wakes: Vec<Vec<Wake>> = tracks.iter().map(|_| Vec::new()).collect();
-        for (n, w) in timeline.wakeups.iter().enumerate() {
-            let (Some(&waker), Some(&wakee)) = (
-                track_of_tid.get(&w.waker_tid),
-                track_of_tid.get(&w.wakee_tid),
-            ) else {
-                continue;
-            };
-            let flow = n as u64 + 1;
-            wakes[waker].push(Wake {
-                ts: w.waker_ts_ns,
-                other: wakee,
-                flow,
-                out: true,
-            });
-            // Not before the waker's side: a flow runs from its earliest event on.
-            let from = w.wakee_ts_ns.max(w.waker_ts_ns);
-            let slices = &mut tracks[wakee].slices;
-            let next = slices.partition_point(|s| s.start_ns < from);
-            match slices.get_mut(next) {
-                Some(s) => s.flows_in.push(flow),
-                None => wakes[wakee].push(Wake {
-                    ts: from,
-                    other: waker,
-                    flow,
-                    out: false,
-                }),
-            }
-        }
-
+        let (processes, mut tracks, track_of_tid) = tracks(timeline);
+        let wakes = place_wakeups(timeline, &mut tracks, &track_of_tid);
         let mut items: Vec<(u64, Item)> = Vec::new();
         // Per item: whether it comes after its track's last flow start of its timestamp.
         let mut late: Vec<bool> = Vec::new();
-        for (t, (track, mut wakes)) in tracks.iter().zip(wakes).enumerate() {
+        for (t, (track, wakes)) in tracks.iter().zip(wakes).enumerate() {
             let first = items.len();
-            wakes.sort_by_key(|w| w.ts);
-            let mut wakes = wakes.into_iter().peekable();
-            // Instant events up to `until` (inclusive or not), in their place among the slices.
-            let mut wakes_until = |items: &mut Vec<(u64, Item)>, until: u64, inclusive: bool| {
-                while let Some(w) = wakes.next_if(|w| w.ts < until || (inclusive && w.ts == until))
-                {
-                    let item = Item::Wake {
-                        track: t,
-                        other: w.other,
-                        flow: w.flow,
-                        out: w.out,
-                    };
-                    items.push((w.ts, item));
-                }
-            };
-            for (i, s) in track.slices.iter().enumerate() {
-                wakes_until(&mut items, s.start_ns, false);
-                items.push((s.start_ns, Item::Begin { track: t, slice: i }));
-                // A wakeup at a slice's end happened in that slice, not in the next.
-                wakes_until(&mut items, s.end_ns, true);
-                items.push((s.end_ns, Item::End { track: t }));
-            }
-            wakes_until(&mut items, u64::MAX, true);
-
-            let mut marks = vec![false; items.len() - first];
-            let (mut run_ts, mut start_ahead) = (None, false);
-            for (mark, (ts, item)) in marks.iter_mut().zip(&items[first..]).rev() {
-                if run_ts != Some(*ts) {
-                    (run_ts, start_ahead) = (Some(*ts), false);
-                }
-                start_ahead |= matches!(item, Item::Wake { out: true, .. });
-                *mark = !start_ahead;
-            }
-            late.extend(marks);
+            track_items(t, track, wakes, &mut items);
+            late.extend(late_marks(&items[first..]));
         }
         for (i, s) in timeline.samples.iter().enumerate() {
             if let Some(&track) = track_of_tid.get(&s.tid) {
@@ -671,6 +553,156 @@ impl<'a> Plan<'a> {
             first_ts,
         }
     }
+}
+
+/// The processes, and one track per tid with its slices cut (`cut_overlaps`), and each tid's
+/// track.
+fn tracks(timeline: &Timeline) -> (Vec<PlannedProcess<'_>>, Vec<Track<'_>>, HashMap<u32, usize>) {
+    let mut processes: Vec<PlannedProcess<'_>> = Vec::new();
+    let mut process_of_pid: HashMap<u32, usize> = HashMap::new();
+    for p in &timeline.processes {
+        process_of_pid.entry(p.pid).or_insert_with(|| {
+            processes.push(PlannedProcess {
+                pid: p.pid,
+                name: &p.name,
+            });
+            processes.len() - 1
+        });
+    }
+    // One track per tid: a thread listed twice is one thread with both lists of slices
+    // (two thread tracks with one tid would read as tid reuse).
+    let mut tracks: Vec<Track<'_>> = Vec::new();
+    let mut track_of_tid: HashMap<u32, usize> = HashMap::new();
+    let mut slices_of: Vec<Vec<&Slice>> = Vec::new();
+    for t in &timeline.threads {
+        let i = *track_of_tid.entry(t.tid).or_insert_with(|| {
+            let process = *process_of_pid.entry(t.pid).or_insert_with(|| {
+                // A process the timeline does not list: its track, unnamed.
+                processes.push(PlannedProcess {
+                    pid: t.pid,
+                    name: "",
+                });
+                processes.len() - 1
+            });
+            tracks.push(Track {
+                pid: t.pid,
+                tid: t.tid,
+                name: &t.name,
+                process,
+                slices: Vec::new(),
+            });
+            slices_of.push(Vec::new());
+            tracks.len() - 1
+        });
+        slices_of[i].extend(&t.slices);
+    }
+    for (track, slices) in tracks.iter_mut().zip(slices_of) {
+        cut_overlaps(track, slices);
+    }
+    (processes, tracks, track_of_tid)
+}
+
+/// A track's slices by start, each starting where the one before ended at the earliest; a
+/// slice that ends before that is left out.
+fn cut_overlaps<'a>(track: &mut Track<'a>, mut slices: Vec<&'a Slice>) {
+    slices.sort_by_key(|s| (s.start_ns, s.end_ns));
+    let mut covered_to = 0;
+    for s in slices {
+        let start_ns = s.start_ns.max(covered_to);
+        let overlapped = s.start_ns < covered_to;
+        if s.end_ns < start_ns || (overlapped && s.end_ns <= covered_to) {
+            continue;
+        }
+        covered_to = s.end_ns;
+        track.slices.push(PlannedSlice {
+            start_ns,
+            end_ns: s.end_ns,
+            slice: s,
+            flows_in: Vec::new(),
+        });
+    }
+}
+
+/// Each wakeup as a flow: its start an instant event on the waker's track, its end the
+/// wakee's next slice (or an instant event on the wakee's track when none follows). The
+/// instant events per track.
+fn place_wakeups(
+    timeline: &Timeline,
+    tracks: &mut [Track<'_>],
+    track_of_tid: &HashMap<u32, usize>,
+) -> Vec<Vec<Wake>> {
+    let mut wakes: Vec<Vec<Wake>> = tracks.iter().map(|_| Vec::new()).collect();
+    for (n, w) in timeline.wakeups.iter().enumerate() {
+        let (Some(&waker), Some(&wakee)) = (
+            track_of_tid.get(&w.waker_tid),
+            track_of_tid.get(&w.wakee_tid),
+        ) else {
+            continue;
+        };
+        let flow = n as u64 + 1;
+        wakes[waker].push(Wake {
+            ts: w.waker_ts_ns,
+            other: wakee,
+            flow,
+            out: true,
+        });
+        // Not before the waker's side: a flow runs from its earliest event on.
+        let from = w.wakee_ts_ns.max(w.waker_ts_ns);
+        let slices = &mut tracks[wakee].slices;
+        let next = slices.partition_point(|s| s.start_ns < from);
+        match slices.get_mut(next) {
+            Some(s) => s.flows_in.push(flow),
+            None => wakes[wakee].push(Wake {
+                ts: from,
+                other: waker,
+                flow,
+                out: false,
+            }),
+        }
+    }
+    wakes
+}
+
+/// Track `t`'s events in the order that nests them: its slices' begins and ends, its instant
+/// events in their place among them.
+fn track_items(t: usize, track: &Track<'_>, mut wakes: Vec<Wake>, items: &mut Vec<(u64, Item)>) {
+    wakes.sort_by_key(|w| w.ts);
+    let mut wakes = wakes.into_iter().peekable();
+    // Instant events up to `until` (inclusive or not), in their place among the slices.
+    let mut wakes_until = |items: &mut Vec<(u64, Item)>, until: u64, inclusive: bool| {
+        while let Some(w) = wakes.next_if(|w| w.ts < until || (inclusive && w.ts == until)) {
+            let item = Item::Wake {
+                track: t,
+                other: w.other,
+                flow: w.flow,
+                out: w.out,
+            };
+            items.push((w.ts, item));
+        }
+    };
+    for (i, s) in track.slices.iter().enumerate() {
+        wakes_until(items, s.start_ns, false);
+        items.push((s.start_ns, Item::Begin { track: t, slice: i }));
+        // A wakeup at a slice's end happened in that slice, not in the next.
+        wakes_until(items, s.end_ns, true);
+        items.push((s.end_ns, Item::End { track: t }));
+    }
+    wakes_until(items, u64::MAX, true);
+}
+
+/// Per event of one track: whether it comes after the track's last flow start of its
+/// timestamp.
+fn late_marks(items: &[(u64, Item)]) -> Vec<bool> {
+    let mut marks = vec![false; items.len()];
+    let (mut run_ts, mut start_ahead) = (None, false);
+    for (mark, (ts, item)) in marks.iter_mut().zip(items).rev() {
+        if run_ts != Some(*ts) {
+            (run_ts, start_ahead) = (Some(*ts), false);
+        }
+        start_ahead |= matches!(item, Item::Wake { out: true, .. });
+        *mark = !start_ahead;
+    }
+    marks
 }
 
 /// Interning tables of the sequence: key → iid (iids start at 1; 0 means unset).
@@ -991,10 +1023,6 @@ mod tests {
 
     fn decode(bytes: &[u8]) -> Decoded {
         let trace = Trace::decode(bytes).expect("a Trace");
-        let mut d = Decoded {
-            packets: trace.packet.len(),
-            ..Default::default()
-        };
         let first = &trace.packet[0];
         assert_eq!(first.sequence_flags, Some(SEQ_INCREMENTAL_STATE_CLEARED));
         assert_eq!(
@@ -1009,22 +1037,8 @@ mod tests {
             panic!("the first packet is the clock snapshot");
         };
         assert_eq!(clock.primary_trace_clock, Some(BUILTIN_CLOCK_MONOTONIC));
-
-        let mut names = HashMap::new();
-        let mut categories = HashMap::new();
-        let mut functions = HashMap::new();
-        let mut frames = HashMap::new();
-        let mut callstacks = HashMap::new();
-        let mut mappings = HashSet::new();
-        let mut paths = HashSet::new();
-        let mut tid_of_track = HashMap::new();
-        let mut open: HashMap<u64, Vec<(u64, String, String)>> = HashMap::new();
-        let mut last_ts: HashMap<u64, u64> = HashMap::new();
-        fn define<V: std::fmt::Debug>(table: &mut HashMap<u64, V>, iid: Option<u64>, v: V) {
-            let iid = iid.expect("an iid");
-            assert_ne!(iid, 0, "iids start at 1");
-            assert!(table.insert(iid, v).is_none(), "iid {iid} defined twice");
-        }
+        let mut r = Reader::default();
+        r.d.packets = trace.packet.len();
         for (n, p) in trace.packet.iter().enumerate() {
             assert_eq!(p.trusted_packet_sequence_id, Some(SEQUENCE_ID));
             if n > 0 {
@@ -1032,109 +1046,138 @@ mod tests {
             }
             if let Some(i) = &p.interned_data {
                 assert_eq!(p.sequence_flags, Some(SEQ_NEEDS_INCREMENTAL_STATE));
-                for e in &i.event_names {
-                    define(&mut names, e.iid, e.name.clone().unwrap());
-                }
-                for e in &i.event_categories {
-                    define(&mut categories, e.iid, e.name.clone().unwrap());
-                }
-                for e in &i.function_names {
-                    define(
-                        &mut functions,
-                        e.iid,
-                        String::from_utf8(e.str.clone().unwrap()).unwrap(),
-                    );
-                }
-                for e in &i.mapping_paths {
-                    assert!(paths.insert(e.iid.unwrap()));
-                }
-                for e in &i.mappings {
-                    assert!(e.path_string_ids.iter().all(|p| paths.contains(p)));
-                    assert!(mappings.insert(e.iid.unwrap()));
-                }
-                for e in &i.frames {
-                    assert!(mappings.contains(&e.mapping_id.unwrap()));
-                    let f = functions[&e.function_name_id.unwrap()].clone();
-                    define(&mut frames, e.iid, f);
-                }
-                for e in &i.callstacks {
-                    let fs: Vec<String> = e.frame_ids.iter().map(|f| frames[f].clone()).collect();
-                    define(&mut callstacks, e.iid, fs);
-                }
+                r.intern(i);
             }
             match p.data.as_ref().expect("every packet carries something") {
                 Data::ClockSnapshot(_) => assert_eq!(n, 0),
-                Data::TrackDescriptor(t) => {
-                    if let Some(pd) = &t.process {
-                        d.processes
-                            .insert(pd.pid.unwrap() as u32, pd.process_name.clone().unwrap());
-                    }
-                    if let Some(td) = &t.thread {
-                        let tid = td.tid.unwrap() as u32;
-                        d.threads.insert(
-                            tid,
-                            (td.pid.unwrap() as u32, td.thread_name.clone().unwrap()),
-                        );
-                        tid_of_track.insert(t.uuid.unwrap(), tid);
-                    }
-                }
-                Data::TrackEvent(e) => {
-                    let ts = p.timestamp.expect("events have timestamps");
-                    let track = e.track_uuid.unwrap();
-                    let tid = tid_of_track[&track];
-                    let last = last_ts.insert(track, ts).unwrap_or(0);
-                    assert!(ts >= last, "events of one track in time order");
-                    let name = || names[&e.name_iid.unwrap()].clone();
-                    let category = || categories[&e.category_iids[0]].clone();
-                    for &f in &e.flow_ids {
-                        assert!(d.flows_out.insert(f, (tid, ts)).is_none());
-                    }
-                    for &f in &e.terminating_flow_ids {
-                        // The trace processor ignores the end of a flow it has not seen start.
-                        assert!(
-                            d.flows_out.contains_key(&f),
-                            "flow {f} ends before it starts"
-                        );
-                        assert!(d.flows_in.insert(f, (tid, ts)).is_none());
-                    }
-                    let stack = open.entry(track).or_default();
-                    match Type::try_from(e.r#type.unwrap()).unwrap() {
-                        Type::SliceBegin => {
-                            assert!(stack.is_empty(), "thread states do not nest");
-                            stack.push((ts, name(), category()));
-                        }
-                        Type::SliceEnd => {
-                            let (start, name, category) = stack.pop().expect("an open slice");
-                            d.slices
-                                .entry(tid)
-                                .or_default()
-                                .push((start, ts, name, category));
-                        }
-                        Type::Instant => {
-                            assert_eq!(category(), WAKEUP_CATEGORY);
-                            let within = stack.last().map(|(_, _, c)| c.clone());
-                            d.instants
-                                .entry(tid)
-                                .or_default()
-                                .push((ts, name(), within));
-                        }
-                        Type::Unspecified => panic!("an event without a type"),
-                    }
-                }
+                Data::TrackDescriptor(t) => r.descriptor(t),
+                Data::TrackEvent(e) => r.event(p.timestamp.expect("events have timestamps"), e),
                 Data::PerfSample(s) => {
                     let tid = s.tid.unwrap();
-                    assert_eq!(d.threads[&tid].0, s.pid.unwrap());
+                    assert_eq!(r.d.threads[&tid].0, s.pid.unwrap());
                     let frames = s
                         .callstack_iid
-                        .map(|c| callstacks[&c].clone())
+                        .map(|c| r.callstacks[&c].clone())
                         .unwrap_or_default();
-                    d.samples
+                    r.d.samples
                         .push((tid, p.timestamp.unwrap(), frames, s.cpu_mode.unwrap()));
                 }
             }
         }
-        assert!(open.values().all(Vec::is_empty), "every slice ends");
-        d
+        assert!(r.open.values().all(Vec::is_empty), "every slice ends");
+        r.d
+    }
+
+    /// The sequence's state as a reader keeps it while decoding.
+    #[derive(Default)]
+    struct Reader {
+        d: Decoded,
+        names: HashMap<u64, String>,
+        categories: HashMap<u64, String>,
+        functions: HashMap<u64, String>,
+        frames: HashMap<u64, String>,
+        callstacks: HashMap<u64, Vec<String>>,
+        mappings: HashSet<u64>,
+        paths: HashSet<u64>,
+        tid_of_track: HashMap<u64, u32>,
+        /// Per track, its open slices: (start, name, category).
+        open: HashMap<u64, Vec<(u64, String, String)>>,
+        last_ts: HashMap<u64, u64>,
+    }
+
+    fn define<V: std::fmt::Debug>(table: &mut HashMap<u64, V>, iid: Option<u64>, v: V) {
+        let iid = iid.expect("an iid");
+        assert_ne!(iid, 0, "iids start at 1");
+        assert!(table.insert(iid, v).is_none(), "iid {iid} defined twice");
+    }
+
+    impl Reader {
+        fn intern(&mut self, i: &InternedData) {
+            for e in &i.event_names {
+                define(&mut self.names, e.iid, e.name.clone().unwrap());
+            }
+            for e in &i.event_categories {
+                define(&mut self.categories, e.iid, e.name.clone().unwrap());
+            }
+            for e in &i.function_names {
+                let name = String::from_utf8(e.str.clone().unwrap()).unwrap();
+                define(&mut self.functions, e.iid, name);
+            }
+            for e in &i.mapping_paths {
+                assert!(self.paths.insert(e.iid.unwrap()));
+            }
+            for e in &i.mappings {
+                assert!(e.path_string_ids.iter().all(|p| self.paths.contains(p)));
+                assert!(self.mappings.insert(e.iid.unwrap()));
+            }
+            for e in &i.frames {
+                assert!(self.mappings.contains(&e.mapping_id.unwrap()));
+                let f = self.functions[&e.function_name_id.unwrap()].clone();
+                define(&mut self.frames, e.iid, f);
+            }
+            for e in &i.callstacks {
+                let fs: Vec<String> = e.frame_ids.iter().map(|f| self.frames[f].clone()).collect();
+                define(&mut self.callstacks, e.iid, fs);
+            }
+        }
+
+        fn descriptor(&mut self, t: &TrackDescriptor) {
+            if let Some(pd) = &t.process {
+                self.d
+                    .processes
+                    .insert(pd.pid.unwrap() as u32, pd.process_name.clone().unwrap());
+            }
+            if let Some(td) = &t.thread {
+                let tid = td.tid.unwrap() as u32;
+                self.d.threads.insert(
+                    tid,
+                    (td.pid.unwrap() as u32, td.thread_name.clone().unwrap()),
+                );
+                self.tid_of_track.insert(t.uuid.unwrap(), tid);
+            }
+        }
+
+        fn event(&mut self, ts: u64, e: &TrackEvent) {
+            let track = e.track_uuid.unwrap();
+            let tid = self.tid_of_track[&track];
+            let last = self.last_ts.insert(track, ts).unwrap_or(0);
+            assert!(ts >= last, "events of one track in time order");
+            let name = self.names.get(&e.name_iid.unwrap_or(0)).cloned();
+            let category = e
+                .category_iids
+                .first()
+                .and_then(|c| self.categories.get(c).cloned());
+            for &f in &e.flow_ids {
+                assert!(self.d.flows_out.insert(f, (tid, ts)).is_none());
+            }
+            for &f in &e.terminating_flow_ids {
+                // The trace processor ignores the end of a flow it has not seen start.
+                assert!(
+                    self.d.flows_out.contains_key(&f),
+                    "flow {f} ends before it starts"
+                );
+                assert!(self.d.flows_in.insert(f, (tid, ts)).is_none());
+            }
+            let stack = self.open.entry(track).or_default();
+            match Type::try_from(e.r#type.unwrap()).unwrap() {
+                Type::SliceBegin => {
+                    assert!(stack.is_empty(), "thread states do not nest");
+                    stack.push((ts, name.unwrap(), category.unwrap()));
+                }
+                Type::SliceEnd => {
+                    let (start, name, category) = stack.pop().expect("an open slice");
+                    let slices = self.d.slices.entry(tid).or_default();
+                    slices.push((start, ts, name, category));
+                }
+                Type::Instant => {
+                    assert_eq!(category.as_deref(), Some(WAKEUP_CATEGORY));
+                    let within = stack.last().map(|(_, _, c)| c.clone());
+                    let instants = self.d.instants.entry(tid).or_default();
+                    instants.push((ts, name.unwrap(), within));
+                }
+                Type::Unspecified => panic!("an event without a type"),
+            }
+        }
     }
 
     fn expected_slices(t: &ThreadTrack) -> Vec<(u64, u64, String, String)> {
@@ -1345,14 +1388,9 @@ mod tests {
         assert_eq!(callstack, [0x08, 1, 0x10, 1, 0x10, 2, 0x10, 3]);
     }
 
-    /// Perfetto's own protos (PyPI `perfetto`) read the trace back through
-    /// tests/perfetto_decode.py: the slices are the timeline's, to the nanosecond. The
-    /// interpreter is `PERFETTO_PYTHON` (a virtualenv's, where the system Python takes no pip
-    /// packages) or `python3`; without the package the test says why and passes, unless
-    /// `PERFETTO_DECODE_REQUIRED` is set.
-    #[test]
-    fn official_protos_decode_the_trace() {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/perfetto_decode.py");
+    /// The Python with the `perfetto` package (PERFETTO_PYTHON, else python3); None, saying
+    /// why, where there is none and PERFETTO_DECODE_REQUIRED is unset.
+    fn perfetto_python() -> Option<std::ffi::OsString> {
         let python = std::env::var_os("PERFETTO_PYTHON").unwrap_or_else(|| "python3".into());
         let import = "import perfetto.protos.perfetto.trace.perfetto_trace_pb2";
         let missing = match std::process::Command::new(&python)
@@ -1375,15 +1413,19 @@ mod tests {
                 "PERFETTO_DECODE_REQUIRED is set but {why}"
             );
             eprintln!("skipped: {why}");
-            return;
+            return None;
         }
+        Some(python)
+    }
 
-        let t = timeline();
+    /// tests/perfetto_decode.py's summary of `t`'s trace, as the official protos read it.
+    fn official_summary(python: &std::ffi::OsStr, t: &Timeline) -> serde_json::Value {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/perfetto_decode.py");
         let file = tempfile::NamedTempFile::new().unwrap();
         let mut w = std::io::BufWriter::new(file.as_file());
-        write(&t, &mut w).unwrap();
+        write(t, &mut w).unwrap();
         w.flush().unwrap();
-        let out = std::process::Command::new(&python)
+        let out = std::process::Command::new(python)
             .arg(script)
             .arg(file.path())
             .output()
@@ -1393,9 +1435,41 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
 
+    /// A thread's slices in the decoder's summary: (start, end, name, state), none nested.
+    fn official_slices(thread: &serde_json::Value) -> Vec<(u64, u64, String, String)> {
+        thread["slices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                assert_eq!(s["depth"], 0);
+                let start = s["start"].as_u64().unwrap();
+                (
+                    start,
+                    start + s["dur"].as_u64().unwrap(),
+                    s["name"].as_str().unwrap().to_string(),
+                    s["state"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Perfetto's own protos (PyPI `perfetto`) read the trace back through
+    /// tests/perfetto_decode.py: the slices are the timeline's, to the nanosecond. The
+    /// interpreter is `PERFETTO_PYTHON` (a virtualenv's, where the system Python takes no pip
+    /// packages) or `python3`; without the package the test says why and passes, unless
+    /// `PERFETTO_DECODE_REQUIRED` is set.
+    #[test]
+    fn official_protos_decode_the_trace() {
+        let Some(python) = perfetto_python() else {
+            return;
+        };
+        let t = timeline();
+        let summary = official_summary(&python, &t);
         assert_eq!(summary["errors"], serde_json::json!([]));
         assert_eq!(summary["skipped_without_incremental_state"], 0);
         assert_eq!(
@@ -1416,22 +1490,7 @@ mod tests {
             assert_eq!(got["pid"], want.pid);
             assert_eq!(got["tid"], want.tid);
             assert_eq!(got["name"], want.name.as_str());
-            let slices: Vec<(u64, u64, String, String)> = got["slices"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| {
-                    assert_eq!(s["depth"], 0);
-                    let start = s["start"].as_u64().unwrap();
-                    (
-                        start,
-                        start + s["dur"].as_u64().unwrap(),
-                        s["name"].as_str().unwrap().to_string(),
-                        s["state"].as_str().unwrap().to_string(),
-                    )
-                })
-                .collect();
-            assert_eq!(slices, expected_slices(want));
+            assert_eq!(official_slices(got), expected_slices(want));
         }
         // The waker's instant sits inside its running slice.
         assert_eq!(

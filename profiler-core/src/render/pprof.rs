@@ -25,7 +25,7 @@ use std::{
 use profiler_common::stack_id;
 
 use crate::{
-    model::{FrameFile, Kind, Mode, NO_FILE, SavedCapture, StackNames, stack_frames},
+    model::{FrameFile, Kind, Mode, NO_FILE, Profile, SavedCapture, StackNames, stack_frames},
     symbolize::INLINED_SUFFIX,
 };
 
@@ -192,12 +192,7 @@ impl Builder {
 
 /// The capture as a pprof profile.
 pub fn build(saved: &SavedCapture) -> proto::Profile {
-    let SavedCapture {
-        meta,
-        profile,
-        names,
-        ..
-    } = saved;
+    let SavedCapture { meta, profile, .. } = saved;
     let mut b = Builder::default();
     let cpu = profile.mode == Mode::Cpu;
     let (sample_type, period_type, period) = if cpu {
@@ -221,8 +216,33 @@ pub fn build(saved: &SavedCapture) -> proto::Profile {
         has_functions: true,
     });
 
-    // Per thread, stack pair and state label: the values (both run-queue kinds are one state).
-    let mut merged: BTreeMap<(u32, u64, u64, &'static str), (u64, u64)> = BTreeMap::new();
+    let samples = samples(&mut b, saved, cpu);
+    let comment = comments(saved)
+        .iter()
+        .map(|c| b.string(c))
+        .collect::<Vec<_>>();
+    proto::Profile {
+        sample_type,
+        sample: samples,
+        mapping: b.mappings,
+        location: b.locations,
+        function: b.functions,
+        string_table: b.strings.table,
+        time_nanos: meta.started_unix_ns.map_or(0, to_i64),
+        duration_nanos: to_i64(profile.window.len_ns()),
+        period_type: Some(period_type),
+        period: to_i64(period),
+        comment,
+        default_sample_type,
+    }
+}
+
+/// Per thread, stack pair and state label: the samples and time (both run-queue kinds are
+/// one state).
+type Merged = BTreeMap<(u32, u64, u64, &'static str), (u64, u64)>;
+
+fn merged(profile: &Profile) -> Merged {
+    let mut merged = Merged::new();
     for e in &profile.entries {
         if e.samples == 0 && e.time_ns == 0 {
             continue;
@@ -232,6 +252,19 @@ pub fn build(saved: &SavedCapture) -> proto::Profile {
         v.0 += e.samples;
         v.1 += e.time_ns;
     }
+    merged
+}
+
+/// One pprof sample per thread, stack pair and state: samples and CPU time (`cpu`), or wall
+/// time, with the thread's labels.
+fn samples(b: &mut Builder, saved: &SavedCapture, cpu: bool) -> Vec<proto::Sample> {
+    let SavedCapture {
+        meta,
+        profile,
+        names,
+        ..
+    } = saved;
+    let merged = merged(profile);
     let keys = LabelKeys {
         thread: b.string("thread"),
         tid: b.string("tid"),
@@ -257,24 +290,7 @@ pub fn build(saved: &SavedCapture) -> proto::Profile {
             label,
         });
     }
-    let comment = comments(saved)
-        .iter()
-        .map(|c| b.string(c))
-        .collect::<Vec<_>>();
-    proto::Profile {
-        sample_type,
-        sample: samples,
-        mapping: b.mappings,
-        location: b.locations,
-        function: b.functions,
-        string_table: b.strings.table,
-        time_nanos: meta.started_unix_ns.map_or(0, to_i64),
-        duration_nanos: to_i64(profile.window.len_ns()),
-        period_type: Some(period_type),
-        period: to_i64(period),
-        comment,
-        default_sample_type,
-    }
+    samples
 }
 
 /// What `go tool pprof -comments` prints: the capture, its unit, its losses.

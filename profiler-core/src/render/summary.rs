@@ -1,14 +1,10 @@
-//! The end-of-run summary and the flame graph subtitle: capture, time per state, losses.
+//! The end-of-run summary and the flame graph subtitle: capture, time per state, losses,
+//! the process and thread tables. It formats the report model; every figure is the report's.
 
 use std::io::{self, Write};
 
-use profiler_common::{Counter, WaitState};
-
-use crate::{
-    analysis::Analysis,
-    fold::Folded,
-    model::{CaptureMeta, Kind, Mode, Profile},
-};
+use super::report::{Report, StateShares};
+use crate::fold::Folded;
 
 /// Seconds with a precision that suits the magnitude.
 pub fn secs(ns: u64) -> String {
@@ -24,44 +20,44 @@ pub fn secs(ns: u64) -> String {
     }
 }
 
-/// Time per state, in the order on-CPU, sleep, io, runqueue, other.
-fn state_times(profile: &Profile) -> Vec<(&'static str, u64)> {
-    let totals = profile.totals();
-    let get = |k: Kind| totals.get(&k).copied().unwrap_or(0);
+/// The table columns as the terminal shows them: `12.5%`.
+fn percents(s: &StateShares) -> [String; 6] {
+    s.columns().map(|v| format!("{v:.1}%"))
+}
+
+/// Time per state over all threads, in the order on-CPU, sleep, io, runqueue, other: the
+/// states the mode records.
+fn state_times(r: &Report) -> Vec<(&'static str, u64)> {
+    let t = &r.totals;
     let mut out = Vec::new();
-    if profile.mode.samples_on_cpu() {
-        out.push(("on-CPU", get(Kind::OnCpu)));
+    if r.mode.samples_on_cpu() {
+        out.push(("on-CPU", t.on_cpu()));
     }
-    if profile.mode.traces_switches() {
-        out.push(("sleep", get(Kind::Off(WaitState::Sleep))));
-        out.push(("io", get(Kind::Off(WaitState::Io))));
-        out.push((
-            "runqueue",
-            get(Kind::Off(WaitState::RunqueuePreempted)) + get(Kind::Off(WaitState::RunqueueWoken)),
-        ));
-        out.push(("other", get(Kind::Off(WaitState::Other))));
+    if r.mode.traces_switches() {
+        out.push(("sleep", t.sleep));
+        out.push(("io", t.io));
+        out.push(("runqueue", t.runnable));
+        out.push(("other", t.other));
     }
     out
 }
 
-/// Sampling frequency from the sample period.
-fn hz(profile: &Profile) -> String {
-    format!("{:.0} Hz", 1e9 / profile.period_ns.max(1) as f64)
+/// The sampling frequency.
+fn hz(r: &Report) -> String {
+    format!("{:.0} Hz", r.capture.frequency_hz.unwrap_or_default())
 }
 
-pub fn subtitle(profile: &Profile, folded: &Folded) -> String {
-    let mut parts = vec![secs(profile.window.len_ns())];
-    if profile.mode.samples_on_cpu() {
-        parts.push(hz(profile));
-        parts.push(format!(
-            "{} samples",
-            profile.counters.get(Counter::Samples)
-        ));
+/// The flame graph's subtitle: capture length, rate, time per state, losses, what was hidden.
+pub fn subtitle(r: &Report, folded: &Folded) -> String {
+    let mut parts = vec![secs(r.capture.window_ns)];
+    if r.mode.samples_on_cpu() {
+        parts.push(hz(r));
+        parts.push(format!("{} samples", r.capture.samples));
     }
-    for (name, ns) in state_times(profile) {
+    for (name, ns) in state_times(r) {
         parts.push(format!("{name} {}", secs(ns)));
     }
-    parts.push(format!("{} lost", profile.total_lost()));
+    parts.push(format!("{} lost", r.capture.lost_total));
     if folded.hidden_threads > 0 {
         parts.push(format!(
             "hidden (--hide-idle): {} asleep of {} idle threads",
@@ -73,110 +69,85 @@ pub fn subtitle(profile: &Profile, folded: &Folded) -> String {
     parts.join(" · ")
 }
 
-pub fn write_summary(
-    out: &mut impl Write,
-    profile: &Profile,
-    analysis: &Analysis,
-    meta: &CaptureMeta,
-) -> io::Result<()> {
-    let mode = match profile.mode {
-        Mode::Cpu => "cpu",
-        Mode::Off => "off",
-        Mode::Wall => "wall",
-    };
-    let what = if meta.selection.is_empty() {
-        format!("{} (PID {})", meta.target, meta.pid)
-    } else {
-        meta.selection.clone()
-    };
+/// The end-of-run summary: the capture, time per state, waits, losses, and with switches
+/// traced the process and thread tables (the report's terminal text follows it).
+pub fn write_summary(out: &mut impl Write, r: &Report) -> io::Result<()> {
+    let c = &r.capture;
     write!(
         out,
-        "profiler: {what}, {mode} mode, {}",
-        secs(profile.window.len_ns())
+        "profiler: {}, {} mode, {}",
+        c.selection,
+        c.mode,
+        secs(c.window_ns)
     )?;
-    if profile.mode.samples_on_cpu() {
-        write!(out, " at {}", hz(profile))?;
+    if r.mode.samples_on_cpu() {
+        write!(out, " at {}", hz(r))?;
     }
-    let processes = profile.process_totals().len();
-    if processes > 1 {
-        write!(out, ", {processes} processes")?;
+    if c.processes > 1 {
+        write!(out, ", {} processes", c.processes)?;
     }
-    writeln!(
-        out,
-        ", {}",
-        super::count(profile.threads.len() as u64, "thread")
-    )?;
-    let times: Vec<String> = state_times(profile)
+    writeln!(out, ", {}", super::count(c.threads as u64, "thread"))?;
+    let times: Vec<String> = state_times(r)
         .into_iter()
         .map(|(n, ns)| format!("{n} {}", secs(ns)))
         .collect();
     writeln!(out, "  time     {}", times.join(" · "))?;
-    if profile.mode.samples_on_cpu() {
-        writeln!(out, "  samples  {}", profile.counters.get(Counter::Samples))?;
+    if r.mode.samples_on_cpu() {
+        writeln!(out, "  samples  {}", c.samples)?;
     }
-    if profile.mode.traces_switches() {
+    if r.mode.traces_switches() {
         writeln!(
             out,
             "  waits    {} finished · {} still open at the end · {} blocked since before the start",
-            profile.counters.get(Counter::Waits),
-            profile.open_waits,
-            super::count(profile.blocked_at_start, "thread")
+            c.waits,
+            c.open_waits_at_end,
+            super::count(c.blocked_at_start, "thread")
         )?;
     }
-    let lost = profile.total_lost();
-    if lost == 0 {
+    if c.lost_total == 0 {
         writeln!(out, "  lost     0")?;
     } else {
-        let details: Vec<String> = profile
-            .lost()
-            .into_iter()
-            .filter(|l| l.1 > 0)
-            .map(|(what, n, flag)| match flag {
-                None => format!("{n} {what}"),
-                Some(flag) => format!("{n} {what} (raise {flag})"),
+        let details: Vec<String> = c
+            .lost
+            .iter()
+            .map(|l| match l.raise_with {
+                None => format!("{} {}", l.count, l.what),
+                Some(flag) => format!("{} {} (raise {flag})", l.count, l.what),
             })
             .collect();
-        writeln!(out, "  lost     {lost}: {}", details.join("; "))?;
+        writeln!(out, "  lost     {}: {}", c.lost_total, details.join("; "))?;
     }
-    if profile.mode.traces_switches() {
-        write_process_table(out, profile)?;
-        write_thread_table(out, profile, analysis)?;
+    if r.mode.traces_switches() {
+        write_process_table(out, r)?;
+        write_thread_table(out, r)?;
     }
     Ok(())
 }
 
 /// With several processes, each one's threads summed: CPUs it kept busy on average, and its
 /// threads' time by state (% of all its threads' time).
-fn write_process_table(out: &mut impl Write, profile: &Profile) -> io::Result<()> {
+fn write_process_table(out: &mut impl Write, r: &Report) -> io::Result<()> {
     const SHOWN: usize = 10;
-    let processes = profile.process_totals();
-    if processes.len() < 2 {
+    if r.processes.len() < 2 {
         return Ok(());
     }
-    let window = profile.window.len_ns().max(1) as f64;
     writeln!(
         out,
         "  {:<24} {:>7} {:>5} {:>8} {:>9} {:>8} {:>8} {:>8}",
         "process", "threads", "CPUs", "running", "runnable", "sleep", "io", "other"
     )?;
-    for p in processes.iter().take(SHOWN) {
-        let all = p.thread_ns().max(1) as f64;
-        let pct = |ns: u64| format!("{:.1}%", 100.0 * ns as f64 / all);
+    for p in r.processes.iter().take(SHOWN) {
+        let [running, runnable, sleep, io, other, _] = percents(&p.shares);
         writeln!(
             out,
-            "  {:<24} {:>7} {:>5.2} {:>8} {:>9} {:>8} {:>8} {:>8}",
+            "  {:<24} {:>7} {:>5.2} {running:>8} {runnable:>9} {sleep:>8} {io:>8} {other:>8}",
             format!("{}-{}", p.name, p.pid),
             p.threads,
-            p.on_cpu_ns as f64 / window,
-            pct(p.running_ns()),
-            pct(p.runnable_ns()),
-            pct(p.off(WaitState::Sleep)),
-            pct(p.off(WaitState::Io)),
-            pct(p.off(WaitState::Other)),
+            p.cpus,
         )?;
     }
-    if processes.len() > SHOWN {
-        writeln!(out, "  … {} more processes", processes.len() - SHOWN)?;
+    if r.processes.len() > SHOWN {
+        writeln!(out, "  … {} more processes", r.processes.len() - SHOWN)?;
     }
     Ok(())
 }
@@ -185,42 +156,24 @@ fn write_process_table(out: &mut impl Write, profile: &Profile) -> io::Result<()
 /// share_base_ns`): what `top -H` cannot say.
 /// Running is CPU time as the scheduler charges it (schedstat), the profiler's own programs
 /// shown apart.
-fn write_thread_table(
-    out: &mut impl Write,
-    profile: &Profile,
-    analysis: &Analysis,
-) -> io::Result<()> {
+fn write_thread_table(out: &mut impl Write, r: &Report) -> io::Result<()> {
     const SHOWN: usize = 10;
-    let window_ns = profile.window.len_ns();
-    let mut threads: Vec<_> = profile.threads.iter().collect();
-    threads.sort_by_key(|(tid, t)| (std::cmp::Reverse(t.on_cpu_ns), **tid));
     writeln!(
         out,
         "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9}  class",
         "thread", "running", "runnable", "sleep", "io", "other", "profiler"
     )?;
-    for (tid, t) in threads.iter().take(SHOWN) {
-        let all = t.share_base_ns(profile.mode, window_ns) as f64;
-        let pct = |ns: u64| format!("{:.1}%", 100.0 * ns as f64 / all);
+    for t in r.threads.iter().take(SHOWN) {
+        let name = format!("{}-{}", t.name, t.tid);
+        let [running, runnable, sleep, io, other, profiler] = percents(&t.shares);
         writeln!(
             out,
-            "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9}  {}",
-            format!("{}-{tid}", t.name),
-            pct(t.running_ns()),
-            pct(t.runnable_ns()),
-            pct(t.off(WaitState::Sleep)),
-            pct(t.off(WaitState::Io)),
-            pct(t.off(WaitState::Other)),
-            pct(t.overhead_ns),
-            if analysis.is_idle(**tid) {
-                "idle"
-            } else {
-                "active"
-            },
+            "  {name:<24} {running:>8} {runnable:>9} {sleep:>8} {io:>8} {other:>8} {profiler:>9}  {}",
+            t.class
         )?;
     }
-    if threads.len() > SHOWN {
-        writeln!(out, "  … {} more threads", threads.len() - SHOWN)?;
+    if r.threads.len() > SHOWN {
+        writeln!(out, "  … {} more threads", r.threads.len() - SHOWN)?;
     }
     Ok(())
 }

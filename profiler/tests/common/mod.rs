@@ -3,6 +3,10 @@
 #![allow(dead_code)]
 
 pub mod services;
+// The schema check profiler-core's golden test uses.
+#[path = "../../../profiler-core/tests/support/schema.rs"]
+mod schema;
+pub use schema::schema_errors;
 
 use std::{
     collections::BTreeMap,
@@ -415,15 +419,7 @@ pub fn prompt() {
 
 /// The JSON report matches docs/report.schema.json.
 pub fn validate_against_schema(report: &serde_json::Value) {
-    let schema_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/report.schema.json");
-    let schema: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(schema_path).expect("read the schema"))
-            .expect("schema is JSON");
-    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
-    let errors: Vec<String> = validator
-        .iter_errors(report)
-        .map(|e| format!("{e} at {}", e.instance_path))
-        .collect();
+    let errors = schema_errors("report.schema.json", report);
     assert!(
         errors.is_empty(),
         "report does not match docs/report.schema.json:\n{}",

@@ -1,4 +1,6 @@
-//! The verdict: the report's rows → the sentences an expert would write first. It follows the
+//! The verdict: the report's rows → the sentences an expert would write first. It reads the
+//! model only (the builder calls it last), so the verdict and the report do not import each
+//! other. It follows the
 //! threads that do the work: the busiest active group (most time running, runnable or in
 //! uninterruptible I/O), how much of its time is on the CPU, its largest wait with latency and
 //! waker, and its run-queue share when it waits for a CPU, then its event-loop wait and its
@@ -6,12 +8,15 @@
 //! threads were idle (waiting for work), which are not ranked. With every thread idle, or in
 //! `--mode cpu`, it names the dominant state over all threads.
 
+use super::{
+    model::{FunctionRow, GroupRow, GroupWait, IdleRow, Latency, Report, RunQueue},
+    words::{IdleRuleWords, idle_rule},
+};
 use crate::{
-    model::Mode,
+    analysis::enables_interrupts,
+    model::{Mode, StateTimes},
     waits::{self, WaitKind},
 };
-
-use super::report::{FunctionRow, GroupRow, GroupWait, IdleRow, RunQueue};
 
 /// A run-queue share at least this large is named.
 const RUNNABLE_NAMED_PCT: f64 = 5.0;
@@ -23,20 +28,34 @@ const BLOCKED_PCT: f64 = 20.0;
 /// A second group is named when it is at least this busy compared with the first.
 const NEXT_GROUP_SHARE: f64 = 0.25;
 
+/// The parts of the report the verdict reads.
 pub struct VerdictInput<'a> {
     pub mode: Mode,
     pub threads: usize,
-    pub all_thread_ns: u64,
-    /// Time over all threads: running (CPU), runnable, sleep, io, other.
-    pub by_state: [u64; 5],
+    /// Time per state over all threads.
+    pub totals: StateTimes,
     pub functions: &'a [FunctionRow],
     pub groups: &'a [GroupRow],
     pub idle: &'a [IdleRow],
     pub run_queue: &'a RunQueue,
 }
 
+impl<'a> VerdictInput<'a> {
+    pub fn of(r: &'a Report) -> Self {
+        Self {
+            mode: r.mode,
+            threads: r.threads.len(),
+            totals: r.totals,
+            functions: &r.top_on_cpu_functions,
+            groups: &r.groups,
+            idle: &r.idle_threads,
+            run_queue: &r.run_queue,
+        }
+    }
+}
+
 pub fn verdict(v: &VerdictInput<'_>) -> String {
-    if v.by_state.iter().all(|&ns| ns == 0) {
+    if v.totals.total() == 0 {
         return "Nothing was recorded.".into();
     }
     if !v.mode.traces_switches() {
@@ -71,8 +90,8 @@ pub fn verdict(v: &VerdictInput<'_>) -> String {
     text
 }
 
-/// ` 12 of 40 threads were idle (…), 8 of them waiting for work (…), and are listed apart,
-/// not ranked.`
+/// ` 12 of 40 threads were idle (…), 8 of them a pool waiting for work (…) and are listed
+/// apart, not ranked.`
 fn idle_sentence(v: &VerdictInput<'_>) -> String {
     let idle: usize = v.idle.iter().map(|i| i.thread_count).sum();
     if idle == 0 {
@@ -92,59 +111,19 @@ fn idle_sentence(v: &VerdictInput<'_>) -> String {
         })
         .unwrap_or_default();
     format!(
-        " {idle} of {} threads {} idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep){work} and {} listed apart, not ranked.",
+        " {idle} of {} threads {} idle ({}){work} and {} listed apart, not ranked.",
         v.threads,
         if idle == 1 { "was" } else { "were" },
+        idle_rule(IdleRuleWords::Brief),
         if idle == 1 { "is" } else { "are" }
     )
 }
 
 /// `X is on the CPU 60 % of the time; 32 % is spent in … (io, p99 0.20 ms, woken by …).`
 fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
-    let active = g.thread_count - g.idle_threads;
-    let subject = if active > 1 {
-        format!(
-            "{}: its {active} active threads are on the CPU {:.0} % of their time",
-            g.name, g.running_pct
-        )
-    } else {
-        format!(
-            "{} is on the CPU {:.0} % of the time",
-            g.name, g.running_pct
-        )
-    };
-    let wait = g.dominant_wait.as_ref().map(wait_text);
-    let runnable = (g.runnable_pct >= RUNNABLE_NAMED_PCT).then(|| {
-        let p99 = |l: &Option<super::report::Latency>| {
-            l.as_ref()
-                .and_then(|l| l.p99_ms)
-                .map_or("-".into(), ms_text)
-        };
-        (
-            g.runnable_pct,
-            format!(
-                "{:.0} % waiting for a CPU (run-queue delay p99 {} after preemption, {} after wakeup)",
-                g.runnable_pct,
-                p99(&run_queue.preempted),
-                p99(&run_queue.after_wakeup)
-            ),
-        )
-    });
-    let mut parts = vec![subject];
-    let events = g
-        .event_wait
-        .as_ref()
-        .filter(|w| w.share_pct >= RUNNABLE_NAMED_PCT)
-        .map(|w| {
-            let by = w
-                .woken_by
-                .as_ref()
-                .map_or(String::new(), |by| format!(", woken by {by}"));
-            format!(
-                "{:.0} % waiting for events in {} ({}{by})",
-                w.share_pct, w.site, w.state
-            )
-        });
+    let mut parts = vec![subject(g)];
+    let wait = dominant_wait(g);
+    let runnable = run_queue_share(g, run_queue);
     match (wait, runnable) {
         (Some(w), Some(r)) if r.0 > w.0 => {
             parts.push(format!("{}: the CPU is the bottleneck", r.1));
@@ -155,9 +134,30 @@ fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
         }
         (w, r) => parts.extend(w.map(|w| w.1).into_iter().chain(r.map(|r| r.1))),
     }
-    parts.extend(events);
+    parts.extend(event_wait(g));
     parts.extend(work_text(g));
     format!("{}.", parts.join("; "))
+}
+
+/// The group and its share on the CPU.
+fn subject(g: &GroupRow) -> String {
+    let active = g.thread_count - g.idle_threads;
+    if active > 1 {
+        format!(
+            "{}: its {active} active threads are on the CPU {:.0} % of their time",
+            g.name, g.running_pct
+        )
+    } else {
+        format!(
+            "{} is on the CPU {:.0} % of the time",
+            g.name, g.running_pct
+        )
+    }
+}
+
+/// The group's dominant wait, with its share (what it is weighed by).
+fn dominant_wait(g: &GroupRow) -> Option<(f64, String)> {
+    g.dominant_wait.as_ref().map(wait_text)
 }
 
 /// `32 % is spent in fsync ← f (io, p99 0.20 ms, woken by …)`; a lock's wait with what its
@@ -211,6 +211,43 @@ fn work_text(g: &GroupRow) -> Option<String> {
     }
 }
 
+/// The group's wait for a CPU, with its share, when it is large enough to name.
+fn run_queue_share(g: &GroupRow, run_queue: &RunQueue) -> Option<(f64, String)> {
+    (g.runnable_pct >= RUNNABLE_NAMED_PCT).then(|| {
+        let p99 = |l: &Option<Latency>| {
+            l.as_ref()
+                .and_then(|l| l.p99_ms)
+                .map_or("-".into(), ms_text)
+        };
+        (
+            g.runnable_pct,
+            format!(
+                "{:.0} % waiting for a CPU (run-queue delay p99 {} after preemption, {} after wakeup)",
+                g.runnable_pct,
+                p99(&run_queue.preempted),
+                p99(&run_queue.after_wakeup)
+            ),
+        )
+    })
+}
+
+/// The group's event-loop wait, when it is large enough to name.
+fn event_wait(g: &GroupRow) -> Option<String> {
+    g.event_wait
+        .as_ref()
+        .filter(|w| w.share_pct >= RUNNABLE_NAMED_PCT)
+        .map(|w| {
+            let by = w
+                .woken_by
+                .as_ref()
+                .map_or(String::new(), |by| format!(", woken by {by}"));
+            format!(
+                "{:.0} % waiting for events in {} ({}{by})",
+                w.share_pct, w.site, w.state
+            )
+        })
+}
+
 fn ms_text(ms: f64) -> String {
     if ms >= 10.0 {
         format!("{ms:.0} ms")
@@ -221,9 +258,10 @@ fn ms_text(ms: f64) -> String {
 
 /// Every thread idle: where they waited.
 fn all_idle(v: &VerdictInput<'_>) -> String {
-    let share = 100.0 * v.by_state[2] as f64 / v.all_thread_ns.max(1) as f64;
+    let share = v.totals.pct(v.totals.sleep);
     let mut text = format!(
-        "Every thread was idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep): {share:.0} % of all thread time asleep"
+        "Every thread was idle ({}): {share:.0} % of all thread time asleep",
+        idle_rule(IdleRuleWords::Brief)
     );
     if let Some(i) = v.idle.iter().max_by(|a, b| a.sleep_s.total_cmp(&b.sleep_s))
         && let Some(site) = &i.site
@@ -250,9 +288,9 @@ fn hottest(functions: &[FunctionRow]) -> Option<&FunctionRow> {
 /// The first function by self time that is not a point where interrupts come back on, nor a
 /// JVM's own machinery (its JIT compiler's or GC's C++: the program's time is elsewhere).
 fn first_sampled(functions: &[FunctionRow]) -> Option<&FunctionRow> {
-    functions.iter().find(|f| {
-        !super::report::enables_interrupts(&f.function) && !waits::is_jvm_internal(&f.function)
-    })
+    functions
+        .iter()
+        .find(|f| !enables_interrupts(&f.function) && !waits::is_jvm_internal(&f.function))
 }
 
 /// The least self share of CPU time for the verdict to name a function.
@@ -315,8 +353,10 @@ mod tests {
         VerdictInput {
             mode: Mode::Wall,
             threads: groups.len() + idle.iter().map(|i| i.thread_count).sum::<usize>(),
-            all_thread_ns: 1,
-            by_state: [1, 0, 0, 0, 0],
+            totals: StateTimes {
+                running: 1,
+                ..StateTimes::default()
+            },
             functions: &[],
             groups,
             idle,

@@ -1,0 +1,400 @@
+//! The report's builder: the time model with named stacks and its analysis → the report
+//! model, every figure computed once — shares, totals, threads, processes, groups, idle
+//! threads, functions, sites (`sites.rs`), run queue, notes (`notes.rs`) and the verdict. The writers only format what this returns.
+
+use std::{
+    cmp::Reverse,
+    collections::{BTreeMap, BTreeSet, HashMap},
+};
+
+use profiler_common::{Counter, RunqueueHist, WaitState, stack_id};
+
+use super::{
+    model::{
+        Capture, FunctionRow, GroupRow, GroupWait, IdleRow, Loss, ProcessRow, Report, RunQueue,
+        SCHEMA_VERSION, SiteRow, StateShares, ThreadRow,
+    },
+    notes, sites, verdict,
+    words::{IdleRuleWords, idle_rule, wakers_text},
+};
+use crate::{
+    analysis::{self, Analysis, SiteId},
+    model::{CaptureMeta, Hist, Kind, Profile, StackNames, StateTimes, stack_frames},
+};
+
+const TOP_FUNCTIONS: usize = 15;
+
+/// The smallest share of a group's active time (%) named as its dominant or event wait.
+const MIN_GROUP_WAIT_PCT: f64 = 0.5;
+
+pub const PERCENTILE_METHOD: &str = "in-kernel log2 histogram with 32 linear sub-buckets per \
+     power of two (each at most 3.1 % wide), linear interpolation inside the bucket, bounded by \
+     the exact minimum and maximum; per blocking site and for the run queue overall (per thread: \
+     count, mean, minimum and maximum only)";
+
+/// What the report needs besides the profile.
+pub struct ReportInput<'a> {
+    pub profile: &'a Profile,
+    pub names: &'a StackNames,
+    pub meta: &'a CaptureMeta,
+    pub analysis: &'a Analysis,
+}
+
+pub(super) fn ms(ns: f64) -> f64 {
+    round3(ns / 1e6)
+}
+pub(super) fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+pub(super) fn round1(v: f64) -> f64 {
+    (v * 10.0).round() / 10.0
+}
+pub(super) fn secs(ns: u64) -> f64 {
+    round3(ns as f64 / 1e9)
+}
+
+pub fn build(input: &ReportInput<'_>) -> Report {
+    let (profile, names, analysis) = (input.profile, input.names, input.analysis);
+    let totals = profile.state_totals();
+    // All threads' time: the denominator of every share of "all thread time".
+    let all_thread_ns = totals.total().max(1);
+    let threads = thread_rows(profile, analysis);
+    let processes = process_rows(profile);
+    let all_sites = sites::site_rows(profile, names, analysis, all_thread_ns);
+    let mut report = Report {
+        schema_version: SCHEMA_VERSION,
+        capture: capture(profile, input.meta, processes.len()),
+        verdict: String::new(),
+        processes,
+        idle_rule: idle_rule(IdleRuleWords::Full),
+        idle_wait_frames: analysis::IDLE_WAIT_FRAMES,
+        event_wait_frames: analysis::EVENT_WAIT_FRAMES,
+        threads,
+        groups: group_rows(profile, analysis, &all_sites),
+        idle_threads: idle_rows(profile, analysis, &all_sites, all_thread_ns),
+        top_on_cpu_functions: function_rows(profile, names),
+        top_blocking_sites: sites::ranked(all_sites),
+        run_queue: run_queue(profile),
+        notes: notes::notes(profile, names, input.meta),
+        percentile_method: PERCENTILE_METHOD,
+        mode: profile.mode,
+        totals,
+    };
+    report.verdict = verdict::verdict(&verdict::VerdictInput::of(&report));
+    report
+}
+
+/// The capture: what was profiled, how, and what was lost.
+fn capture(profile: &Profile, meta: &CaptureMeta, processes: usize) -> Capture {
+    let window_ns = profile.window.len_ns().max(1);
+    let lost = profile
+        .lost()
+        .into_iter()
+        .filter(|l| l.1 > 0)
+        .map(|(what, count, raise_with)| Loss {
+            what,
+            count,
+            raise_with,
+        })
+        .collect();
+    Capture {
+        target: meta.target.clone(),
+        pid: meta.pid,
+        selection: if meta.selection.is_empty() {
+            format!("{} (PID {})", meta.target, meta.pid)
+        } else {
+            meta.selection.clone()
+        },
+        processes,
+        mode: profile.mode.name(),
+        duration_s: secs(window_ns),
+        frequency_hz: profile
+            .mode
+            .samples_on_cpu()
+            .then(|| round1(1e9 / profile.period_ns.max(1) as f64)),
+        samples: profile.counters.get(Counter::Samples),
+        kernel: meta.kernel.clone(),
+        threads: profile.threads.len(),
+        waits: profile.counters.get(Counter::Waits),
+        open_waits_at_end: profile.open_waits,
+        blocked_at_start: profile.blocked_at_start,
+        lost_total: profile.total_lost(),
+        lost,
+        counters: profile.counters.named().collect(),
+        tables_at_end: profile.tables_at_end.clone(),
+        ended_early: meta.ended_early.clone(),
+        window_ns: profile.window.len_ns(),
+    }
+}
+
+/// `ns` of `of` in %, to a tenth.
+pub(super) fn pct_of(ns: u64, of: u64) -> f64 {
+    round1(100.0 * ns as f64 / of.max(1) as f64)
+}
+
+/// `t` per state as % of `of`.
+fn shares(t: &StateTimes, of: u64) -> StateShares {
+    StateShares {
+        running_pct: pct_of(t.running, of),
+        runnable_pct: pct_of(t.runnable, of),
+        sleep_pct: pct_of(t.sleep, of),
+        io_pct: pct_of(t.io, of),
+        other_pct: pct_of(t.other, of),
+        profiler_pct: pct_of(t.profiler, of),
+    }
+}
+
+/// Per thread, where its time went, busiest first.
+fn thread_rows(profile: &Profile, analysis: &Analysis) -> Vec<ThreadRow> {
+    let window_ns = profile.window.len_ns().max(1);
+    let mut run_queue_per_thread: HashMap<u32, Hist> = HashMap::new();
+    for e in &profile.entries {
+        if let Kind::Off(WaitState::RunqueuePreempted | WaitState::RunqueueWoken) = e.kind {
+            run_queue_per_thread
+                .entry(e.tid)
+                .or_default()
+                .add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
+        }
+    }
+    let exact = profile.mode.traces_switches();
+    let mut threads: Vec<_> = profile.threads.iter().collect();
+    threads.sort_by_key(|(tid, t)| (Reverse(t.on_cpu_ns()), **tid));
+    threads
+        .into_iter()
+        .map(|(&tid, t)| {
+            let all = t.share_base_ns(profile.mode, window_ns);
+            ThreadRow {
+                tid,
+                pid: if t.pid == 0 { tid } else { t.pid },
+                name: t.name.clone(),
+                class: if analysis.is_idle(tid) {
+                    "idle"
+                } else {
+                    "active"
+                },
+                group: analysis
+                    .threads
+                    .get(&tid)
+                    .and_then(|c| analysis.groups.get(c.group))
+                    .map_or_else(String::new, |g| g.label(profile)),
+                shares: shares(&t.time, all),
+                on_cpu_s: secs(t.on_cpu_ns()),
+                switching_in_s: exact.then(|| secs(t.switching_in_ns)),
+                uncharged_s: exact.then(|| secs(t.uncharged_ns)),
+                schedstat_on_cpu_s: t.schedstat.map(|s| secs(s.exec_ns)),
+                schedstat_runnable_s: t.schedstat.map(|s| secs(s.delay_ns)),
+                run_queue_delay: run_queue_per_thread.get(&tid).and_then(Hist::latency),
+            }
+        })
+        .collect()
+}
+
+/// Per process, its threads summed, busiest first.
+fn process_rows(profile: &Profile) -> Vec<ProcessRow> {
+    let window_ns = profile.window.len_ns().max(1);
+    let since_start = |ns: u64| round3(secs(ns.saturating_sub(profile.window.start_ns)));
+    profile
+        .process_totals()
+        .into_iter()
+        .map(|p| {
+            let t = p.time;
+            let info = profile.processes.get(&p.pid);
+            ProcessRow {
+                pid: p.pid,
+                parent: info.and_then(|i| i.parent),
+                forked_at_s: info.and_then(|i| i.forked_ns).map(since_start),
+                exited_at_s: info.and_then(|i| i.exited_ns).map(since_start),
+                execs: info.map_or(0, |i| i.execs),
+                threads: p.threads,
+                cpus: round3(t.on_cpu() as f64 / window_ns as f64),
+                on_cpu_s: secs(t.on_cpu()),
+                thread_s: secs(t.total()),
+                shares: shares(&t, t.total()),
+                name: p.name,
+            }
+        })
+        .collect()
+}
+
+/// On-CPU functions, self and total, largest self first.
+fn function_rows(profile: &Profile, names: &StackNames) -> Vec<FunctionRow> {
+    let mut self_ns: HashMap<String, u64> = HashMap::new();
+    let mut total_ns: HashMap<String, u64> = HashMap::new();
+    let mut on_cpu_ns = 0u64;
+    for e in profile.entries.iter().filter(|e| e.kind == Kind::OnCpu) {
+        on_cpu_ns += e.time_ns;
+        // CPU time that is not code (charged before a switch-in, the profiler's programs,
+        // between samples) is in the thread table, not among functions.
+        if matches!(
+            e.user_stack,
+            stack_id::SWITCHING_IN | stack_id::PROFILER | stack_id::UNSAMPLED
+        ) {
+            continue;
+        }
+        let frames = stack_frames(e.user_stack, e.kernel_stack, names);
+        if let Some(leaf) = frames.last() {
+            *self_ns.entry(leaf.clone()).or_default() += e.time_ns;
+        }
+        let unique: BTreeSet<&String> = frames.iter().collect();
+        for f in unique {
+            *total_ns.entry(f.clone()).or_default() += e.time_ns;
+        }
+    }
+    let mut functions: Vec<FunctionRow> = self_ns
+        .iter()
+        .map(|(f, &s)| {
+            let t = total_ns.get(f).copied().unwrap_or(s);
+            FunctionRow {
+                function: f.clone(),
+                self_pct: pct_of(s, on_cpu_ns),
+                total_pct: pct_of(t, on_cpu_ns),
+                self_s: secs(s),
+                total_s: secs(t),
+            }
+        })
+        .collect();
+    functions.sort_by(|a, b| {
+        b.self_s
+            .total_cmp(&a.self_s)
+            .then(a.function.cmp(&b.function))
+    });
+    functions.truncate(TOP_FUNCTIONS);
+    functions
+}
+
+/// The groups, as `analysis` ranked them.
+fn group_rows(
+    profile: &Profile,
+    analysis: &Analysis,
+    sites: &BTreeMap<SiteId, SiteRow>,
+) -> Vec<GroupRow> {
+    analysis
+        .groups
+        .iter()
+        .map(|g| {
+            let t = &g.time;
+            let pct = |ns: u64| round1(t.pct(ns));
+            GroupRow {
+                name: g.label(profile),
+                process: g.process.clone(),
+                pattern: g.pattern.clone(),
+                thread_count: g.tids.len(),
+                idle_threads: g.idle,
+                threads: g
+                    .tids
+                    .iter()
+                    .take(5)
+                    .map(|tid| thread_name(profile, *tid))
+                    .collect(),
+                running_pct: pct(t.running),
+                runnable_pct: pct(t.runnable),
+                sleep_pct: pct(t.sleep),
+                io_pct: pct(t.io),
+                other_pct: pct(t.other),
+                idle_wait_pct: pct(g.idle_wait_ns),
+                busy_s: secs(t.busy()),
+                dominant_wait: g
+                    .dominant_wait
+                    .as_ref()
+                    .and_then(|w| group_wait(w, sites, &pct)),
+                event_wait: g
+                    .event_wait
+                    .as_ref()
+                    .and_then(|w| group_wait(w, sites, &pct)),
+            }
+        })
+        .collect()
+}
+
+fn group_wait(
+    (id, ns): &(SiteId, u64),
+    sites: &BTreeMap<SiteId, SiteRow>,
+    pct: &dyn Fn(u64) -> f64,
+) -> Option<GroupWait> {
+    let site = sites.get(id)?;
+    // A group whose largest wait is a sliver (a Go server's GC handshakes, 0.0 %) has none
+    // worth naming: the row and the JSON say so rather than print it.
+    if pct(*ns) < MIN_GROUP_WAIT_PCT {
+        return None;
+    }
+    Some(GroupWait {
+        state: site.state,
+        site: site.site.clone(),
+        share_pct: pct(*ns),
+        total_s: secs(*ns),
+        p99_ms: site.latency.as_ref().and_then(|l| l.p99_ms),
+        woken_by: site
+            .wakers
+            .first()
+            .map(|w| wakers_text(std::slice::from_ref(w))),
+        kind: site.kind,
+        holders_mostly: site.holders.as_ref().and_then(|h| {
+            let top = h.held.first()?;
+            Some(format!(
+                "{} ({}, {:.0} %)",
+                top.what, top.state, top.share_pct
+            ))
+        }),
+    })
+}
+
+pub(super) fn thread_name(profile: &Profile, tid: u32) -> String {
+    let name = profile.threads.get(&tid).map_or("?", |t| t.name.as_str());
+    format!("{name}-{tid}")
+}
+
+/// The idle threads, as `analysis` gathered them.
+fn idle_rows(
+    profile: &Profile,
+    analysis: &Analysis,
+    sites: &BTreeMap<SiteId, SiteRow>,
+    all_thread_ns: u64,
+) -> Vec<IdleRow> {
+    analysis
+        .idle
+        .iter()
+        .map(|set| {
+            let site = set.site.as_ref().and_then(|id| sites.get(id));
+            IdleRow {
+                process: set.process.clone(),
+                pid: set.pid,
+                state: site.map(|s| s.state),
+                site: site.map(|s| s.site.clone()),
+                kind: site.map(|s| s.kind),
+                thread_count: set.tids.len(),
+                threads: set
+                    .tids
+                    .iter()
+                    .take(8)
+                    .map(|tid| thread_name(profile, *tid))
+                    .collect(),
+                sleep_s: secs(set.sleep_ns),
+                share_pct: pct_of(set.sleep_ns, all_thread_ns),
+            }
+        })
+        .collect()
+}
+
+/// Run-queue delay after preemption and after wakeup, all threads together.
+fn run_queue(profile: &Profile) -> RunQueue {
+    let mut preempted = Hist::default();
+    let mut after_wakeup = Hist::default();
+    preempted.add_buckets(&profile.runqueue_hists[RunqueueHist::Preempted as usize]);
+    after_wakeup.add_buckets(&profile.runqueue_hists[RunqueueHist::Woken as usize]);
+    let (mut preempted_ns, mut after_wakeup_ns) = (0u64, 0u64);
+    for e in &profile.entries {
+        let (hist, total) = match e.kind {
+            Kind::Off(WaitState::RunqueuePreempted) => (&mut preempted, &mut preempted_ns),
+            Kind::Off(WaitState::RunqueueWoken) => (&mut after_wakeup, &mut after_wakeup_ns),
+            _ => continue,
+        };
+        *total += e.time_ns;
+        hist.add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
+    }
+    RunQueue {
+        preempted_s: secs(preempted_ns),
+        preempted: preempted.latency(),
+        after_wakeup_s: secs(after_wakeup_ns),
+        after_wakeup: after_wakeup.latency(),
+    }
+}

@@ -1,0 +1,310 @@
+//! The report as Markdown (`--report x.md`), ready to paste: the verdict, the capture,
+//! processes, threads, groups, idle threads, notes, blocking sites with their stacks and
+//! wakers, on-CPU functions, the run queue.
+
+use std::io::{self, Write};
+
+use super::{
+    model::Report,
+    words::{idle_text, lat, paths, wakers_text},
+};
+
+/// Markdown, ready to paste.
+pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    md_capture(r, out)?;
+    md_processes(r, out)?;
+    md_threads(r, out)?;
+    md_groups(r, out)?;
+    md_idle_and_notes(r, out)?;
+    md_sites(r, out)?;
+    md_functions(r, out)?;
+    md_run_queue(r, out)?;
+    writeln!(out, "\n_Percentiles: {}._", r.percentile_method)?;
+    Ok(())
+}
+
+/// The title, the verdict and the capture table.
+fn md_capture(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    let c = &r.capture;
+    writeln!(out, "# Profile of {}\n", c.selection)?;
+    writeln!(out, "**{}**\n", r.verdict)?;
+    writeln!(out, "## Capture\n")?;
+    writeln!(out, "| | |\n|---|---|")?;
+    writeln!(
+        out,
+        "| target | {}, {} process{}, {} threads |",
+        c.selection,
+        c.processes,
+        if c.processes == 1 { "" } else { "es" },
+        c.threads
+    )?;
+    writeln!(out, "| mode | {} |", c.mode)?;
+    writeln!(
+        out,
+        "| duration | {:.2} s{} |",
+        c.duration_s,
+        c.ended_early
+            .as_ref()
+            .map_or(String::new(), |e| format!(" ({e})"))
+    )?;
+    if let Some(hz) = c.frequency_hz {
+        writeln!(out, "| sampling | {hz} Hz, {} samples |", c.samples)?;
+    }
+    writeln!(out, "| kernel | {} |", c.kernel)?;
+    writeln!(
+        out,
+        "| waits | {} finished, {} still open at the end, {} blocked since before the start |",
+        c.waits,
+        c.open_waits_at_end,
+        crate::render::count(c.blocked_at_start, "thread")
+    )?;
+    let lost: Vec<String> = c
+        .lost
+        .iter()
+        .map(|l| match l.raise_with {
+            Some(flag) => format!("{} {} (raise {flag})", l.count, l.what),
+            None => format!("{} {}", l.count, l.what),
+        })
+        .collect();
+    writeln!(
+        out,
+        "| lost | {}{} |\n",
+        c.lost_total,
+        if lost.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", lost.join("; "))
+        }
+    )?;
+
+    Ok(())
+}
+
+/// One row per process, when there are several.
+fn md_processes(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    if r.processes.len() > 1 {
+        writeln!(
+            out,
+            "## Processes (% of all their threads' time; CPUs = CPU time ÷ capture length)\n"
+        )?;
+        writeln!(
+            out,
+            "| process | threads | CPUs | running | runnable | sleep | io | other | profiler | lifetime |"
+        )?;
+        writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")?;
+        for p in &r.processes {
+            let life = match (p.forked_at_s, p.exited_at_s) {
+                (None, None) => "whole capture".to_string(),
+                (Some(f), None) => format!("forked at {f:.2} s"),
+                (None, Some(e)) => format!("exited at {e:.2} s"),
+                (Some(f), Some(e)) => format!("{f:.2} s – {e:.2} s"),
+            };
+            let [running, runnable, sleep, io, other, profiler] = p.shares.columns();
+            writeln!(
+                out,
+                "| {}-{} | {} | {:.2} | {running:.1} % | {runnable:.1} % | {sleep:.1} % | {io:.1} % | {other:.1} % | {profiler:.1} % | {life}{} |",
+                p.name,
+                p.pid,
+                p.threads,
+                p.cpus,
+                if p.execs > 0 {
+                    format!(", {} exec", p.execs)
+                } else {
+                    String::new()
+                }
+            )?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// One row per thread: time per state.
+fn md_threads(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    writeln!(out, "## Where each thread's time went (% of the capture)\n")?;
+    writeln!(
+        out,
+        "| thread | running | runnable | sleep | io | other | profiler | run-queue waits: mean / max |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---|")?;
+    for t in &r.threads {
+        let rq = t.run_queue_delay.as_ref().map_or("-".into(), |l| {
+            format!("{} × {:.3} / {:.2} ms", l.count, l.mean_ms, l.max_ms)
+        });
+        let [running, runnable, sleep, io, other, profiler] = t.shares.columns();
+        writeln!(
+            out,
+            "| {}-{} | {running:.1} % | {runnable:.1} % | {sleep:.1} % | {io:.1} % | {other:.1} % | {profiler:.1} % | {rq} |",
+            t.name, t.tid,
+        )?;
+    }
+    writeln!(
+        out,
+        "\nRunning is CPU time as the scheduler charges it (the thread's schedstat), the \
+         profiler's own programs left out (column *profiler*)."
+    )?;
+    Ok(())
+}
+
+/// Pools of threads named alike.
+fn md_groups(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    if !r.groups.is_empty() {
+        writeln!(out, "\n## Groups\n")?;
+        writeln!(
+            out,
+            "Threads named alike once digits are stripped, in processes of the same name; % of \
+             the time of the group's active threads (of all of them when all are idle), busiest \
+             first.\n"
+        )?;
+        writeln!(
+            out,
+            "| group | threads | idle | running | runnable | sleep | io | other | dominant wait | share | p99 | woken by |"
+        )?;
+        writeln!(
+            out,
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"
+        )?;
+        for g in &r.groups {
+            let (site, share, p99, by) = g.dominant_wait.as_ref().map_or(
+                (
+                    "-".to_string(),
+                    "-".to_string(),
+                    "-".to_string(),
+                    "-".to_string(),
+                ),
+                |w| {
+                    (
+                        format!("{} `{}`", w.state, w.site),
+                        format!("{:.1} %", w.share_pct),
+                        w.p99_ms.map_or("-".into(), |p| format!("{p:.2} ms")),
+                        w.woken_by.clone().unwrap_or_else(|| "-".into()),
+                    )
+                },
+            );
+            writeln!(
+                out,
+                "| {} | {} | {} | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {site} | {share} | {p99} | {by} |",
+                g.name,
+                g.thread_count,
+                g.idle_threads,
+                g.running_pct,
+                g.runnable_pct,
+                g.sleep_pct,
+                g.io_pct,
+                g.other_pct
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Idle threads (the rule, one line each) and the notes.
+fn md_idle_and_notes(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    if !r.idle_threads.is_empty() {
+        writeln!(out, "\n## Idle threads\n")?;
+        writeln!(
+            out,
+            "Rule: {}. Idle threads are not ranked among blocking sites.\n",
+            r.idle_rule
+        )?;
+        for i in &r.idle_threads {
+            writeln!(out, "- {}", idle_text(i))?;
+        }
+    }
+    for n in &r.notes {
+        writeln!(out, "\n> {n}")?;
+    }
+    Ok(())
+}
+
+/// Blocking sites ranked by active threads, then their stacks and wakers.
+fn md_sites(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    if !r.top_blocking_sites.is_empty() {
+        writeln!(out, "\n## Top blocking sites\n")?;
+        writeln!(
+            out,
+            "Ranked by the time of active threads (% of all active threads' time), event waits \
+             (epoll, poll, select: marked *event*) after the others; idle threads' time at the \
+             same site apart.\n"
+        )?;
+        writeln!(
+            out,
+            "| # | state | site | threads | active | % of active | idle | waits | p50 | p90 | p99 | max | woken by |"
+        )?;
+        writeln!(
+            out,
+            "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        )?;
+        for s in &r.top_blocking_sites {
+            let [p50, p90, p99, max] = lat(&s.latency);
+            writeln!(
+                out,
+                "| {} | {}{} | `{}`{} | {} | {:.2} s | {:.1} % | {:.2} s | {} | {p50} | {p90} | {p99} | {max} | {} |",
+                s.rank,
+                s.state,
+                if s.event_wait { " (event)" } else { "" },
+                s.site,
+                paths(s),
+                s.thread_count,
+                s.active_s,
+                s.active_pct,
+                s.idle_s,
+                s.waits,
+                wakers_text(&s.wakers)
+            )?;
+        }
+        writeln!(out, "\nStacks (root → leaf):\n")?;
+        for s in &r.top_blocking_sites {
+            writeln!(out, "{}. `{}`", s.rank, s.stack.join(";"))?;
+            for w in s.wakers.iter().filter(|w| !w.stack.is_empty()) {
+                writeln!(
+                    out,
+                    "   - woken by {}: `{}`",
+                    wakers_text(std::slice::from_ref(w)),
+                    w.stack.join(";")
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The hottest on-CPU functions.
+fn md_functions(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    if !r.top_on_cpu_functions.is_empty() {
+        writeln!(out, "\n## Top on-CPU functions\n")?;
+        writeln!(out, "| function | self | total |\n|---|---:|---:|")?;
+        for f in &r.top_on_cpu_functions {
+            writeln!(
+                out,
+                "| `{}` | {:.1} % | {:.1} % |",
+                f.function, f.self_pct, f.total_pct
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Run-queue delay: preempted and after a wakeup.
+fn md_run_queue(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    let q = &r.run_queue;
+    if q.preempted.is_some() || q.after_wakeup.is_some() {
+        writeln!(out, "\n## Run queue\n")?;
+        writeln!(
+            out,
+            "| | total | waits | p50 | p90 | p99 | max |\n|---|---:|---:|---:|---:|---:|---:|"
+        )?;
+        for (what, total, l) in [
+            ("preempted", q.preempted_s, &q.preempted),
+            ("after wakeup", q.after_wakeup_s, &q.after_wakeup),
+        ] {
+            let [p50, p90, p99, max] = lat(l);
+            let n = l.as_ref().map_or(0, |l| l.count);
+            writeln!(
+                out,
+                "| {what} | {total:.3} s | {n} | {p50} | {p90} | {p99} | {max} |"
+            )?;
+        }
+    }
+    Ok(())
+}
