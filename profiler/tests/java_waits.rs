@@ -29,6 +29,7 @@ struct Captured {
     verdict: String,
     report: serde_json::Value,
     lines: Vec<Line>,
+    svg: String,
 }
 
 /// The service under load with `lock` (`monitor` or `reentrant`), captured 4 s once warm.
@@ -68,6 +69,7 @@ fn capture_service(lock: &str) -> Captured {
         verdict,
         report,
         lines: read_folded(&out.folded),
+        svg: std::fs::read_to_string(&out.svg).expect("read the SVG"),
     }
 }
 
@@ -125,6 +127,12 @@ fn assert_read_as_java(c: &Captured, label: &str) {
         c.verdict.contains("4 of them a pool waiting for work"),
         "the verdict does not call the spare pool idle: {}",
         c.verdict
+    );
+    // In the flame graph the spare pool's sleep is one frame (the folded stacks keep it all).
+    assert!(
+        c.svg
+            .contains("[idle: 4 threads in LinkedBlockingQueue.take ← ThreadPoolExecutor.getTask]"),
+        "no idle frame for the spare pool in the SVG"
     );
 }
 
