@@ -105,6 +105,29 @@ fn a_thread_per_request_server_loses_nothing_and_its_cpu_time_is_the_kernels() {
         longest < 2_000_000,
         "a request thread accounted for {longest} µs: more than it lived"
     );
+    // Readable under churn: the request threads are one row of the thread tables, with
+    // their count and median life; the JSON keeps every thread.
+    let groups = r["short_lived"].as_array().expect("short_lived");
+    let requests = groups
+        .iter()
+        .max_by_key(|g| g["thread_count"].as_u64())
+        .expect("a short-lived group");
+    let count = requests["thread_count"].as_u64().unwrap();
+    assert!(
+        count >= 10_000,
+        "{count} request threads in one row: {requests}"
+    );
+    let median_ms = requests["median_life_ms"].as_f64().unwrap();
+    assert!(
+        (2.0..20.0).contains(&median_ms),
+        "the row's median life {median_ms} ms"
+    );
+    assert!(r["threads"].as_array().unwrap().len() as u64 > count);
+    let verdict = r["verdict"].as_str().unwrap();
+    assert!(
+        verdict.contains("req pool"),
+        "the verdict speaks of the request threads as a group: {verdict}"
+    );
 }
 
 /// Writes 40 one-function C files and a Makefile that compiles each (no link).

@@ -10,7 +10,7 @@
 
 use std::io::{self, Write};
 
-use super::report::{Latency, Report, SiteRow, ThreadRow, WakerRow};
+use super::report::{Latency, Report, ShortLivedRow, SiteRow, ThreadRow, ThreadTableRow, WakerRow};
 
 /// What the page shows besides the report.
 pub struct HtmlInput<'a> {
@@ -188,15 +188,18 @@ fn threads(r: &Report, out: &mut impl Write) -> io::Result<()> {
         if many { "<th>process</th>" } else { "" },
         state_headers()
     )?;
-    for t in r.threads.iter().take(SHOWN_THREADS) {
-        thread_row(t, many, out)?;
+    for row in r.thread_table.iter().take(SHOWN_THREADS) {
+        match *row {
+            ThreadTableRow::Thread(i) => thread_row(&r.threads[i], many, out)?,
+            ThreadTableRow::ShortLived(i) => short_lived_row(&r.short_lived[i], many, out)?,
+        }
     }
     writeln!(out, "</tbody></table>")?;
-    if r.threads.len() > SHOWN_THREADS {
+    if r.thread_table.len() > SHOWN_THREADS {
         writeln!(
             out,
-            "<p class=\"muted\">… and {} more threads (all are in the JSON report).</p>",
-            r.threads.len() - SHOWN_THREADS
+            "<p class=\"muted\">… and {} more rows (every thread is in the JSON report).</p>",
+            r.thread_table.len() - SHOWN_THREADS
         )?;
     }
     writeln!(
@@ -223,6 +226,24 @@ fn thread_row(t: &ThreadRow, many: bool, out: &mut impl Write) -> io::Result<()>
         "<tr><td class=\"mono\">{}-{}</td>{process}<td class=\"bar\">{}</td>{}<td class=\"n\">{rq}</td></tr>",
         esc(&t.name),
         t.tid,
+        state_bar(&shares),
+        state_cells(&shares)
+    )
+}
+
+/// One row for a group's short-lived threads, summed.
+fn short_lived_row(g: &ShortLivedRow, many: bool, out: &mut impl Write) -> io::Result<()> {
+    let shares = g.shares.columns();
+    let process = if many {
+        format!("<td class=\"n\">{}</td>", g.pid)
+    } else {
+        String::new()
+    };
+    writeln!(
+        out,
+        "<tr><td class=\"mono\">{}: {}</td>{process}<td class=\"bar\">{}</td>{}<td class=\"n\">-</td></tr>",
+        esc(&g.group),
+        g.lives(),
         state_bar(&shares),
         state_cells(&shares)
     )
@@ -288,6 +309,9 @@ fn capture_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
         row(out, "sampling", format!("{hz} Hz, {} samples", c.samples))?;
     }
     row(out, "kernel", esc(&c.kernel))?;
+    if let Some(mib) = c.kernel_memory_mib() {
+        row(out, "kernel memory", format!("{mib:.1} MiB of BPF maps"))?;
+    }
     if c.mode != "cpu" {
         row(
             out,

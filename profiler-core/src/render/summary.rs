@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use super::report::{Report, StateShares};
+use super::report::{Report, StateShares, ThreadTableRow};
 use crate::fold::Folded;
 
 /// Seconds with a precision that suits the magnitude.
@@ -117,6 +117,12 @@ pub fn write_summary(out: &mut impl Write, r: &Report) -> io::Result<()> {
             .collect();
         writeln!(out, "  lost     {}: {}", c.lost_total, details.join("; "))?;
     }
+    if let Some(mib) = c.kernel_memory_mib() {
+        writeln!(
+            out,
+            "  kernel   {mib:.1} MiB of BPF maps held for the capture"
+        )?;
+    }
     if r.mode.traces_switches() {
         write_process_table(out, r)?;
         write_thread_table(out, r)?;
@@ -163,17 +169,29 @@ fn write_thread_table(out: &mut impl Write, r: &Report) -> io::Result<()> {
         "  {:<24} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9}  class",
         "thread", "running", "runnable", "sleep", "io", "other", "profiler"
     )?;
-    for t in r.threads.iter().take(SHOWN) {
-        let name = format!("{}-{}", t.name, t.tid);
-        let [running, runnable, sleep, io, other, profiler] = percents(&t.shares);
+    for row in r.thread_table.iter().take(SHOWN) {
+        let (name, shares, class) = match *row {
+            ThreadTableRow::Thread(i) => {
+                let t = &r.threads[i];
+                (
+                    format!("{}-{}", t.name, t.tid),
+                    &t.shares,
+                    t.class.to_string(),
+                )
+            }
+            ThreadTableRow::ShortLived(i) => {
+                let g = &r.short_lived[i];
+                (g.group.clone(), &g.shares, g.lives())
+            }
+        };
+        let [running, runnable, sleep, io, other, profiler] = percents(shares);
         writeln!(
             out,
-            "  {name:<24} {running:>8} {runnable:>9} {sleep:>8} {io:>8} {other:>8} {profiler:>9}  {}",
-            t.class
+            "  {name:<24} {running:>8} {runnable:>9} {sleep:>8} {io:>8} {other:>8} {profiler:>9}  {class}",
         )?;
     }
-    if r.threads.len() > SHOWN {
-        writeln!(out, "  … {} more threads", r.threads.len() - SHOWN)?;
+    if r.thread_table.len() > SHOWN {
+        writeln!(out, "  … {} more rows", r.thread_table.len() - SHOWN)?;
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The report's builder: the time model with named stacks and its analysis → the report
 //! model, every figure computed once — shares, totals, threads, processes, groups, idle
-//! threads, functions, sites (`sites.rs`), run queue, notes (`notes.rs`) and the verdict. The writers only format what this returns.
+//! threads, functions, sites (`sites.rs`), run queue, notes (`notes.rs`) and the verdict. The
+//! writers only format what this returns.
 
 use std::{
     cmp::Reverse,
@@ -12,7 +13,7 @@ use profiler_common::{Counter, RunqueueHist, WaitState, stack_id};
 use super::{
     model::{
         Capture, FunctionRow, GroupRow, GroupWait, IdleRow, Loss, ProcessRow, Report, RunQueue,
-        SCHEMA_VERSION, SiteRow, StateShares, ThreadRow,
+        SCHEMA_VERSION, ShortLivedRow, SiteRow, StateShares, ThreadRow, ThreadTableRow,
     },
     notes, sites, verdict,
     words::{IdleRuleWords, idle_rule, wakers_text},
@@ -59,6 +60,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
     // All threads' time: the denominator of every share of "all thread time".
     let all_thread_ns = totals.total().max(1);
     let threads = thread_rows(profile, analysis);
+    let (short_lived, thread_table) = short_lived_rows(profile, analysis, &threads);
     let processes = process_rows(profile);
     let all_sites = sites::site_rows(profile, names, analysis, all_thread_ns);
     let mut report = Report {
@@ -70,6 +72,8 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         idle_wait_frames: analysis::IDLE_WAIT_FRAMES,
         event_wait_frames: analysis::EVENT_WAIT_FRAMES,
         threads,
+        short_lived,
+        thread_table,
         groups: group_rows(profile, analysis, &all_sites),
         idle_threads: idle_rows(profile, analysis, &all_sites, all_thread_ns),
         top_on_cpu_functions: function_rows(profile, names),
@@ -187,6 +191,92 @@ fn thread_rows(profile: &Profile, analysis: &Analysis) -> Vec<ThreadRow> {
             }
         })
         .collect()
+}
+
+/// Short-lived threads of a group are one row once there are this many.
+const SHORT_LIVED_ROW_MIN: usize = 5;
+
+/// A thread lived less than the window when its time in it is less than this share of it.
+const SHORT_LIVED_LIFE_PCT: u64 = 90;
+
+/// The short-lived threads of each group with at least [`SHORT_LIVED_ROW_MIN`] of them,
+/// summed, and the thread tables' rows: every other thread, and those groups, by CPU time.
+fn short_lived_rows(
+    profile: &Profile,
+    analysis: &Analysis,
+    threads: &[ThreadRow],
+) -> (Vec<ShortLivedRow>, Vec<ThreadTableRow>) {
+    let window_ns = profile.window.len_ns().max(1);
+    // Without switches traced a thread's life is not known: no short-lived rows.
+    let short = |tid: u32| {
+        profile.mode.traces_switches()
+            && profile
+                .threads
+                .get(&tid)
+                .is_some_and(|t| t.total_ns() < window_ns / 100 * SHORT_LIVED_LIFE_PCT)
+    };
+    let mut by_group: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+    for row in threads.iter().filter(|row| short(row.tid)) {
+        if let Some(class) = analysis.threads.get(&row.tid) {
+            by_group.entry(class.group).or_default().push(row.tid);
+        }
+    }
+    by_group.retain(|_, tids| tids.len() >= SHORT_LIVED_ROW_MIN);
+    let folded: HashMap<u32, usize> = by_group
+        .values()
+        .enumerate()
+        .flat_map(|(i, tids)| tids.iter().map(move |tid| (*tid, i)))
+        .collect();
+    let rows: Vec<ShortLivedRow> = by_group
+        .iter()
+        .map(|(group, tids)| short_lived_row(profile, analysis, *group, tids))
+        .collect();
+    let mut table: Vec<(f64, ThreadTableRow)> = threads
+        .iter()
+        .enumerate()
+        .filter(|(_, row)| !folded.contains_key(&row.tid))
+        .map(|(i, row)| (row.on_cpu_s, ThreadTableRow::Thread(i)))
+        .chain(
+            rows.iter()
+                .enumerate()
+                .map(|(i, row)| (row.on_cpu_s, ThreadTableRow::ShortLived(i))),
+        )
+        .collect();
+    table.sort_by(|a, b| b.0.total_cmp(&a.0));
+    (rows, table.into_iter().map(|(_, row)| row).collect())
+}
+
+/// One group's short-lived threads, summed.
+fn short_lived_row(
+    profile: &Profile,
+    analysis: &Analysis,
+    group: usize,
+    tids: &[u32],
+) -> ShortLivedRow {
+    let mut time = StateTimes::default();
+    let mut lives: Vec<u64> = Vec::with_capacity(tids.len());
+    let mut on_cpu = 0;
+    let mut pid = 0;
+    for t in tids.iter().filter_map(|tid| profile.threads.get(tid)) {
+        time += t.time;
+        lives.push(t.total_ns());
+        on_cpu += t.on_cpu_ns();
+        pid = t.pid;
+    }
+    lives.sort_unstable();
+    let median = lives.get(lives.len() / 2).copied().unwrap_or(0);
+    let label = analysis
+        .groups
+        .get(group)
+        .map_or_else(String::new, |g| g.label(profile));
+    ShortLivedRow {
+        pid,
+        group: label,
+        thread_count: tids.len(),
+        median_life_ms: round3(ms(median as f64)),
+        on_cpu_s: secs(on_cpu),
+        shares: shares(&time, time.total()),
+    }
 }
 
 /// Per process, its threads summed, busiest first.

@@ -5,7 +5,7 @@
 use std::io::{self, Write};
 
 use super::{
-    model::Report,
+    model::{Report, StateShares, ThreadTableRow},
     words::{idle_text, lat, paths, wakers_text},
 };
 
@@ -51,6 +51,9 @@ fn md_capture(r: &Report, out: &mut impl Write) -> io::Result<()> {
         writeln!(out, "| sampling | {hz} Hz, {} samples |", c.samples)?;
     }
     writeln!(out, "| kernel | {} |", c.kernel)?;
+    if let Some(mib) = c.kernel_memory_mib() {
+        writeln!(out, "| kernel memory | {mib:.1} MiB of BPF maps |")?;
+    }
     writeln!(
         out,
         "| waits | {} finished, {} still open at the end, {} blocked since before the start |",
@@ -127,16 +130,20 @@ fn md_threads(r: &Report, out: &mut impl Write) -> io::Result<()> {
         "| thread | running | runnable | sleep | io | other | profiler | run-queue waits: mean / max |"
     )?;
     writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---|")?;
-    for t in &r.threads {
-        let rq = t.run_queue_delay.as_ref().map_or("-".into(), |l| {
-            format!("{} × {:.3} / {:.2} ms", l.count, l.mean_ms, l.max_ms)
-        });
-        let [running, runnable, sleep, io, other, profiler] = t.shares.columns();
-        writeln!(
-            out,
-            "| {}-{} | {running:.1} % | {runnable:.1} % | {sleep:.1} % | {io:.1} % | {other:.1} % | {profiler:.1} % | {rq} |",
-            t.name, t.tid,
-        )?;
+    for row in &r.thread_table {
+        match *row {
+            ThreadTableRow::Thread(i) => {
+                let t = &r.threads[i];
+                let rq = t.run_queue_delay.as_ref().map_or("-".into(), |l| {
+                    format!("{} × {:.3} / {:.2} ms", l.count, l.mean_ms, l.max_ms)
+                });
+                md_thread_row(&format!("{}-{}", t.name, t.tid), &t.shares, &rq, out)?;
+            }
+            ThreadTableRow::ShortLived(i) => {
+                let g = &r.short_lived[i];
+                md_thread_row(&format!("{}: {}", g.group, g.lives()), &g.shares, "-", out)?;
+            }
+        }
     }
     writeln!(
         out,
@@ -144,6 +151,19 @@ fn md_threads(r: &Report, out: &mut impl Write) -> io::Result<()> {
          profiler's own programs left out (column *profiler*)."
     )?;
     Ok(())
+}
+
+fn md_thread_row(
+    name: &str,
+    shares: &StateShares,
+    run_queue: &str,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let [running, runnable, sleep, io, other, profiler] = shares.columns();
+    writeln!(
+        out,
+        "| {name} | {running:.1} % | {runnable:.1} % | {sleep:.1} % | {io:.1} % | {other:.1} % | {profiler:.1} % | {run_queue} |",
+    )
 }
 
 /// Pools of threads named alike.

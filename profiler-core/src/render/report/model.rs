@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// Version of the JSON layout (docs/report.schema.json).
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -35,6 +35,13 @@ pub struct Report {
     /// after blocking sites, named apart in the verdict.
     pub event_wait_frames: &'static [&'static str],
     pub threads: Vec<ThreadRow>,
+    /// Threads of one group that lived less than the window (a thread per request), as one
+    /// row each group: the thread tables show these instead of their threads (`threads`
+    /// keeps every one).
+    pub short_lived: Vec<ShortLivedRow>,
+    /// The thread tables' rows, busiest first: a thread, or a short-lived group.
+    #[serde(skip)]
+    pub thread_table: Vec<ThreadTableRow>,
     /// Threads grouped into pools, active groups busiest first.
     pub groups: Vec<GroupRow>,
     /// Idle threads, by process and wait site.
@@ -83,6 +90,17 @@ pub struct Capture {
     /// The window's length, exactly.
     #[serde(skip)]
     pub window_ns: u64,
+}
+
+impl Capture {
+    /// The kernel memory the capture's BPF maps held (captures saved before it was measured:
+    /// none).
+    pub fn kernel_memory_mib(&self) -> Option<f64> {
+        self.counters
+            .get("kernel_memory_bytes")
+            .filter(|b| **b > 0)
+            .map(|b| *b as f64 / (1024.0 * 1024.0))
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -141,6 +159,41 @@ pub struct ThreadRow {
     pub schedstat_on_cpu_s: Option<f64>,
     pub schedstat_runnable_s: Option<f64>,
     pub run_queue_delay: Option<Latency>,
+}
+
+/// Threads of one group that lived less than the window, summed.
+#[derive(Debug, Serialize)]
+pub struct ShortLivedRow {
+    pub pid: u32,
+    /// `python3 (Thread-* pool)`: the group's label.
+    pub group: String,
+    pub thread_count: usize,
+    /// Their time in the window, the median of them.
+    pub median_life_ms: f64,
+    /// Their CPU time summed.
+    pub on_cpu_s: f64,
+    /// Shares of their summed time in the window.
+    #[serde(flatten)]
+    pub shares: StateShares,
+}
+
+impl ShortLivedRow {
+    /// `7459 threads, median life 6.0 ms`.
+    pub fn lives(&self) -> String {
+        format!(
+            "{} threads, median life {:.1} ms",
+            self.thread_count, self.median_life_ms
+        )
+    }
+}
+
+/// A row of the thread tables.
+#[derive(Debug)]
+pub enum ThreadTableRow {
+    /// `threads[i]`.
+    Thread(usize),
+    /// `short_lived[i]`.
+    ShortLived(usize),
 }
 
 /// Time per state as % of a thread's (or a process's threads') time, to a tenth: the
