@@ -9,7 +9,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use profiler_common::{WaitState, stack_id};
 
-use crate::model::{NO_FILE, Profile, StackNames, StateTimes, ThreadTime, stack_frames};
+use crate::{
+    holders::{Holders, lock_holders},
+    model::{NO_FILE, Profile, StackNames, StateTimes, ThreadTime, stack_frames},
+    waits::{self, WaitKind},
+};
 
 /// Idle: on the CPU at most this share of the thread's time in the window …
 pub const IDLE_MAX_ON_CPU_PCT: f64 = 1.0;
@@ -18,24 +22,14 @@ pub const IDLE_MAX_IO_PCT: f64 = 1.0;
 /// … and asleep at least this share (the rest: waiting for a CPU after its wakeups). The
 /// rule's words are made from these three (render/report/words.rs `idle_rule`).
 pub const IDLE_MIN_SLEEP_PCT: f64 = 90.0;
-/// Frames that mean a wait is for work, wherever it happens: the Go scheduler parking a
-/// thread that has no goroutine to run (`runtime.stopm`, `runtime.findRunnable` polling the
-/// network for one), its monitor thread and its spare-thread keeper. A thread pool's worker
-/// waits for work too, but only its name says so, not its stack: those threads are caught
-/// by [`is_idle`] instead.
-pub const IDLE_WAIT_FRAMES: &[&str] = &[
-    "runtime.stopm",
-    "runtime.findRunnable",
-    "runtime.findrunnable",
-    "runtime.sysmon",
-    "runtime.templateThread",
-];
+/// Frames that mean a wait is for work, wherever it happens: a pool's queue, the Go
+/// scheduler ([`waits::WORK_FRAMES`]). A C pool's worker waits for work too, but only its
+/// name says so, not its stack: those threads are caught by [`is_idle`] instead.
+pub const IDLE_WAIT_FRAMES: &[&str] = waits::WORK_FRAMES;
 
 /// Whether a site's frames make its waits idle waits ([`IDLE_WAIT_FRAMES`]).
 pub fn is_idle_wait(frames: &[String]) -> bool {
-    frames
-        .iter()
-        .any(|f| IDLE_WAIT_FRAMES.contains(&f.as_str()))
+    waits::classify(frames) == WaitKind::Work
 }
 
 /// Kernel functions that turn interrupts back on: cpu-clock samples pile up there for time
@@ -56,29 +50,12 @@ pub fn enables_interrupts(frame: &str) -> bool {
 /// kernel stacks) in libc or the Go runtime: an event loop waiting for its next request or
 /// reply. Such a site is an event wait: the verdict names it apart from the wait that
 /// blocks a thread on one thing (a disk flush, a lock, a read), and blocking sites rank first.
-pub const EVENT_WAIT_FRAMES: &[&str] = &[
-    "do_epoll_wait_[k]",
-    "do_sys_poll_[k]",
-    "do_select_[k]",
-    "core_sys_select_[k]",
-    "epoll_wait",
-    "epoll_pwait",
-    "epoll_pwait2",
-    "poll",
-    "__poll",
-    "ppoll",
-    "select",
-    "__select",
-    "pselect",
-    "runtime.epollwait",
-];
+pub const EVENT_WAIT_FRAMES: &[&str] = waits::EVENT_FRAMES;
 
 /// Whether a wait with these frames (user then kernel) is an event wait
-/// ([`EVENT_WAIT_FRAMES`]).
+/// ([`EVENT_WAIT_FRAMES`]), not a wait for work that polls for it.
 pub fn is_event_wait(frames: &[String]) -> bool {
-    frames
-        .iter()
-        .any(|f| EVENT_WAIT_FRAMES.contains(&f.as_str()))
+    waits::classify(frames) == WaitKind::Events
 }
 
 /// A blocking site: its state and the frames that name it (the user stack, or all frames of
@@ -89,16 +66,19 @@ pub type SiteId = (&'static str, Vec<String>);
 /// (`nginx+0x6e343`) in a file that names other frames of the stack is a local function its
 /// symbol table leaves out (a stripped binary keeps only its exported symbols): it is left
 /// out, so two stacks that differ only there are one site, as the user reads them, not two
-/// rows that look the same.
+/// rows that look the same. A lock's waits and a JVM pool's waits for work are one site each
+/// however they were reached (`waits::site_key`).
 pub fn site_frames(user_stack: u64, kernel_stack: u64, names: &StackNames) -> Vec<String> {
     let user = stack_frames(user_stack, stack_id::EMPTY, names);
-    if user.is_empty() {
-        return stack_frames(user_stack, kernel_stack, names);
-    }
-    match names.user_files.get(&user_stack) {
-        Some(files) if files.len() == user.len() => without_local_addresses(user, files),
-        _ => user,
-    }
+    let frames = if user.is_empty() {
+        stack_frames(user_stack, kernel_stack, names)
+    } else {
+        match names.user_files.get(&user_stack) {
+            Some(files) if files.len() == user.len() => without_local_addresses(user, files),
+            _ => user,
+        }
+    };
+    waits::site_key(&frames).unwrap_or(frames)
 }
 
 fn unnamed(frame: &str) -> bool {
@@ -215,6 +195,8 @@ pub struct Analysis {
     pub classified: bool,
     /// Sites that are event waits ([`EVENT_WAIT_FRAMES`]).
     pub event_sites: std::collections::HashSet<SiteId>,
+    /// Lock sites' holders: what the threads that released each lock did while holding it.
+    pub holders: HashMap<SiteId, Holders>,
 }
 
 impl Analysis {
@@ -256,7 +238,7 @@ pub(crate) type SiteFrames = Vec<String>;
 /// The blocking call and its nearest named caller, leaf first: `clock_nanosleep ←
 /// sleep_20ms` (a caller without a symbol, `nginx+0x54173`, says less than the next one up).
 /// `callers` > 1 names more callers up the stack, to tell apart sites that share the first.
-fn site_label(user_frames: &[String], all: &[String], callers: usize) -> String {
+pub(crate) fn site_label(user_frames: &[String], all: &[String], callers: usize) -> String {
     let frames = if user_frames.is_empty() {
         all
     } else {
@@ -299,7 +281,11 @@ pub(crate) fn distinct_labels<'a>(keys: impl Iterator<Item = &'a SiteId> + Clone
         let labels: Vec<String> = keys
             .iter()
             .zip(&depth)
-            .map(|((_, frames), &d)| site_label(frames, frames, d))
+            .map(|((_, frames), &d)| {
+                waits::jvm_label(frames, d)
+                    .or_else(|| waits::lock_label(frames, d))
+                    .unwrap_or_else(|| site_label(frames, frames, d))
+            })
             .collect();
         let mut seen: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
         for (i, l) in labels.iter().enumerate() {
@@ -412,12 +398,15 @@ pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysi
         }
     }
     let idle = idle_sets(profile, &threads, process_of);
+    let lock_sites: HashSet<&SiteId> = waits.values().flat_map(|s| s.keys()).collect();
+    let holders = lock_holders(profile, names, lock_sites.into_iter());
     Analysis {
         threads,
         groups,
         idle,
         classified,
         event_sites,
+        holders,
     }
 }
 

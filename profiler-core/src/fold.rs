@@ -20,6 +20,10 @@ pub struct FoldOptions {
     pub per_thread: bool,
     /// Threads whose sleep is left out (`--hide-idle`: the idle threads' waits for work).
     pub hide_sleep_of: BTreeSet<u32>,
+    /// Threads whose sleep is one frame under their process, by tid: the flame graph's idle
+    /// threads, one frame per process and wait (`[idle: 4 threads in …]`) unless
+    /// `--show-idle`.
+    pub collapse_sleep_of: HashMap<u32, String>,
 }
 
 impl FoldOptions {
@@ -95,7 +99,8 @@ pub fn fold(profile: &Profile, names: &StackNames, opts: &FoldOptions) -> Folded
     let mut hidden_ns = 0;
     let mut hidden: BTreeSet<u32> = BTreeSet::new();
     for entry in &profile.entries {
-        if entry.kind == Kind::Off(WaitState::Sleep) && opts.hide_sleep_of.contains(&entry.tid) {
+        let sleep = entry.kind == Kind::Off(WaitState::Sleep);
+        if sleep && opts.hide_sleep_of.contains(&entry.tid) {
             hidden_ns += entry.time_ns;
             hidden.insert(entry.tid);
             continue;
@@ -105,6 +110,12 @@ pub fn fold(profile: &Profile, names: &StackNames, opts: &FoldOptions) -> Folded
             Unit::Micros => (entry.time_ns + 500) / 1_000,
         };
         if count == 0 {
+            continue;
+        }
+        if let Some(idle) = opts.collapse_sleep_of.get(&entry.tid).filter(|_| sleep) {
+            let line = format!("{};{}", opts.root(profile, entry.pid), sanitize(idle));
+            frame_split.entry(idle.clone()).or_default().1 += count;
+            *lines.entry(line).or_default() += count;
             continue;
         }
         frames.clear();
@@ -249,6 +260,7 @@ mod tests {
                 process: "app".into(),
                 per_thread: false,
                 hide_sleep_of: BTreeSet::new(),
+                collapse_sleep_of: HashMap::new(),
             },
         );
         assert_eq!(f.unit, Unit::Samples);
@@ -276,6 +288,7 @@ mod tests {
                 process: "app".into(),
                 per_thread: true,
                 hide_sleep_of: BTreeSet::new(),
+                collapse_sleep_of: HashMap::new(),
             },
         );
         let lines: Vec<(String, u64)> = f.lines.into_iter().collect();
@@ -308,6 +321,7 @@ mod tests {
                 process: "a;b".into(),
                 per_thread: false,
                 hide_sleep_of: BTreeSet::new(),
+                collapse_sleep_of: HashMap::new(),
             },
         );
         let keys: Vec<&str> = f.lines.keys().map(String::as_str).collect();
@@ -340,10 +354,38 @@ mod tests {
                 process: "app".into(),
                 per_thread: false,
                 hide_sleep_of: [11].into_iter().collect(),
+                collapse_sleep_of: HashMap::new(),
             },
         );
         assert_eq!((f.hidden_ns, f.hidden_threads), (2_000_000, 1));
         let total: u64 = f.lines.values().sum();
         assert_eq!(total, 3 + 4 + 5, "{:?}", f.lines);
+    }
+
+    #[test]
+    fn idle_threads_sleep_is_one_frame_under_their_process_their_other_time_kept() {
+        let p = profile(
+            Mode::Wall,
+            vec![
+                entry(11, 2, 9, Kind::Off(WaitState::Sleep), 0, 2_000_000),
+                entry(11, 1, 0, Kind::OnCpu, 1, 4_000),
+                entry(12, 2, 9, Kind::Off(WaitState::Sleep), 0, 5_000),
+            ],
+        );
+        let idle = "[idle: 2 threads in pthread_cond_wait ← park]".to_string();
+        let f = fold(
+            &p,
+            &names(),
+            &FoldOptions {
+                per_process: false,
+                process: "app".into(),
+                per_thread: true,
+                hide_sleep_of: BTreeSet::new(),
+                collapse_sleep_of: [(11, idle.clone()), (12, idle.clone())].into(),
+            },
+        );
+        assert_eq!(f.lines[&format!("app;{idle}")], 2_000 + 5);
+        assert!(f.lines.keys().any(|l| l.starts_with("app;worker-11;")));
+        assert_eq!(f.lines.len(), 2, "{:?}", f.lines);
     }
 }

@@ -5,13 +5,14 @@
 //! The capture side (`profiler`) hands it [`model::Drained`] and the targets' mappings.
 //!
 //! Stage order (each module imports only `model` and the stages before it):
-//! `procmap`, `perfmap`, `jvm` → `unwind` → `account` → `symbolize` → `analysis` →
-//! `timeline` → `fold` → `diff` → `render`.
+//! `procmap`, `perfmap`, `jvm` → `unwind` → `account` → `symbolize` → `waits` → `analysis`
+//! (with `holders`) → `timeline` → `fold` → `diff` → `render`.
 
 pub mod account;
 pub mod analysis;
 pub mod diff;
 pub mod fold;
+pub mod holders;
 pub mod jvm;
 pub mod model;
 pub mod perfmap;
@@ -20,3 +21,4 @@ pub mod render;
 pub mod symbolize;
 pub mod timeline;
 pub mod unwind;
+pub mod waits;

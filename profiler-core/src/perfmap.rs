@@ -1,12 +1,16 @@
 //! JIT symbols from a perf map (`/tmp/perf-<pid>.map`, written by `jcmd <pid> Compiler.perfmap`,
 //! Node's `--perf-basic-prof`, and others): one `START SIZE name` line per compiled method.
 
-use std::path::PathBuf;
+use std::{collections::HashMap, path::PathBuf};
 
 #[derive(Clone, Debug, Default)]
 pub struct PerfMap {
     /// (start, end, name), sorted by start.
     entries: Vec<(u64, u64, String)>,
+    /// Methods inlined at a code address (a sampled pc or a return address minus one), from
+    /// the outermost inlined one to the innermost, the compiled method itself left out: a
+    /// JVM's own structures (`hotspot`) say so, a perf map file does not.
+    inlined: HashMap<u64, Vec<String>>,
 }
 
 impl PerfMap {
@@ -37,7 +41,22 @@ impl PerfMap {
                 false
             }
         });
-        Self { entries }
+        Self {
+            entries,
+            inlined: HashMap::new(),
+        }
+    }
+
+    /// This map with the methods inlined at code addresses (see [`PerfMap::inlined_at`]).
+    pub fn with_inlined(mut self, inlined: HashMap<u64, Vec<String>>) -> Self {
+        self.inlined = inlined;
+        self
+    }
+
+    /// The methods inlined at `addr`, outermost first, the compiled method left out; empty
+    /// where none are known.
+    pub fn inlined_at(&self, addr: u64) -> &[String] {
+        self.inlined.get(&addr).map_or(&[], Vec::as_slice)
     }
 
     /// Reads the target's perf map, as the target sees `/tmp` (containers included).
@@ -65,7 +84,9 @@ impl PerfMap {
     pub fn merged(self, later: PerfMap) -> Self {
         let mut entries = self.entries;
         entries.extend(later.entries);
-        Self::from_entries(entries)
+        let mut inlined = self.inlined;
+        inlined.extend(later.inlined);
+        Self::from_entries(entries).with_inlined(inlined)
     }
 
     pub fn find(&self, addr: u64) -> Option<&str> {

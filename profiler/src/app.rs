@@ -854,6 +854,7 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
         per_process: out.per_process,
         per_thread: out.per_thread,
         hide_idle: out.hide_idle,
+        show_idle: out.show_idle,
         wakers: outputs.wakers_svg.is_some() || outputs.wakers_folded.is_some(),
         trace: outputs.timeline.is_some(),
         timeline_html: matches!(outputs.report, Some((_, ReportFormat::Html))),

@@ -170,6 +170,12 @@ pub struct OutputArgs {
     #[arg(long, help = hide_idle_help())]
     pub hide_idle: bool,
 
+    /// Draw idle threads' sleep with its stacks in the flame graph; by default it is one frame
+    /// per process and wait (`[idle: 4 threads in …]`), the SVG's subtitle says so. The
+    /// folded stacks and the report keep the stacks either way.
+    #[arg(long, conflicts_with = "hide_idle")]
+    pub show_idle: bool,
+
     /// Also write the wakeup chains (`waiter stack;--;waker stack`) as `<output>.wakers.svg`
     /// (and `<folded>.wakers.folded`); when recording, take the wakers' stacks.
     #[arg(long)]

@@ -273,31 +273,53 @@ impl HotSpot {
         let _ = self.refresh();
     }
 
-    /// Names for the symbolizer: the code seen, and the interpreted methods of `frames` (the
-    /// process's user frames; others are ignored). Unresolvable methods are left out.
+    /// Names for the symbolizer: the code seen, the interpreted methods of `frames` (the
+    /// process's user frames as looked up: `symbolize::lookup_addresses`; others are
+    /// ignored), and the methods inlined at those in compiled code. Unresolvable methods are
+    /// left out.
     pub fn names(&mut self, frames: impl IntoIterator<Item = u64>) -> PerfMap {
         let mut entries: Vec<(u64, u64, String)> = self
             .code
             .iter()
             .map(|(&start, (end, name))| (start, *end, name.clone()))
             .collect();
+        let mut inlined: HashMap<u64, Vec<String>> = HashMap::new();
         for frame in frames {
-            let Some(method) = java_method_of(frame) else {
+            if let Some(method) = java_method_of(frame) {
+                if let Some(name) = self.method_name(method) {
+                    entries.push((frame, frame + 1, name));
+                }
+                continue;
+            }
+            let Some(chain) = self.inlined_at(frame).map(<[u64]>::to_vec) else {
                 continue;
             };
-            if !self.methods.contains_key(&method) {
-                match self.jvm.method_name(method) {
-                    Ok(name) => {
-                        self.methods.insert(method, name);
-                    }
-                    Err(e) => {
-                        log::debug!("method {method:#x} not named: {e}");
-                        continue;
-                    }
+            // The first is the compiled method itself, named by its code.
+            let names: Vec<String> = chain
+                .iter()
+                .skip(1)
+                .map(|&m| self.method_name(m).unwrap_or_else(|| "[unknown]".into()))
+                .collect();
+            if !names.is_empty() {
+                inlined.insert(frame, names);
+            }
+        }
+        PerfMap::from_entries(entries).with_inlined(inlined)
+    }
+
+    /// A `Method*`'s name, resolved once.
+    fn method_name(&mut self, method: u64) -> Option<String> {
+        if !self.methods.contains_key(&method) {
+            match self.jvm.method_name(method) {
+                Ok(name) => {
+                    self.methods.insert(method, name);
+                }
+                Err(e) => {
+                    log::debug!("method {method:#x} not named: {e}");
+                    return None;
                 }
             }
-            entries.push((frame, frame + 1, self.methods[&method].clone()));
         }
-        PerfMap::from_entries(entries)
+        self.methods.get(&method).cloned()
     }
 }

@@ -13,8 +13,6 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use profiler_common::unwind::java_method_of;
-
 use crate::{
     hotspot::HotSpot,
     mmap_events::{Event, MmapEvents},
@@ -26,6 +24,7 @@ use profiler_core::{
     model::{CaptureNote, Kind, PartialTime, ProcessInfo, Profile},
     perfmap::PerfMap,
     procmap::{MappingKind, ProcessMaps},
+    symbolize::lookup_addresses,
     unwind::tables::UnwindTables,
 };
 
@@ -469,8 +468,9 @@ impl TargetSet {
         }
     }
 
-    /// Names of JVMs' JIT code and of the Java methods in their interpreted frames, by
-    /// process, for the symbolizer (read while the processes still run).
+    /// Names of JVMs' JIT code, of the Java methods in their interpreted frames and of the
+    /// methods their compiled frames inlined, by process, for the symbolizer (read while the
+    /// processes still run).
     pub fn jit_names(&mut self, profile: &Profile) -> HashMap<u32, PerfMap> {
         let mut methods: HashMap<u32, BTreeSet<u64>> = HashMap::new();
         let stacks_of = profile
@@ -491,13 +491,13 @@ impl TargetSet {
             if self.processes.get(&pid).is_none_or(|t| t.hotspot.is_none()) {
                 continue;
             }
+            // Interpreted frames' methods, and compiled frames' addresses for what they
+            // inlined, as the symbolizer looks them up.
             if let Some(frames) = profile.stacks.get(&stack) {
-                methods.entry(pid).or_default().extend(
-                    frames
-                        .iter()
-                        .copied()
-                        .filter(|&f| java_method_of(f).is_some()),
-                );
+                methods
+                    .entry(pid)
+                    .or_default()
+                    .extend(lookup_addresses(frames));
             }
         }
         self.processes

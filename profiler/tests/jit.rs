@@ -6,10 +6,7 @@
 
 mod common;
 
-use std::{
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
 use common::*;
 
@@ -297,20 +294,8 @@ fn a_java_service_under_load_has_whole_stacks() {
         &dir,
         "JavaService",
     );
-    let port = line
-        .strip_prefix("ready ")
-        .unwrap_or_else(|| panic!("not ready: {line:?}"))
-        .to_string();
-    let mut wrk = Command::new("/usr/bin/wrk")
-        .args([
-            "-t1",
-            "-c16",
-            "-d14s",
-            &format!("http://127.0.0.1:{port}/item"),
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start wrk");
+    let port = ready_port(&line);
+    let mut wrk = start_wrk(1, 16, 14, &format!("http://127.0.0.1:{port}/item"));
     // The JIT compiles the request path in the first seconds of load; code compiled since the
     // last read of the code cache (0.2 s) unwinds by frame pointers until the next one, so
     // during that warm-up 3–9 % of the pool's CPU time has partial stacks (C2 still compiles

@@ -4,7 +4,7 @@
 //! captures. Pure and in memory: the caller decides what goes to which file, so `profiler
 //! replay` and the golden tests render a capture the same way.
 
-use std::io;
+use std::{collections::HashMap, io};
 
 use thiserror::Error;
 
@@ -29,6 +29,10 @@ pub struct RenderOptions {
     pub per_thread: bool,
     /// Idle threads' sleep left out of the graphs (`--hide-idle`). Default is false.
     pub hide_idle: bool,
+    /// Idle threads' sleep drawn with its stacks in the flame graph (`--show-idle`); by
+    /// default it is one frame per process and wait (`[idle: 4 threads in …]`). The folded
+    /// stacks and the report keep the stacks either way. Default is false.
+    pub show_idle: bool,
     /// The wakeup chains folded and drawn too (`--wakers`; off-CPU modes only). Default is
     /// false.
     pub wakers: bool,
@@ -88,6 +92,23 @@ pub struct Wakers {
     pub svg: String,
 }
 
+/// The flame graph's frame for each idle thread's sleep: one per process and wait, `[idle: 4
+/// threads in LinkedBlockingQueue.take ← ThreadPoolExecutor.getTask]`, by tid.
+fn idle_frames(analysis: &Analysis, report: &Report) -> HashMap<u32, String> {
+    let mut frames = HashMap::new();
+    // The report's idle rows are the analysis's idle sets, in order.
+    for (set, row) in analysis.idle.iter().zip(&report.idle_threads) {
+        let n = set.tids.len();
+        let threads = if n == 1 { "thread" } else { "threads" };
+        let frame = match &row.site {
+            Some(site) => format!("[idle: {n} {threads} in {site}]"),
+            None => format!("[idle: {n} {threads}]"),
+        };
+        frames.extend(set.tids.iter().map(|&tid| (tid, frame.clone())));
+    }
+    frames
+}
+
 /// Analyse, fold, draw, build the report.
 pub fn render(saved: &SavedCapture, opts: &RenderOptions) -> io::Result<Rendered> {
     let SavedCapture {
@@ -111,6 +132,7 @@ pub fn render(saved: &SavedCapture, opts: &RenderOptions) -> io::Result<Rendered
         } else {
             Default::default()
         },
+        collapse_sleep_of: Default::default(),
     };
     let folded = fold::fold(profile, names, &fold_opts);
     let mut report = report::build(&report::ReportInput {
@@ -129,8 +151,21 @@ pub fn render(saved: &SavedCapture, opts: &RenderOptions) -> io::Result<Rendered
         Mode::Wall => "wall clock: on-CPU + off-CPU",
     };
     let title = format!("{} (PID {}) — {mode_words}", meta.target, meta.pid);
-    let subtitle = summary::subtitle(&report, &folded);
-    let svg = draw(&folded, title.clone(), subtitle.clone(), false)?;
+    let mut subtitle = summary::subtitle(&report, &folded);
+    let collapse = idle_frames(&analysis, &report);
+    let svg = if opts.show_idle || opts.hide_idle || collapse.is_empty() {
+        draw(&folded, title.clone(), subtitle.clone(), false)?
+    } else {
+        subtitle.push_str(
+            " · idle threads' sleep: one frame per process and wait (--show-idle: their stacks)",
+        );
+        let graph_opts = FoldOptions {
+            collapse_sleep_of: collapse,
+            ..fold_opts.clone()
+        };
+        let graph = fold::fold(profile, names, &graph_opts);
+        draw(&graph, title.clone(), subtitle.clone(), false)?
+    };
     let wakers = if opts.wakers && profile.mode.traces_switches() {
         let folded = fold::fold_wakers(profile, names, &fold_opts);
         let subtitle = format!(

@@ -24,8 +24,9 @@ use std::{
 
 use profiler_common::stack_id;
 
-use crate::model::{
-    FrameFile, Kind, Mode, NO_FILE, Profile, SavedCapture, StackNames, stack_frames,
+use crate::{
+    model::{FrameFile, Kind, Mode, NO_FILE, Profile, SavedCapture, StackNames, stack_frames},
+    symbolize::INLINED_SUFFIX,
 };
 
 /// The subset of `profile.proto` (github.com/google/pprof, proto/profile.proto) this
@@ -393,8 +394,9 @@ struct Builder {
     file_mappings: HashMap<u32, u64>,
     locations: Vec<proto::Location>,
     functions: Vec<proto::Function>,
-    /// (side, frame name) → location id; one function per location.
-    location_of: HashMap<(Side, String), u64>,
+    /// (side, frame name and the methods inlined into it) → location id; one function per
+    /// line of a location.
+    location_of: HashMap<(Side, Vec<String>), u64>,
     /// Location ids (leaf first) by stack pair and state, as samples repeat them.
     stacks: HashMap<(u64, u64, &'static str), Vec<u64>>,
 }
@@ -428,17 +430,30 @@ impl Builder {
         if state != "on-cpu" {
             frames.push((Side::None, format!("[off-cpu:{state}]")));
         }
-        let ids: Vec<u64> = frames
+        // A compiled frame and the methods it inlined (`_[i]`, after it) are one location,
+        // one line each.
+        let mut located: Vec<(Side, Vec<String>)> = Vec::new();
+        for (side, name) in frames {
+            match (name.strip_suffix(INLINED_SUFFIX), located.last_mut()) {
+                (Some(inlined), Some(caller)) if caller.0 == side => {
+                    caller.1.push(inlined.to_string());
+                }
+                _ => located.push((side, vec![name])),
+            }
+        }
+        let ids: Vec<u64> = located
             .into_iter()
             .rev()
-            .map(|(side, name)| self.location(side, name, names))
+            .map(|(side, chain)| self.location(side, chain, names))
             .collect();
         self.stacks.insert((user, kernel, state), ids.clone());
         ids
     }
 
-    fn location(&mut self, side: Side, name: String, names: &StackNames) -> u64 {
-        let key = (side, name);
+    /// The location of a frame and the methods inlined into it (`chain`, caller first): one
+    /// line per function, the innermost first as profile.proto orders them.
+    fn location(&mut self, side: Side, chain: Vec<String>, names: &StackNames) -> u64 {
+        let key = (side, chain);
         if let Some(&id) = self.location_of.get(&key) {
             return id;
         }
@@ -450,19 +465,23 @@ impl Builder {
             Side::Kernel => (self.kernel_mapping(), 0),
             Side::None => (0, 0),
         };
-        let name = self.string(&key.1);
-        let function_id = self.functions.len() as u64 + 1;
-        self.functions.push(proto::Function {
-            id: function_id,
-            name,
-            system_name: name,
-            filename,
-        });
+        let mut line = Vec::with_capacity(key.1.len());
+        for function in key.1.iter().rev() {
+            let name = self.string(function);
+            let function_id = self.functions.len() as u64 + 1;
+            self.functions.push(proto::Function {
+                id: function_id,
+                name,
+                system_name: name,
+                filename,
+            });
+            line.push(proto::Line { function_id });
+        }
         let id = self.locations.len() as u64 + 1;
         self.locations.push(proto::Location {
             id,
             mapping_id,
-            line: vec![proto::Line { function_id }],
+            line,
         });
         self.location_of.insert(key, id);
         id
@@ -692,6 +711,50 @@ mod tests {
         }
         let names: std::collections::BTreeSet<&String> = p.string_table.iter().collect();
         assert_eq!(names.len(), p.string_table.len(), "strings repeat");
+    }
+
+    #[test]
+    fn a_compiled_frame_and_what_it_inlined_are_one_location_with_a_line_each() {
+        let mut saved = capture(
+            Mode::Wall,
+            vec![entry(11, 4, 0, Kind::Off(WaitState::Sleep), 0, 1_000)],
+        );
+        let n = |v: &[&str]| v.iter().map(|s| Arc::from(*s)).collect::<Vec<Name>>();
+        saved.names.user.insert(
+            4,
+            n(&[
+                "Chain.doFilter",
+                "Journal.record_[i]",
+                "Journal.write_[i]",
+                "fsync",
+            ]),
+        );
+        let p = build(&saved);
+        well_formed(&p);
+        let s = |i: i64| p.string_table[i as usize].as_str();
+        let function: HashMap<u64, &proto::Function> =
+            p.function.iter().map(|f| (f.id, f)).collect();
+        let location: HashMap<u64, &proto::Location> =
+            p.location.iter().map(|l| (l.id, l)).collect();
+        let frames: Vec<Vec<&str>> = p.sample[0]
+            .location_id
+            .iter()
+            .map(|id| {
+                location[id]
+                    .line
+                    .iter()
+                    .map(|l| s(function[&l.function_id].name))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            frames,
+            [
+                vec!["[off-cpu:sleep]"],
+                vec!["fsync"],
+                vec!["Journal.write", "Journal.record", "Chain.doFilter"],
+            ]
+        );
     }
 
     #[test]

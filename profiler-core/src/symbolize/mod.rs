@@ -5,7 +5,8 @@
 //! id or `.gnu_debuglink`, and demangles Rust and C++. One blazesym symbolizer serves the
 //! whole capture, and each (file, offset) is looked up once over all processes, files known by
 //! (device, inode): post-processing grows with the files and addresses captured, not with the
-//! number of processes. JIT code resolves through the perf map.
+//! number of processes. JIT code resolves through the perf map; a compiled frame that inlined
+//! methods is followed by them, marked `_[i]` (a JVM's own PcDescs, read by `hotspot`).
 //! An address in a known mapping without a symbol becomes `libfoo.so+0x1a2b`. Kernel frames
 //! come from kallsyms and carry inferno's `_[k]` suffix; the profiler's own plumbing
 //! (BPF program and tracepoint trampolines) is cut off the top of kernel stacks.
@@ -35,6 +36,9 @@ use crate::model::{FrameFile, Kind, NO_FILE, Profile, StackNames};
 
 /// Marks kernel frames for inferno (and for readers).
 pub const KERNEL_SUFFIX: &str = "_[k]";
+/// Marks inlined frames, as async-profiler does: a method a JIT compiled into its caller,
+/// shown as the caller's callee at the address (the perf map's `inlined_at`).
+pub const INLINED_SUFFIX: &str = "_[i]";
 
 /// Kernel frames that belong to the profiler itself, not to the target: the BPF program and
 /// the tracepoint/perf trampolines that called it. Only ever removed from the leaf end.
@@ -333,11 +337,17 @@ impl Symbolizer {
             for &(id, stack) in &p.stacks {
                 let (frames, in_files) = lookup_addresses(stack)
                     .rev()
-                    .map(|a| {
-                        names
+                    .flat_map(|a| {
+                        let (name, file) = names
                             .get(&a)
                             .cloned()
-                            .unwrap_or_else(|| (Arc::from("[unknown]"), NO_FILE))
+                            .unwrap_or_else(|| (Arc::from("[unknown]"), NO_FILE));
+                        let inlined = p
+                            .perf_map
+                            .inlined_at(a)
+                            .iter()
+                            .map(move |m| (Arc::from(format!("{m}{INLINED_SUFFIX}")), file));
+                        std::iter::once((name, file)).chain(inlined)
                     })
                     .unzip();
                 named.insert(id, (frames, in_files));
@@ -676,7 +686,7 @@ fn sched_text_bounds(kallsyms: &str) -> Option<(u64, u64)> {
 /// The addresses to look up for a leaf-first stack: every frame but the leaf is a return
 /// address, which points after the call and may already belong to the next function (calls
 /// to noreturn functions end a function). Looking up `ret - 1` lands inside the call.
-fn lookup_addresses(stack: &[u64]) -> impl DoubleEndedIterator<Item = u64> + '_ {
+pub fn lookup_addresses(stack: &[u64]) -> impl DoubleEndedIterator<Item = u64> + '_ {
     stack
         .iter()
         .enumerate()
@@ -693,6 +703,18 @@ fn lookup_addresses(stack: &[u64]) -> impl DoubleEndedIterator<Item = u64> + '_ 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_compiled_frame_is_followed_by_the_methods_it_inlined() {
+        let inlined = [(0x1fff, vec!["Journal.record".to_string()])].into();
+        let perf_map =
+            PerfMap::parse("1000 2000 Chain.doFilter\n5000 100 stub\n").with_inlined(inlined);
+        let stack = [0x5010, 0x2000];
+        let named =
+            Symbolizer::new().user_stacks(&ProcessMaps::default(), &perf_map, [(7, &stack[..])]);
+        let frames: Vec<&str> = named[&7].iter().map(|n| &**n).collect();
+        assert_eq!(frames, ["Chain.doFilter", "Journal.record_[i]", "stub"]);
+    }
 
     #[test]
     fn return_addresses_are_looked_up_inside_the_call() {

@@ -491,3 +491,24 @@ pub fn start_java(
         .expect("read the JVM's first line");
     (jvm, line.trim().to_string())
 }
+
+/// The port a Java service fixture printed when ready (`ready PORT`).
+pub fn ready_port(line: &str) -> String {
+    line.strip_prefix("ready ")
+        .unwrap_or_else(|| panic!("not ready: {line:?}"))
+        .to_string()
+}
+
+/// Starts `wrk` against `url` with `threads` threads, `connections` connections, for `secs`.
+pub fn start_wrk(threads: u32, connections: u32, secs: u32, url: &str) -> Child {
+    Command::new("/usr/bin/wrk")
+        .args([
+            &format!("-t{threads}"),
+            &format!("-c{connections}"),
+            &format!("-d{secs}s"),
+            url,
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start wrk")
+}

@@ -418,6 +418,14 @@ fn group_wait(
             .wakers
             .first()
             .map(|w| wakers_text(std::slice::from_ref(w))),
+        kind: site.kind,
+        holders_mostly: site.holders.as_ref().and_then(|h| {
+            let top = h.held.first()?;
+            Some(format!(
+                "{} ({}, {:.0} %)",
+                top.what, top.state, top.share_pct
+            ))
+        }),
     })
 }
 
@@ -443,6 +451,7 @@ fn idle_rows(
                 pid: set.pid,
                 state: site.map(|s| s.state),
                 site: site.map(|s| s.site.clone()),
+                kind: site.map(|s| s.kind),
                 thread_count: set.tids.len(),
                 threads: set
                     .tids

@@ -8,7 +8,11 @@ use std::collections::BTreeMap;
 
 use serde::{Serialize, Serializer};
 
-use crate::model::{CaptureNote, Mode, StateTimes};
+use crate::{
+    holders::HoldersRow,
+    model::{CaptureNote, Mode, StateTimes},
+    waits::WaitKind,
+};
 
 /// Version of the JSON layout (docs/report.schema.json).
 pub const SCHEMA_VERSION: u32 = 4;
@@ -284,6 +288,11 @@ pub struct SiteRow {
     pub idle_s: f64,
     /// A wait for any of many events (epoll, poll, select): ranked after the blocking sites.
     pub event_wait: bool,
+    /// What the wait was for, by its frames (waits.rs): lock, work (waiting for work: idle),
+    /// condition, sleep, events, io.
+    pub kind: WaitKind,
+    /// For a lock: what the threads that released it did while holding it (holders.rs).
+    pub holders: Option<HoldersRow>,
     pub waits: u64,
     pub latency: Option<Latency>,
     /// Time the site's threads then waited for a CPU after being woken.
@@ -341,6 +350,10 @@ pub struct GroupWait {
     /// The site's first waker (`name-tid`, or `[interrupt]`, `[timer interrupt]`) and its share
     /// of the wakeups.
     pub woken_by: Option<String>,
+    /// As in `top_blocking_sites[].kind`.
+    pub kind: WaitKind,
+    /// For a lock: what its holders did most with the held time, with its state and share.
+    pub holders_mostly: Option<String>,
 }
 
 /// Idle threads of one process waiting at the same site.
@@ -351,6 +364,8 @@ pub struct IdleRow {
     pub state: Option<&'static str>,
     /// Their wait site, as in `top_blocking_sites[].site` (null: no wait recorded).
     pub site: Option<String>,
+    /// What they waited for, as in `top_blocking_sites[].kind`.
+    pub kind: Option<WaitKind>,
     pub thread_count: usize,
     /// Up to 8 of them, `name-tid`.
     pub threads: Vec<String>,

@@ -17,6 +17,7 @@ use super::{
 use crate::{
     analysis::{self, Analysis, SiteId, distinct_labels},
     model::{Entry, Hist, Kind, Profile, StackNames, stack_frames, waker_frames, waker_identity},
+    waits::{self, WaitKind},
 };
 
 const TOP_SITES: usize = 10;
@@ -137,6 +138,8 @@ pub(super) fn site_rows(
         .map(|((id, site), label)| {
             let mut row = site_row(profile, id.0, label, site, all_thread_ns, active_ns);
             row.event_wait = analysis.event_sites.contains(&id);
+            row.kind = waits::classify(&id.1);
+            row.holders = analysis.holders.get(&id).map(|h| h.row());
             (id, row)
         })
         .collect()
@@ -252,6 +255,8 @@ fn site_row(
         active_pct: pct_of(site.active_ns, active_ns),
         idle_s: secs(site.time_ns - site.active_ns),
         event_wait: false,
+        kind: WaitKind::Io,
+        holders: None,
         waits: site.hist.count,
         latency: site.hist.latency(),
         wakers,

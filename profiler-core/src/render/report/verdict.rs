@@ -9,16 +9,22 @@
 //! `--mode cpu`, it names the dominant state over all threads.
 
 use super::{
-    model::{FunctionRow, GroupRow, IdleRow, Latency, Report, RunQueue},
+    model::{FunctionRow, GroupRow, GroupWait, IdleRow, Latency, Report, RunQueue},
     words::{IdleRuleWords, idle_rule},
 };
 use crate::{
     analysis::enables_interrupts,
     model::{Mode, StateTimes},
+    waits::{self, WaitKind},
 };
 
 /// A run-queue share at least this large is named.
 const RUNNABLE_NAMED_PCT: f64 = 5.0;
+/// A group waiting for work at least this share of its time is said to be mostly idle …
+const MOSTLY_WAITING_FOR_WORK_PCT: f64 = 50.0;
+/// … unless its largest wait takes at least this share: then that wait is what it waits on
+/// when it has work.
+const BLOCKED_PCT: f64 = 20.0;
 /// A second group is named when it is at least this busy compared with the first.
 const NEXT_GROUP_SHARE: f64 = 0.25;
 
@@ -80,17 +86,37 @@ pub fn verdict(v: &VerdictInput<'_>) -> String {
             f.function, f.self_pct, f.total_pct
         ));
     }
-    let idle: usize = v.idle.iter().map(|i| i.thread_count).sum();
-    if idle > 0 {
-        text.push_str(&format!(
-            " {idle} of {} threads {} idle ({}) and {} listed apart, not ranked.",
-            v.threads,
-            if idle == 1 { "was" } else { "were" },
-            idle_rule(IdleRuleWords::Brief),
-            if idle == 1 { "is" } else { "are" }
-        ));
-    }
+    text.push_str(&idle_sentence(v));
     text
+}
+
+/// ` 12 of 40 threads were idle (…), 8 of them a pool waiting for work (…) and are listed
+/// apart, not ranked.`
+fn idle_sentence(v: &VerdictInput<'_>) -> String {
+    let idle: usize = v.idle.iter().map(|i| i.thread_count).sum();
+    if idle == 0 {
+        return String::new();
+    }
+    let work = v
+        .idle
+        .iter()
+        .filter(|i| i.kind == Some(WaitKind::Work))
+        .max_by_key(|i| i.thread_count)
+        .map(|i| {
+            let site = i.site.as_deref().unwrap_or("?");
+            format!(
+                ", {} of them a pool waiting for work ({site})",
+                i.thread_count
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        " {idle} of {} threads {} idle ({}){work} and {} listed apart, not ranked.",
+        v.threads,
+        if idle == 1 { "was" } else { "were" },
+        idle_rule(IdleRuleWords::Brief),
+        if idle == 1 { "is" } else { "are" }
+    )
 }
 
 /// `X is on the CPU 60 % of the time; 32 % is spent in … (io, p99 0.20 ms, woken by …).`
@@ -109,12 +135,7 @@ fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
         (w, r) => parts.extend(w.map(|w| w.1).into_iter().chain(r.map(|r| r.1))),
     }
     parts.extend(event_wait(g));
-    if g.idle_wait_pct >= RUNNABLE_NAMED_PCT {
-        parts.push(format!(
-            "{:.0} % parked with nothing to run (the Go scheduler's idle waits)",
-            g.idle_wait_pct
-        ));
-    }
+    parts.extend(work_text(g));
     format!("{}.", parts.join("; "))
 }
 
@@ -136,24 +157,58 @@ fn subject(g: &GroupRow) -> String {
 
 /// The group's dominant wait, with its share (what it is weighed by).
 fn dominant_wait(g: &GroupRow) -> Option<(f64, String)> {
-    g.dominant_wait.as_ref().map(|w| {
-        let mut detail = vec![w.state.to_string()];
-        if let Some(p99) = w.p99_ms {
-            detail.push(format!("p99 {}", ms_text(p99)));
-        }
-        if let Some(by) = &w.woken_by {
-            detail.push(format!("woken by {by}"));
-        }
-        (
-            w.share_pct,
-            format!(
-                "{:.0} % is spent in {} ({})",
-                w.share_pct,
-                w.site,
-                detail.join(", ")
-            ),
-        )
-    })
+    g.dominant_wait.as_ref().map(wait_text)
+}
+
+/// `32 % is spent in fsync ← f (io, p99 0.20 ms, woken by …)`; a lock's wait with what its
+/// holders do with the lock. With its share, to rank it against the run queue.
+fn wait_text(w: &GroupWait) -> (f64, String) {
+    let mut detail = vec![w.state.to_string()];
+    if let Some(p99) = w.p99_ms {
+        detail.push(format!("p99 {}", ms_text(p99)));
+    }
+    if let Some(by) = &w.woken_by {
+        detail.push(format!("woken by {by}"));
+    }
+    let what = if w.kind == WaitKind::Lock {
+        "is spent queueing for a lock,"
+    } else {
+        "is spent in"
+    };
+    let mut text = format!(
+        "{:.0} % {what} {} ({})",
+        w.share_pct,
+        w.site,
+        detail.join(", ")
+    );
+    if let Some(held) = &w.holders_mostly {
+        text.push_str(&format!(
+            "; its holders spend the held time mostly in {held}"
+        ));
+    }
+    (w.share_pct, text)
+}
+
+/// A group's waits for work: mostly idle when they are most of its time and no other wait
+/// blocks it much.
+fn work_text(g: &GroupRow) -> Option<String> {
+    let blocked = g
+        .dominant_wait
+        .as_ref()
+        .is_some_and(|w| w.share_pct >= BLOCKED_PCT);
+    if g.idle_wait_pct >= MOSTLY_WAITING_FOR_WORK_PCT && !blocked {
+        Some(format!(
+            "{:.0} % waiting for work: the pool is mostly idle, not the bottleneck",
+            g.idle_wait_pct
+        ))
+    } else if g.idle_wait_pct >= RUNNABLE_NAMED_PCT {
+        Some(format!(
+            "{:.0} % waiting for work (idle waits)",
+            g.idle_wait_pct
+        ))
+    } else {
+        None
+    }
 }
 
 /// The group's wait for a CPU, with its share, when it is large enough to name.
@@ -230,9 +285,12 @@ fn hottest(functions: &[FunctionRow]) -> Option<&FunctionRow> {
     first_sampled(functions).filter(|f| f.self_pct >= HOT_SELF_PCT)
 }
 
-/// The first function by self time that is not a point where interrupts come back on.
+/// The first function by self time that is not a point where interrupts come back on, nor a
+/// JVM's own machinery (its JIT compiler's or GC's C++: the program's time is elsewhere).
 fn first_sampled(functions: &[FunctionRow]) -> Option<&FunctionRow> {
-    functions.iter().find(|f| !enables_interrupts(&f.function))
+    functions
+        .iter()
+        .find(|f| !enables_interrupts(&f.function) && !waits::is_jvm_internal(&f.function))
 }
 
 /// The least self share of CPU time for the verdict to name a function.
@@ -257,7 +315,6 @@ fn on_cpu_only(v: &VerdictInput<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::report::GroupWait;
 
     fn group(name: &str, running: f64, runnable: f64, wait: Option<(f64, &str)>) -> GroupRow {
         GroupRow {
@@ -282,6 +339,8 @@ mod tests {
                 total_s: share / 10.0,
                 p99_ms: Some(0.2),
                 woken_by: Some("[interrupt] (97 %)".into()),
+                kind: WaitKind::Io,
+                holders_mostly: None,
             }),
         }
     }
@@ -327,6 +386,7 @@ mod tests {
             pid: 1,
             state: Some("sleep"),
             site: Some("pthread_cond_wait ← bioProcessBackgroundJobs".into()),
+            kind: Some(WaitKind::Condition),
             thread_count: 3,
             threads: vec![],
             sleep_s: 30.0,
@@ -339,6 +399,48 @@ mod tests {
              fdatasync ← flushAppendOnlyFile (io, p99 0.20 ms, woken by [interrupt] (97 %)). \
              3 of 4 threads were idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep) and are \
              listed apart, not ranked."
+        );
+    }
+
+    #[test]
+    fn a_lock_wait_names_the_lock_its_holders_and_the_idle_pool() {
+        let mut pool = group(
+            "java (pool-*-thread-* pool, 8 threads)",
+            3.0,
+            1.0,
+            Some((75.0, "monitor enter ← Ledger$AuditLog.append")),
+        );
+        if let Some(w) = pool.dominant_wait.as_mut() {
+            w.state = "sleep";
+            w.kind = WaitKind::Lock;
+            w.woken_by = None;
+            w.holders_mostly =
+                Some("fsync ← FileDescriptor.sync ← Ledger$AuditLog.append (io, 90 %)".into());
+        }
+        pool.idle_wait_pct = 15.0;
+        let idle = [IdleRow {
+            process: "java".into(),
+            pid: 1,
+            state: Some("sleep"),
+            site: Some("LinkedBlockingQueue.take ← ThreadPoolExecutor.getTask".into()),
+            kind: Some(WaitKind::Work),
+            thread_count: 4,
+            threads: vec![],
+            sleep_s: 40.0,
+            share_pct: 30.0,
+        }];
+        let rq = rq();
+        let groups = [pool];
+        let v = verdict(&input(&groups, &idle, &rq));
+        assert_eq!(
+            v,
+            "java (pool-*-thread-* pool, 8 threads) is on the CPU 3 % of the time; 75 % is spent \
+             queueing for a lock, monitor enter ← Ledger$AuditLog.append (sleep, p99 0.20 ms); \
+             its holders spend the held time mostly in fsync ← FileDescriptor.sync ← \
+             Ledger$AuditLog.append (io, 90 %); 15 % waiting for work (idle waits). 4 of 5 \
+             threads were idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep), 4 of them a \
+             pool waiting for work (LinkedBlockingQueue.take ← ThreadPoolExecutor.getTask) and \
+             are listed apart, not ranked."
         );
     }
 
