@@ -583,7 +583,6 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
         timeline_min_ns: args
             .timeline()
             .then(|| args.timeline_resolution_us.saturating_mul(1_000)),
-        timeline_ring_bytes: args.timeline_ring_kib.saturating_mul(1024),
         verbose,
         // Only waker kernel stacks stop at an interrupt entry: with `--wakers`, or where the
         // preempt count cannot tell an interrupt. Reading /proc/kallsyms costs ~0.1 s of CPU.

@@ -22,8 +22,6 @@ pub const DEFAULT_TIMELINE_RESOLUTION_US: u64 =
 /// Default `--timeline-max-records`: waits and samples kept in user space (about 64 bytes
 /// each: 64 MiB at most).
 pub const DEFAULT_TIMELINE_MAX_RECORDS: u64 = 1_000_000;
-/// Default `--timeline-ring-kib`: the kernel's timeline ring, read every drain (200 ms).
-pub const DEFAULT_TIMELINE_RING_KIB: u32 = 4_096;
 
 /// How user stacks are walked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -313,10 +311,10 @@ pub struct Args {
     pub timeline_max_records: u64,
 
     /// Size of the kernel's timeline ring in KiB (a power of two, at least 4); a record it
-    /// has no room for between two drains is counted and lost.
-    #[arg(long, value_name = "KIB", default_value_t = DEFAULT_TIMELINE_RING_KIB,
-          value_parser = ring_kib)]
-    pub timeline_ring_kib: u32,
+    /// has no room for between two drains is counted and lost. Default: from the target's
+    /// threads at the start, 1 to 4 MiB
+    #[arg(long, value_name = "KIB", value_parser = ring_kib)]
+    pub timeline_ring_kib: Option<u32>,
 
     /// Unwind every stack even when a memo recognises it, and count the disagreements
     /// (`memo_disagreements` in the JSON report): for tests, at the cost of the memos' saving.
@@ -431,7 +429,7 @@ mod tests {
         assert!(!args.timeline(), "nothing asks for the timeline");
         assert_eq!(args.timeline_resolution_us, DEFAULT_TIMELINE_RESOLUTION_US);
         assert_eq!(args.timeline_max_records, DEFAULT_TIMELINE_MAX_RECORDS);
-        assert_eq!(args.timeline_ring_kib, DEFAULT_TIMELINE_RING_KIB);
+        assert_eq!(args.timeline_ring_kib, None);
     }
 
     #[test]

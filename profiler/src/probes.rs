@@ -97,8 +97,6 @@ pub struct ProbeConfig {
     pub verify_memos: bool,
     /// Write the timeline: waits of at least this long one by one, and every sample.
     pub timeline_min_ns: Option<u64>,
-    /// The timeline ring's size in bytes (a power of two of pages).
-    pub timeline_ring_bytes: u32,
     pub verbose: u8,
     /// Interrupt entry text, from [`crate::kernel::interrupt_entry_ranges`].
     pub irq_entry: [u64; 2 * profiler_common::IRQ_ENTRY_RANGES],
@@ -152,109 +150,24 @@ impl Probes {
         if !Self::built() {
             return Err(ProbeError::NotBuilt);
         }
-        let preempt = cfg.offsets.preempt_count.unwrap_or(PreemptCountPath {
-            task_cfs_rq: 0,
-            cfs_rq_rq: 0,
-            percpu_runqueues: 0,
-            percpu_preempt_count: 0,
-        });
-        let config = Config {
-            target_words: cfg.target_words,
-            task_pid_offset: cfg.offsets.pid,
-            task_tgid_offset: cfg.offsets.tgid,
-            task_comm_offset: cfg.offsets.comm,
-            task_state_offset: cfg.offsets.state,
-            task_exec_offset: cfg.offsets.exec,
-            task_cfs_rq_offset: preempt.task_cfs_rq,
-            cfs_rq_rq_offset: preempt.cfs_rq_rq,
-            percpu_runqueues: preempt.percpu_runqueues,
-            percpu_preempt_count: preempt.percpu_preempt_count,
-            task_run_delay_offset: cfg.offsets.run_delay,
-            task_on_cpu_offset: cfg.offsets.on_cpu,
-            flags: flags(cfg),
-            min_block_ns: cfg.min_block_ns,
-            max_block_ns: cfg.max_block_ns,
-            timeline_min_ns: cfg.timeline_min_ns.unwrap_or(u64::MAX),
-            _pad: 0,
-        };
+        let config = kernel_config(cfg);
         // aya-log's level lives in the kernel too: off unless asked, so logging costs nothing.
         let log_level: u8 = match cfg.verbose {
             0 => 0,
             1 => aya_log::Level::Debug as u8,
             _ => aya_log::Level::Trace as u8,
         };
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .override_global(GLOBAL_CONFIG, &config, true)
             .override_global(GLOBAL_IRQ_ENTRY, &cfg.irq_entry, true)
-            .override_global(aya_log::LEVEL, &log_level, false)
-            .map_max_entries(names::MAP_STACKS, cfg.sizes.stacks)
-            .map_max_entries(names::MAP_SAMPLES, cfg.sizes.keys)
-            .map_max_entries(names::MAP_WAITS, cfg.sizes.keys)
-            .map_max_entries(names::MAP_WAKERS, cfg.sizes.keys)
-            .map_max_entries(names::MAP_SITE_HISTS, cfg.sizes.site_hists)
-            .map_max_entries(names::MAP_KERNEL_MEMO, cfg.sizes.memos)
-            .map_max_entries(names::MAP_UNWIND_MEMO, cfg.sizes.memos)
-            .map_max_entries(names::MAP_UNWIND_ROWS, cfg.dwarf_chunks.unwrap_or(1).max(1))
-            .map_max_entries(names::MAP_THREADS, cfg.sizes.threads)
-            .map_max_entries(names::MAP_TARGETS, cfg.target_words.max(1))
-            .map_max_entries(names::MAP_PROCS, cfg.sizes.processes)
-            .map_max_entries(names::MAP_PROC_MAPPINGS, cfg.sizes.processes)
-            // One page when the timeline is off: nothing is written to it.
-            .map_max_entries(
-                names::MAP_TIMELINE,
-                if cfg.timeline_min_ns.is_some() {
-                    cfg.timeline_ring_bytes
-                } else {
-                    TIMELINE_RING_OFF_BYTES
-                },
-            )
-            .load(EBPF_OBJECT)
-            .map_err(ProbeError::Load)?;
-
+            .override_global(aya_log::LEVEL, &log_level, false);
+        size_maps(&mut loader, cfg);
+        let mut ebpf = loader.load(EBPF_OBJECT).map_err(ProbeError::Load)?;
         if cfg.verbose > 0 {
             start_ebpf_logger(&mut ebpf);
         }
-
-        let btf = Btf::from_sys_fs()?;
-        for name in [names::PROG_FORK, names::PROG_EXEC, names::PROG_EXIT] {
-            // Program and tracepoint share the name.
-            let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
-            prog.load(name, &btf)
-                .map_err(|source| ProbeError::Program {
-                    what: format!("loading {name}"),
-                    source,
-                })?;
-        }
-        if cfg.mode.samples_on_cpu() {
-            let prog: &mut PerfEvent = program(&mut ebpf, names::PROG_SAMPLE)?;
-            prog.load().map_err(|source| ProbeError::Program {
-                what: format!("loading {}", names::PROG_SAMPLE),
-                source,
-            })?;
-        }
-        if cfg.mode.traces_switches() {
-            let prog: &mut BtfTracePoint = program(&mut ebpf, names::PROG_SWITCH)?;
-            prog.load("sched_switch", &btf)
-                .map_err(|source| ProbeError::Program {
-                    what: format!("loading {}", names::PROG_SWITCH),
-                    source,
-                })?;
-            for name in [names::PROG_WAKEUP, names::PROG_WAKEUP_NEW] {
-                // Program and tracepoint share the name.
-                let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
-                prog.load(name, &btf)
-                    .map_err(|source| ProbeError::Program {
-                        what: format!("loading {name}"),
-                        source,
-                    })?;
-            }
-            let prog: &mut Iter = program(&mut ebpf, names::PROG_SNAPSHOT)?;
-            prog.load("task", &btf)
-                .map_err(|source| ProbeError::Program {
-                    what: format!("loading {}", names::PROG_SNAPSHOT),
-                    source,
-                })?;
-        }
+        load_programs(&mut ebpf, cfg.mode)?;
         // The verifier's work is most of the start-up's CPU time: name it per program.
         for (name, prog) in ebpf.programs() {
             if let Some(n) = prog
@@ -518,6 +431,93 @@ impl Probes {
     pub(crate) fn ebpf(&self) -> &Ebpf {
         &self.ebpf
     }
+}
+
+/// The programs' read-only configuration (`GLOBAL_CONFIG`).
+fn kernel_config(cfg: &ProbeConfig) -> Config {
+    let preempt = cfg.offsets.preempt_count.unwrap_or(PreemptCountPath {
+        task_cfs_rq: 0,
+        cfs_rq_rq: 0,
+        percpu_runqueues: 0,
+        percpu_preempt_count: 0,
+    });
+    Config {
+        target_words: cfg.target_words,
+        task_pid_offset: cfg.offsets.pid,
+        task_tgid_offset: cfg.offsets.tgid,
+        task_comm_offset: cfg.offsets.comm,
+        task_state_offset: cfg.offsets.state,
+        task_exec_offset: cfg.offsets.exec,
+        task_cfs_rq_offset: preempt.task_cfs_rq,
+        cfs_rq_rq_offset: preempt.cfs_rq_rq,
+        percpu_runqueues: preempt.percpu_runqueues,
+        percpu_preempt_count: preempt.percpu_preempt_count,
+        task_run_delay_offset: cfg.offsets.run_delay,
+        task_on_cpu_offset: cfg.offsets.on_cpu,
+        flags: flags(cfg),
+        min_block_ns: cfg.min_block_ns,
+        max_block_ns: cfg.max_block_ns,
+        timeline_min_ns: cfg.timeline_min_ns.unwrap_or(u64::MAX),
+        _pad: 0,
+    }
+}
+
+/// Every table's size (`sizes.rs`): what the kernel allocates for the capture.
+fn size_maps(loader: &mut EbpfLoader<'_>, cfg: &ProbeConfig) {
+    let sizes = &cfg.sizes;
+    loader
+        .map_max_entries(names::MAP_STACKS, sizes.stacks)
+        .map_max_entries(names::MAP_SAMPLES, sizes.keys)
+        .map_max_entries(names::MAP_WAITS, sizes.keys)
+        .map_max_entries(names::MAP_WAKERS, sizes.keys)
+        .map_max_entries(names::MAP_SITE_HISTS, sizes.site_hists)
+        .map_max_entries(names::MAP_KERNEL_MEMO, sizes.memos)
+        .map_max_entries(names::MAP_UNWIND_MEMO, sizes.memos)
+        .map_max_entries(names::MAP_UNWIND_ROWS, cfg.dwarf_chunks.unwrap_or(1).max(1))
+        .map_max_entries(names::MAP_THREADS, sizes.threads)
+        .map_max_entries(names::MAP_TARGETS, cfg.target_words.max(1))
+        .map_max_entries(names::MAP_PROCS, sizes.processes)
+        .map_max_entries(names::MAP_PROC_MAPPINGS, sizes.processes)
+        // One page when the timeline is off: nothing is written to it.
+        .map_max_entries(
+            names::MAP_TIMELINE,
+            if cfg.timeline_min_ns.is_some() {
+                sizes.timeline_ring
+            } else {
+                TIMELINE_RING_OFF_BYTES
+            },
+        );
+}
+
+/// Loads (verifies) the programs `mode` needs; the others are never loaded.
+fn load_programs(ebpf: &mut Ebpf, mode: Mode) -> Result<(), ProbeError> {
+    let btf = Btf::from_sys_fs()?;
+    let loading = |name: &str| {
+        let what = format!("loading {name}");
+        move |source| ProbeError::Program { what, source }
+    };
+    // Tracepoint programs share their tracepoint's name.
+    for name in [names::PROG_FORK, names::PROG_EXEC, names::PROG_EXIT] {
+        let prog: &mut BtfTracePoint = program(ebpf, name)?;
+        prog.load(name, &btf).map_err(loading(name))?;
+    }
+    if mode.samples_on_cpu() {
+        let prog: &mut PerfEvent = program(ebpf, names::PROG_SAMPLE)?;
+        prog.load().map_err(loading(names::PROG_SAMPLE))?;
+    }
+    if mode.traces_switches() {
+        let prog: &mut BtfTracePoint = program(ebpf, names::PROG_SWITCH)?;
+        prog.load("sched_switch", &btf)
+            .map_err(loading(names::PROG_SWITCH))?;
+        for name in [names::PROG_WAKEUP, names::PROG_WAKEUP_NEW] {
+            let prog: &mut BtfTracePoint = program(ebpf, name)?;
+            prog.load(name, &btf).map_err(loading(name))?;
+        }
+        let prog: &mut Iter = program(ebpf, names::PROG_SNAPSHOT)?;
+        prog.load("task", &btf)
+            .map_err(loading(names::PROG_SNAPSHOT))?;
+    }
+    Ok(())
 }
 
 fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, ProbeError>

@@ -20,6 +20,8 @@ pub struct TableSizes {
     pub site_hists: u32,
     /// The unwinder's and the kernel stacks' memos (LRU: a forgotten memo costs an unwind).
     pub memos: u32,
+    /// The timeline's ring buffer, in bytes (a power of two).
+    pub timeline_ring: u32,
 }
 
 /// Threads a churning service creates and ends between two drains (800 threads a second
@@ -34,6 +36,11 @@ const PROCESS_CHURN: u32 = 64;
 /// machine, where the drainer itself waits for a CPU.
 const STACKS_PER_THREAD: u32 = 128;
 const KEYS_PER_THREAD: u32 = 128;
+
+/// Timeline ring bytes per thread (records of ~64 bytes: 256 a thread between two drains, a
+/// wait of at least the 1 ms resolution every 0.8 ms); 1 MiB at least (16 384 records per
+/// drain), 4 MiB at most.
+const RING_BYTES_PER_THREAD: u32 = 16 * 1024;
 
 /// The sizes for `threads` threads in `processes` processes at the start (a launched command
 /// counts as one process with one thread: its build may start many more).
@@ -59,6 +66,13 @@ pub fn table_sizes(args: &Args, threads: u32, processes: u32) -> TableSizes {
         keys,
         site_hists: (keys / 8).max(64),
         memos: clamp(threads.saturating_mul(4), 512, 8_192),
+        timeline_ring: args.timeline_ring_kib.map_or_else(
+            || {
+                let bytes = threads.saturating_mul(RING_BYTES_PER_THREAD);
+                clamp(bytes.next_power_of_two(), 1 << 20, 4 << 20)
+            },
+            |kib| kib.saturating_mul(1024),
+        ),
     }
 }
 
@@ -88,6 +102,8 @@ mod tests {
         assert_eq!(jvm.stacks, 8_192);
         assert_eq!(jvm.keys, 16_384);
         assert_eq!(jvm.memos, 8_192);
+        assert_eq!(small.timeline_ring, 1 << 20);
+        assert_eq!(jvm.timeline_ring, 4 << 20);
     }
 
     #[test]
