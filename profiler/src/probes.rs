@@ -163,7 +163,9 @@ impl Probes {
             .override_global(GLOBAL_IRQ_ENTRY, &cfg.irq_entry, true)
             .override_global(aya_log::LEVEL, &log_level, false);
         size_maps(&mut loader, cfg);
+        let started = std::time::Instant::now();
         let mut ebpf = loader.load(EBPF_OBJECT).map_err(ProbeError::Load)?;
+        log::debug!("maps created in {:.3} s", started.elapsed().as_secs_f64());
         if cfg.verbose > 0 {
             start_ebpf_logger(&mut ebpf);
         }
@@ -491,7 +493,12 @@ fn size_maps(loader: &mut EbpfLoader<'_>, cfg: &ProbeConfig) {
 
 /// Loads (verifies) the programs `mode` needs; the others are never loaded.
 fn load_programs(ebpf: &mut Ebpf, mode: Mode) -> Result<(), ProbeError> {
+    let started = std::time::Instant::now();
     let btf = Btf::from_sys_fs()?;
+    log::debug!(
+        "kernel BTF read in {:.3} s",
+        started.elapsed().as_secs_f64()
+    );
     let loading = |name: &str| {
         let what = format!("loading {name}");
         move |source| ProbeError::Program { what, source }
@@ -499,25 +506,36 @@ fn load_programs(ebpf: &mut Ebpf, mode: Mode) -> Result<(), ProbeError> {
     // Tracepoint programs share their tracepoint's name.
     for name in [names::PROG_FORK, names::PROG_EXEC, names::PROG_EXIT] {
         let prog: &mut BtfTracePoint = program(ebpf, name)?;
-        prog.load(name, &btf).map_err(loading(name))?;
+        timed(name, || prog.load(name, &btf)).map_err(loading(name))?;
     }
     if mode.samples_on_cpu() {
         let prog: &mut PerfEvent = program(ebpf, names::PROG_SAMPLE)?;
-        prog.load().map_err(loading(names::PROG_SAMPLE))?;
+        timed(names::PROG_SAMPLE, || prog.load()).map_err(loading(names::PROG_SAMPLE))?;
     }
     if mode.traces_switches() {
         let prog: &mut BtfTracePoint = program(ebpf, names::PROG_SWITCH)?;
-        prog.load("sched_switch", &btf)
+        timed(names::PROG_SWITCH, || prog.load("sched_switch", &btf))
             .map_err(loading(names::PROG_SWITCH))?;
         for name in [names::PROG_WAKEUP, names::PROG_WAKEUP_NEW] {
             let prog: &mut BtfTracePoint = program(ebpf, name)?;
-            prog.load(name, &btf).map_err(loading(name))?;
+            timed(name, || prog.load(name, &btf)).map_err(loading(name))?;
         }
         let prog: &mut Iter = program(ebpf, names::PROG_SNAPSHOT)?;
-        prog.load("task", &btf)
+        timed(names::PROG_SNAPSHOT, || prog.load("task", &btf))
             .map_err(loading(names::PROG_SNAPSHOT))?;
     }
     Ok(())
+}
+
+/// Loads one program, naming the time its verification took at `-v`.
+fn timed<T>(name: &str, load: impl FnOnce() -> T) -> T {
+    let started = std::time::Instant::now();
+    let loaded = load();
+    log::debug!(
+        "program {name} loaded in {:.3} s",
+        started.elapsed().as_secs_f64()
+    );
+    loaded
 }
 
 fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, ProbeError>
