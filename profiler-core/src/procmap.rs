@@ -131,6 +131,12 @@ fn own_vdso() -> Option<Vec<u8>> {
     .clone()
 }
 
+fn find_in(sorted: &[Mapping], addr: u64) -> Option<&Mapping> {
+    let at = sorted.partition_point(|m| m.start <= addr);
+    let m = sorted.get(at.checked_sub(1)?)?;
+    (addr < m.end).then_some(m)
+}
+
 /// Every executable mapping seen during the capture, with open handles on their files. Cheap
 /// to clone (the handles are shared): a clone is a snapshot of one layout.
 #[derive(Clone, Debug, Default)]
@@ -142,6 +148,10 @@ pub struct ProcessMaps {
     files: HashMap<(String, u64), Arc<File>>,
     /// The vDSO image, copied out of the target.
     vdso: Option<Vec<u8>>,
+    /// The executable mappings of the programs the process ran before its last exec: stacks
+    /// taken during an exec (the old program's user stack, the new program's name) are
+    /// named from them. Never uploaded: the kernel unwinds with `mappings` only.
+    earlier: Vec<Mapping>,
 }
 
 impl ProcessMaps {
@@ -260,10 +270,22 @@ impl ProcessMaps {
         Ok(buf)
     }
 
+    /// The mapping `addr` lies in: the current program's, else one a program before the last
+    /// exec had (ASLR keeps two programs' images apart, so the two rarely compete).
     pub fn find(&self, addr: u64) -> Option<&Mapping> {
-        let at = self.mappings.partition_point(|m| m.start <= addr);
-        let m = self.mappings.get(at.checked_sub(1)?)?;
-        (addr < m.end).then_some(m)
+        find_in(&self.mappings, addr).or_else(|| find_in(&self.earlier, addr))
+    }
+
+    /// The process exec'd: a new program with none of its mappings yet. The old program's
+    /// stay for naming (see `earlier`), their open files with them.
+    pub fn exec(&mut self) {
+        let old = std::mem::take(&mut self.mappings);
+        for m in old {
+            self.earlier
+                .retain(|e| e.end <= m.start || e.start >= m.end);
+            let at = self.earlier.partition_point(|e| e.start < m.start);
+            self.earlier.insert(at, m);
+        }
     }
 
     /// A path through which the mapping's file can be read now.
@@ -366,6 +388,34 @@ mod tests {
         });
         assert_eq!(maps.find(0x7f7404b00010).unwrap().display_name(), "jit");
         assert!(maps.find(0x7f7404b09000).is_none());
+    }
+
+    #[test]
+    fn after_an_exec_the_old_program_still_names_its_addresses_but_is_not_uploaded() {
+        let mut maps = ProcessMaps::from_mappings(parse_maps(MAPS));
+        maps.exec();
+        assert!(
+            maps.mappings().is_empty(),
+            "the new program maps nothing yet"
+        );
+        assert_eq!(maps.find(0x556bb0ab6010).unwrap().display_name(), "cat");
+        // The new program's mapping wins where the two overlap.
+        maps.add(Mapping {
+            start: 0x556bb0ab6000,
+            end: 0x556bb0ab7000,
+            offset: 0,
+            kind: MappingKind::Anon { name: "new".into() },
+        });
+        assert_eq!(maps.mappings().len(), 1);
+        assert_eq!(maps.find(0x556bb0ab6010).unwrap().display_name(), "new");
+        assert_eq!(maps.find(0x556bb0ab7010).unwrap().display_name(), "cat");
+        // A second exec keeps both earlier programs' mappings, the later one winning.
+        maps.exec();
+        assert_eq!(maps.find(0x556bb0ab6010).unwrap().display_name(), "new");
+        assert_eq!(
+            maps.find(0x7f740490d010).unwrap().display_name(),
+            "libc.so.6"
+        );
     }
 
     #[test]

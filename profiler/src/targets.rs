@@ -242,9 +242,12 @@ impl TargetSet {
         batch.sort_by_key(|e| e.time_ns().unwrap_or(0));
         let mut changed: BTreeSet<u32> = BTreeSet::new();
         for event in batch {
+            log::trace!("mapping record {event:?}");
             match event {
                 Event::Fork(t) if t.pid != t.ppid && self.follow_children => {
-                    let Some(parent) = self.processes.get(&t.ppid).filter(|p| !p.gone) else {
+                    // A parent may have exited (and been forgotten by a tick) before this
+                    // record was read: its last mappings are still the child's.
+                    let Some(parent) = self.processes.get(&t.ppid) else {
                         continue;
                     };
                     let maps = parent.maps.forked(t.pid);
@@ -269,7 +272,7 @@ impl TargetSet {
                     // A new program: its own mappings follow. Counted here, so the kernel's
                     // exec count read at the next tick does not drop what follows.
                     target.execs += 1;
-                    target.maps = ProcessMaps::new(c.pid);
+                    target.maps.exec();
                     target.hotspot = None;
                     target.name = c.name;
                     target.rename_checks = RENAME_CHECKS;
@@ -384,7 +387,7 @@ impl TargetSet {
             if event.execs > target.execs {
                 target.execs = event.execs;
                 // A new program: its own layout, its own name.
-                target.maps = ProcessMaps::new(pid);
+                target.maps.exec();
                 target.hotspot = None;
                 self.uploads.forget_jit(pid);
                 target.name = comm(pid).unwrap_or_else(|| target.name.clone());
