@@ -259,6 +259,7 @@ fn a_file_mapped_by_many_processes_is_looked_up_once() {
         .zip(&stacks)
         .enumerate()
         .map(|(i, ((_, _, maps, perf_map), stack))| UserStacks {
+            fallback: None,
             maps,
             perf_map,
             stacks: vec![(i as u64, &stack[..])],
@@ -365,6 +366,7 @@ fn measure(commands: &[&[&str]], maps: &[ProcessMaps], per_file: u64) {
     let time = |range: std::ops::Range<usize>| {
         let processes: Vec<UserStacks<'_>> = range
             .map(|i| UserStacks {
+                fallback: None,
                 maps: &maps[i],
                 perf_map: &no_jit,
                 stacks: stacks[i]

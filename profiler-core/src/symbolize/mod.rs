@@ -88,7 +88,8 @@ pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
         kernel_ids.insert(w.kernel_stack, true);
         kernel_ids.entry(w.waker_kernel_stack).or_default();
     }
-    let mut groups: HashMap<Space, (u32, Vec<u64>)> = HashMap::new();
+    // By process too: a layout's gaps are filled from that process's own mappings.
+    let mut groups: HashMap<(Space, u32), Vec<u64>> = HashMap::new();
     for (&id, &pid) in &user_ids {
         if !profile.stacks.contains_key(&id) {
             continue;
@@ -97,12 +98,12 @@ pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
             Some(g) if spaces.layouts.contains_key(g) => Space::Layout(*g),
             _ => Space::Process(pid),
         };
-        groups.entry(space).or_insert((pid, Vec::new())).1.push(id);
+        groups.entry((space, pid)).or_default().push(id);
     }
     let none = ProcessMaps::default();
     let perf_maps: Vec<PerfMap> = groups
-        .values()
-        .map(|(pid, _)| {
+        .keys()
+        .map(|(_, pid)| {
             let perf_map = PerfMap::load(*pid);
             match spaces.jit.get(pid) {
                 Some(jit) => perf_map.merged(jit.clone()),
@@ -113,10 +114,18 @@ pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
     let processes: Vec<UserStacks<'_>> = groups
         .iter()
         .zip(&perf_maps)
-        .map(|((space, (_, ids)), perf_map)| UserStacks {
+        .map(|((space, ids), perf_map)| UserStacks {
             maps: match space {
-                Space::Layout(g) => &spaces.layouts[g],
-                Space::Process(p) => spaces.processes.get(p).copied().unwrap_or(&none),
+                (Space::Layout(g), _) => &spaces.layouts[g],
+                (Space::Process(p), _) => spaces.processes.get(p).copied().unwrap_or(&none),
+            },
+            // A layout was published while the process's records were still coming in (an
+            // exec's table before its libraries' mappings reached us): what it lacks, the
+            // process's mappings at the end know. Images of two programs one process ran
+            // do not share addresses (ASLR), so this names no frame wrongly in practice.
+            fallback: match space {
+                (Space::Layout(_), pid) => spaces.processes.get(pid).copied(),
+                (Space::Process(_), _) => None,
             },
             perf_map,
             stacks: ids
@@ -154,6 +163,8 @@ pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
 /// One process's user stacks to name: the mappings they were unwound under, and its JIT names.
 pub struct UserStacks<'a> {
     pub maps: &'a ProcessMaps,
+    /// Where to look for an address `maps` does not have.
+    pub fallback: Option<&'a ProcessMaps>,
     pub perf_map: &'a PerfMap,
     /// (stack id, frames leaf first).
     pub stacks: Vec<(u64, &'a [u64])>,
@@ -273,6 +284,7 @@ impl Symbolizer {
     ) -> HashMap<u64, Vec<Name>> {
         let process = UserStacks {
             maps,
+            fallback: None,
             perf_map,
             stacks: stacks.into_iter().collect(),
         };
@@ -430,20 +442,35 @@ impl Symbolizer {
         files: &mut FileTable,
         wanted: &mut Wanted,
     ) -> HashMap<u64, Place> {
-        let UserStacks { maps, perf_map, .. } = process;
+        let UserStacks {
+            maps,
+            fallback,
+            perf_map,
+            ..
+        } = process;
         let mut places: HashMap<u64, Place> = HashMap::new();
-        // Per mapping (by start), what its addresses share: worked out once, not per address.
-        let mut mapped: HashMap<u64, InMapping> = HashMap::new();
+        // Per mapping (by layout and start), what its addresses share: worked out once, not
+        // per address.
+        let mut mapped: HashMap<(bool, u64), InMapping> = HashMap::new();
         for addr in process.stacks.iter().flat_map(|(_, s)| lookup_addresses(s)) {
             if places.contains_key(&addr) {
                 continue;
             }
-            let Some(mapping) = maps.find(addr) else {
+            let found = maps.find(addr).map(|m| (false, *maps, m)).or_else(|| {
+                let fallback = (*fallback)?;
+                fallback.find(addr).map(|m| (true, fallback, m))
+            });
+            let Some((in_fallback, maps, mapping)) = found else {
                 let name = perf_map.find(addr).unwrap_or("[unmapped]");
+                log::trace!(
+                    "process {}: {addr:#x} is in none of its {} known mappings",
+                    maps.pid(),
+                    maps.mappings().len()
+                );
                 places.insert(addr, Place::Named(Arc::from(name), NO_FILE));
                 continue;
             };
-            let info = match mapped.entry(mapping.start) {
+            let info = match mapped.entry((in_fallback, mapping.start)) {
                 Entry::Occupied(e) => e.into_mut(),
                 Entry::Vacant(e) => e.insert(self.in_mapping(maps, mapping, files, wanted)),
             };
