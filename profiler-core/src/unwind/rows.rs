@@ -182,7 +182,7 @@ pub fn build_rows(elf: &[u8]) -> Result<UnwindTable, UnwindError> {
         // Register numbers and the rules below are x86_64's.
         return Err(UnwindError::NotX86_64(machine));
     }
-    let exec = ExecRanges::of(&file);
+    let exec = ExecRanges::of(&file, elf);
     let eh_frame = locate_eh_frame(&file, elf)?;
     let debug_frame = read_debug_frame(&file)?;
     build_from_sections(eh_frame.as_ref(), debug_frame.as_deref(), &exec, || {
@@ -250,7 +250,7 @@ fn build_from_sections(
         },
         &fdes,
         &fixed,
-        budget,
+        (budget, exec),
     )
 }
 
@@ -383,33 +383,68 @@ fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 /// Address ranges of the executable load segments, sorted and disjoint. An FDE that starts
 /// outside them (a stale FDE of a section the linker discarded, relocated to 0) would only
 /// stretch the table's span.
-struct ExecRanges(Vec<(u64, u64)>);
+#[derive(Default)]
+struct ExecRanges<'a> {
+    /// Sorted and disjoint.
+    ranges: Vec<(u64, u64)>,
+    /// Each executable segment's bytes in the file, by address.
+    code: Vec<(u64, &'a [u8])>,
+}
 
-impl ExecRanges {
-    fn of(file: &ElfFile64<'_, ElfEndian>) -> Self {
+impl<'a> ExecRanges<'a> {
+    fn of(file: &ElfFile64<'a, ElfEndian>, elf: &'a [u8]) -> Self {
         let endian = file.endian();
-        Self(merged(
-            file.elf_program_headers()
+        let segments: Vec<_> = file
+            .elf_program_headers()
+            .iter()
+            .filter(|p| p.p_type(endian) == elf::PT_LOAD && p.p_flags(endian) & elf::PF_X != 0)
+            .collect();
+        Self {
+            ranges: merged(
+                segments
+                    .iter()
+                    .filter_map(|p| {
+                        let start = p.p_vaddr(endian);
+                        Some((start, start.checked_add(p.p_memsz(endian))?))
+                    })
+                    .collect(),
+            ),
+            code: segments
                 .iter()
-                .filter(|p| p.p_type(endian) == elf::PT_LOAD && p.p_flags(endian) & elf::PF_X != 0)
-                .filter_map(|p| {
-                    let start = p.p_vaddr(endian);
-                    Some((start, start.checked_add(p.p_memsz(endian))?))
-                })
+                .filter_map(|p| Some((p.p_vaddr(endian), p.data(endian, elf).ok()?)))
                 .collect(),
-        ))
+        }
+    }
+
+    #[cfg(test)]
+    fn of_ranges(ranges: Vec<(u64, u64)>) -> Self {
+        Self {
+            ranges,
+            code: Vec::new(),
+        }
     }
 
     /// A file without program headers (a relocatable object) is not filtered.
     fn contains(&self, address: u64) -> bool {
-        if self.0.is_empty() {
+        if self.ranges.is_empty() {
             return true;
         }
-        let after = self.0.partition_point(|&(start, _)| start <= address);
+        let after = self.ranges.partition_point(|&(start, _)| start <= address);
         after
             .checked_sub(1)
-            .and_then(|i| self.0.get(i))
+            .and_then(|i| self.ranges.get(i))
             .is_some_and(|&(_, end)| address < end)
+    }
+
+    /// Whether the instruction at `address` is a `syscall` (0f 05).
+    fn syscall_at(&self, address: u64) -> bool {
+        self.code.iter().any(|&(start, bytes)| {
+            address
+                .checked_sub(start)
+                .and_then(|at| usize::try_from(at).ok())
+                .and_then(|at| bytes.get(at..at.checked_add(2)?))
+                == Some(&[0x0f, 0x05][..])
+        })
     }
 }
 
@@ -612,7 +647,7 @@ fn evaluate(
     mut sections: Sections<'_, '_>,
     fdes: &[FdeSpan],
     fixed: &[(u64, UnwindRow)],
-    budget: u64,
+    (budget, exec): (u64, &ExecRanges<'_>),
 ) -> Result<UnwindTable, UnwindError> {
     let (Some(first), Some(end)) = (fdes.first(), fdes.iter().map(|fde| fde.end).max()) else {
         return Ok(UnwindTable::default());
@@ -632,7 +667,7 @@ fn evaluate(
     let mut ctx = UnwindContext::new();
     let mut rows: Vec<UnwindRow> = Vec::new();
     let mut work: u64 = 0;
-    for span in fdes {
+    for (i, span) in fdes.iter().enumerate() {
         let first_row = rows.len();
         let fixed = fixed
             .binary_search_by_key(&span.start, |&(address, _)| address)
@@ -657,9 +692,23 @@ fn evaluate(
             }
             Err(e) => return Err(e),
         }
+        let mut end = span.end;
+        // glibc's clone and clone3 end their FDE just before the `syscall` ("in the child the
+        // unwind info will be wrong"). The parent spends the whole fork or thread creation in
+        // it, returning to the 2 bytes after: its frame there is the one at the FDE's end.
+        if let Some(&last) = rows.get(first_row..).and_then(<[UnwindRow]>::last)
+            && last.cfa_kind == cfa_kind::RSP
+            && exec.syscall_at(span.end)
+            && fdes
+                .get(i + 1)
+                .is_none_or(|next| next.start > span.end + SYSCALL_LEN)
+        {
+            push(&mut rows, pc_of(span.end)?, last)?;
+            end = span.end + SYSCALL_LEN + 1;
+        }
         push(
             &mut rows,
-            pc_of(span.end)?,
+            pc_of(end)?,
             rule(cfa_kind::NO_INFO, 0, (rbp_kind::UNCHANGED, 0)),
         )?;
     }
@@ -695,6 +744,9 @@ const SIGNAL_FRAME: UnwindRow = rule(
     UC_RSP as i32,
     (rbp_kind::UNSUPPORTED, UC_RBP as i16),
 );
+
+/// Bytes of the `syscall` instruction.
+const SYSCALL_LEN: u64 = 2;
 
 const fn rule(cfa: u8, cfa_offset: i32, (rbp, rbp_offset): (u8, i16)) -> UnwindRow {
     UnwindRow {
@@ -1190,6 +1242,31 @@ mod tests {
     }
 
     #[test]
+    fn the_parent_inside_clones_syscall_keeps_its_frame() {
+        let Ok(elf) = std::fs::read(LIBC) else {
+            eprintln!("skipping: no {LIBC}");
+            return;
+        };
+        let table = build_rows(&elf).expect("build libc rows");
+        let (text, _) = section(&elf, ".text");
+        let code = &elf[file_range(&elf, ".text")];
+        let clone = symbol(&elf, "clone");
+        let at = usize::try_from(clone - text).expect("clone in .text");
+        let syscall = code[at..at + 0x60]
+            .windows(2)
+            .position(|w| w == [0x0f, 0x05])
+            .expect("clone's syscall") as u64
+            + clone;
+        // Its FDE ends before the `syscall`; the parent's saved rip is the byte after it.
+        assert_eq!(
+            rule_at(&table, syscall + 2),
+            (cfa::RSP, 8, rbp::UNCHANGED, 0)
+        );
+        // The child's code after it is still nobody's.
+        assert_eq!(rule_at(&table, syscall + 3).0, cfa::NO_INFO);
+    }
+
+    #[test]
     fn files_without_section_headers_use_pt_gnu_eh_frame() {
         let Ok(mut elf) = std::fs::read(LIBC) else {
             eprintln!("skipping: no {LIBC}");
@@ -1371,9 +1448,13 @@ mod tests {
         let eh_frame = locate_eh_frame(&file, &elf)
             .expect("locate .eh_frame")
             .expect(".eh_frame");
-        let eh_frame_only =
-            build_from_sections(Some(&eh_frame), None, &ExecRanges::of(&file), Vec::new)
-                .expect("build rows");
+        let eh_frame_only = build_from_sections(
+            Some(&eh_frame),
+            None,
+            &ExecRanges::of(&file, &elf),
+            Vec::new,
+        )
+        .expect("build rows");
         let expected = build_rows(&with_eh_frame).expect("build rows");
         let table = build_rows(&elf).expect("build rows");
         assert_sorted_and_merged(&table);
@@ -1646,7 +1727,7 @@ mod tests {
         fn build(&self) -> Result<UnwindTable, UnwindError> {
             let mut data = self.0.clone();
             data.extend_from_slice(&[0, 0, 0, 0]); // terminator
-            build_eh_frame(&data, &ExecRanges(Vec::new()))
+            build_eh_frame(&data, &ExecRanges::default())
         }
     }
 
@@ -1836,7 +1917,7 @@ mod tests {
         cfi.fde(cie, 0x40_1000, 0x10, &[]);
         let mut data = cfi.0.clone();
         data.extend_from_slice(&[0, 0, 0, 0]);
-        let exec = ExecRanges(vec![(0x40_1000, 0x40_2000)]);
+        let exec = ExecRanges::of_ranges(vec![(0x40_1000, 0x40_2000)]);
         let table = build_eh_frame(&data, &exec).expect("build");
         assert_eq!(table.base, 0x40_1000);
         assert_eq!(table.rows.len(), 2);
@@ -1951,7 +2032,7 @@ mod tests {
         let table = build_from_sections(
             Some(&source),
             Some(&debug.0),
-            &ExecRanges(Vec::new()),
+            &ExecRanges::default(),
             || {
                 vec![
                     (0x5000, SIGNAL_FRAME),
@@ -1973,11 +2054,11 @@ mod tests {
         );
 
         // Alone, `.debug_frame` gives every FDE; fixed rows are asked for only then.
-        let table = build_from_sections(None, Some(&debug.0), &ExecRanges(Vec::new()), Vec::new)
+        let table = build_from_sections(None, Some(&debug.0), &ExecRanges::default(), Vec::new)
             .expect("build");
         assert_eq!(rule_at(&table, 0x1000), (cfa::RSP, 48, rbp::UNCHANGED, 0));
         assert_eq!(rule_at(&table, 0x1030), (cfa::RSP, 16, rbp::UNCHANGED, 0));
-        let table = build_from_sections(Some(&source), None, &ExecRanges(Vec::new()), || {
+        let table = build_from_sections(Some(&source), None, &ExecRanges::default(), || {
             panic!("no .debug_frame FDE in use: no need for fixed rows")
         })
         .expect("build");
