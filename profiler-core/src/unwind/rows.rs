@@ -1252,18 +1252,29 @@ mod tests {
         let code = &elf[file_range(&elf, ".text")];
         let clone = symbol(&elf, "clone");
         let at = usize::try_from(clone - text).expect("clone in .text");
-        let syscall = code[at..at + 0x60]
+        let clone_syscall = code[at..at + 0x60]
             .windows(2)
             .position(|w| w == [0x0f, 0x05])
             .expect("clone's syscall") as u64
             + clone;
-        // Its FDE ends before the `syscall`; the parent's saved rip is the byte after it.
-        assert_eq!(
-            rule_at(&table, syscall + 2),
-            (cfa::RSP, 8, rbp::UNCHANGED, 0)
-        );
-        // The child's code after it is still nobody's.
-        assert_eq!(rule_at(&table, syscall + 3).0, cfa::NO_INFO);
+        // clone3 is not exported: found by `mov $435 (clone3), %eax; syscall`.
+        let pattern = [0xb8, 0xb3, 0x01, 0x00, 0x00, 0x0f, 0x05];
+        let clone3_syscall = code
+            .windows(pattern.len())
+            .position(|w| w == pattern)
+            .expect("clone3's syscall") as u64
+            + text
+            + 5;
+        for syscall in [clone_syscall, clone3_syscall] {
+            // Its FDE ends before the `syscall`; the parent's saved rip is the byte after it.
+            assert_eq!(
+                rule_at(&table, syscall + 2),
+                (cfa::RSP, 8, rbp::UNCHANGED, 0),
+                "{syscall:#x}"
+            );
+            // The child's code after it is still nobody's.
+            assert_eq!(rule_at(&table, syscall + 3).0, cfa::NO_INFO);
+        }
     }
 
     #[test]
