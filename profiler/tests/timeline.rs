@@ -6,7 +6,9 @@
 //! the report must say when the stall site's time concentrated, and a replay of the capture
 //! cut to the inside of one stall must hold the stall's stack and none of the work around it.
 //! `diff --from --to` of two such captures (stalls of 300 and 150 ms) must hold, for a range,
-//! only what happened in it on each side.
+//! only what happened in it on each side. And the trace's waker arrows
+//! (tests/fixtures/wakeups.c: one thread wakes another through a pipe every 40 ms) must leave
+//! the real waker inside the write() that woke, one per wakeup.
 
 mod common;
 
@@ -581,6 +583,191 @@ fn html_heatmap(r: &Run, window_start: u64) {
         "the script drew the whole window's flame graph with stall() in it: {}",
         &flame[..flame.len().min(2000)]
     );
+}
+
+/// Builds tests/fixtures/wakeups.c once per test binary.
+fn wakeups_binary() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            build_fixture(
+                "wakeups.c",
+                "wakeups",
+                &[
+                    "-O1",
+                    "-g",
+                    "-fno-omit-frame-pointer",
+                    "-fno-inline",
+                    "-pthread",
+                    "-Wall",
+                ],
+            )
+        })
+        .clone()
+}
+
+/// Pings of the wakeups fixture (one every 40 ms, then the close).
+const PINGS: usize = 50;
+/// How far a flow's start may lie outside the write() (or close()) that woke the thread.
+const WAKE_SLACK_NS: u64 = 200_000;
+
+/// The waker arrows of the Perfetto trace: thread `pinger` of tests/fixtures/wakeups.c wakes
+/// thread `wakee` through a pipe every 40 ms (and once more when it closes the pipe), each
+/// wakeup's true time bracketed by the fixture's clock reads around the write(); a `decoy`
+/// thread wakes up every 4 ms beside them. The report names the pinger as the wakee's waker,
+/// and the trace must carry one flow per wakeup into the wakee's track, each leaving the
+/// pinger's track inside the write() that woke it and arriving on the wakee's track after it
+/// and before the next ping.
+#[test]
+#[ignore = "privileged: needs root and the kernel"]
+fn waker_arrows_leave_the_real_waker_when_it_woke() {
+    require_root();
+    let _serial = serial();
+    let dir = scratch_dir().join(format!("wakeups-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (truth, report, trace) = (
+        dir.join("wakeups.txt"),
+        dir.join("report.json"),
+        dir.join("trace.pftrace"),
+    );
+    let bin = wakeups_binary();
+    let out = profile(&[
+        "-o",
+        dir.join("all.svg").to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+        "--timeline",
+        trace.to_str().unwrap(),
+        "--",
+        bin.to_str().unwrap(),
+        truth.to_str().unwrap(),
+        &PINGS.to_string(),
+    ]);
+    assert_success(&out);
+    let truth = std::fs::read_to_string(&truth).expect("the fixture's wakeup times");
+    let mut lines = truth.lines();
+    let tids: Vec<u64> = lines
+        .next()
+        .and_then(|l| l.strip_prefix("tids "))
+        .expect("the fixture's tids")
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let (pinger, wakee, decoy) = (tids[0], tids[1], tids[2]);
+    // (before, after) the write() or close() that woke the wakee, CLOCK_MONOTONIC ns.
+    let wakeups: Vec<(u64, u64)> = lines
+        .map(|l| {
+            let f: Vec<u64> = l
+                .split_whitespace()
+                .skip(1)
+                .map(|v| v.parse().unwrap())
+                .collect();
+            (f[0], f[1])
+        })
+        .collect();
+    assert_eq!(
+        wakeups.len(),
+        PINGS + 1,
+        "every ping and the close: {truth}"
+    );
+
+    // The report names the pinger as the waker of the wakee's wait.
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).expect("JSON report");
+    let sites = report["top_blocking_sites"].as_array().unwrap();
+    let site = sites
+        .iter()
+        .find(|s| s["site"].as_str().unwrap_or("").contains("wait_for_ping"))
+        .unwrap_or_else(|| panic!("no wait_for_ping site among {sites:#?}"));
+    let waker = &site["wakers"][0];
+    assert_eq!(
+        waker["tid"].as_u64(),
+        Some(pinger),
+        "the site's waker: {site:#}"
+    );
+    assert!(
+        waker["wakeups"].as_u64().unwrap() >= PINGS as u64,
+        "a wakeup per ping: {site:#}"
+    );
+    eprintln!(
+        "site {} woken by {}-{} {} times",
+        site["site"], waker["name"], waker["tid"], waker["wakeups"]
+    );
+
+    let decoded = decode(&trace);
+    assert_eq!(decoded["errors"], serde_json::json!([]), "{decoded}");
+    let flows = decoded["flow_list"].as_array().unwrap();
+    let at = |f: &Value, end: &str| (f[end]["tid"].as_u64(), f[end]["ts"].as_u64());
+    let into_wakee: Vec<(u64, u64, u64)> = flows
+        .iter()
+        .filter(|f| at(f, "to").0 == Some(wakee))
+        .map(|f| {
+            let (from_tid, from_ts) = at(f, "from");
+            let (_, to_ts) = at(f, "to");
+            assert!(f.get("steps").is_none(), "a flow with steps: {f}");
+            (
+                from_tid.unwrap(),
+                from_ts.unwrap(),
+                to_ts.expect("the flow's end"),
+            )
+        })
+        .collect();
+    assert!(
+        into_wakee.iter().all(|&(tid, _, _)| tid == pinger),
+        "every arrow into the wakee leaves the pinger ({pinger}, not the decoy {decoy}): \
+         {into_wakee:?}"
+    );
+    // One arrow per wakeup, each from inside the write() that made it, ending on the wakee
+    // after it and before the next ping.
+    let mut unmatched: Vec<(u64, u64)> = wakeups.clone();
+    let mut late_ns = Vec::new();
+    for &(_, from, to) in &into_wakee {
+        let Some(i) = unmatched
+            .iter()
+            .position(|&(b, a)| from + WAKE_SLACK_NS >= b && from <= a + WAKE_SLACK_NS)
+        else {
+            panic!(
+                "an arrow at {from} matches no wakeup (left: {unmatched:?}); all: {into_wakee:?}"
+            );
+        };
+        let (before, _) = unmatched.remove(i);
+        late_ns.push(from.saturating_sub(before));
+        assert!(
+            to >= from && to - from < 40_000_000,
+            "the arrow from {from} ends on the wakee at {to}"
+        );
+    }
+    assert!(!late_ns.is_empty(), "no arrow into the wakee: {flows:#?}");
+    late_ns.sort_unstable();
+    eprintln!(
+        "{} arrows into the wakee for {} wakeups; start after the write() began: median {} µs, \
+         max {} µs; unmatched {unmatched:?}",
+        into_wakee.len(),
+        wakeups.len(),
+        late_ns[late_ns.len() / 2] / 1000,
+        late_ns.last().unwrap() / 1000
+    );
+    assert!(
+        unmatched.is_empty(),
+        "{} wakeups without an arrow: {unmatched:?}",
+        unmatched.len()
+    );
+    // No arrow from the pinger goes anywhere but the wakee (the main thread's join aside).
+    let main = decoded["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == t["pid"])
+        .and_then(|t| t["tid"].as_u64());
+    for f in flows {
+        if at(f, "from").0 == Some(pinger) {
+            let to = at(f, "to").0;
+            assert!(
+                to == Some(wakee) || to == main,
+                "an arrow from the pinger: {f}"
+            );
+        }
+    }
 }
 
 /// The trace summarised by profiler-core/tests/perfetto_decode.py (PyPI `perfetto`).
