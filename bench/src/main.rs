@@ -90,7 +90,7 @@ struct Options {
     #[arg(
         long,
         value_delimiter = ',',
-        value_name = "wall,wall-each,cpu,offcputime,perf"
+        value_name = "wall,wall-no-timeline,wall-each,cpu,offcputime,perf"
     )]
     only: Vec<Condition>,
     /// Only these workloads (default: all).
@@ -227,9 +227,14 @@ fn bench(root: &Path, opts: &Options) -> Result<()> {
     if opts.runs(WorkloadName::Nginx) {
         let sides = throughput::Sides::start(&scratch.0, opts.layout())?;
         say(&format!("throughput: {}", sides.describe()));
+        let tp_conditions: Vec<Condition> = conditions
+            .iter()
+            .copied()
+            .filter(|c| c.in_throughput())
+            .collect();
         nginx_throughput = Some(throughput::rounds(
             &bench,
-            &conditions,
+            &tp_conditions,
             rounds,
             "requests/s",
             |cond, side| throughput::nginx_run(&bench, &sides, cond, side, secs),
@@ -346,6 +351,16 @@ mod tests {
             [Condition::Baseline, Condition::Wall, Condition::Offcputime]
         );
         assert!(o.runs(WorkloadName::Fsync));
+        let o = bench(&["--only", "wall,wall-no-timeline"]).unwrap();
+        assert_eq!(
+            o.conditions(),
+            [
+                Condition::Baseline,
+                Condition::Wall,
+                Condition::WallNoTimeline
+            ]
+        );
+        assert!(!Condition::WallNoTimeline.in_throughput() && Condition::Wall.in_throughput());
         let o = bench(&["--workloads", "postgres,fsync", "--under-load", "--no-fuzz"]).unwrap();
         assert!(!o.runs(WorkloadName::Nginx) && o.runs(WorkloadName::Postgres));
         assert!(o.under_load && o.no_fuzz);
