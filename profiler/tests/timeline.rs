@@ -505,6 +505,10 @@ fn read_diff_folded(path: &Path) -> Vec<(Vec<String>, f64, f64)> {
 /// of 20 ms: the stalling thread asleep, the steady one's naps are shorter than the timeline's
 /// resolution) lie in the stalls and cover them; the page loads nothing from elsewhere, and in
 /// headless Chromium its script draws the whole window's flame graph with the stall in it.
+///
+/// A full cell outside the stalls is allowed where another thread really blocked that long:
+/// on this shared VM a 0.5 ms nap of the steady thread was once woken 20 ms late (the JSON's
+/// wait: blocked 19.9 ms, woken by no thread), and the heatmap rightly showed it.
 fn html_heatmap(r: &Run, window_start: u64) {
     let html_path = r.dir.join("report.html");
     let out = profile(&[
@@ -548,12 +552,38 @@ fn html_heatmap(r: &Run, window_start: u64) {
             )
         })
         .collect();
+    // Other threads' waits that blocked 19 ms or more, (start, end of the blocked part) in s.
+    let main_tid = r.report["timeline"]["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == t["pid"])
+        .and_then(|t| t["tid"].as_u64());
+    let others_blocked: Vec<(f64, f64)> = r.report["timeline"]["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["tid"].as_u64() != main_tid)
+        .flat_map(|t| t["waits"].as_array().unwrap())
+        .filter_map(|w| {
+            let (start, blocked) = (w["start_s"].as_f64()?, w["blocked_s"].as_f64()?);
+            (blocked >= 0.019).then_some((start, start + blocked))
+        })
+        .collect();
     for t in &full {
+        let in_stall = stalls_s
+            .iter()
+            .any(|&(s, e)| *t >= s - 0.021 && *t + 0.02 <= e + 0.021);
+        let other = others_blocked
+            .iter()
+            .find(|&&(s, e)| e.min(t + 0.02) - s.max(*t) >= 0.019);
+        if let (false, Some(w)) = (in_stall, other) {
+            eprintln!("a full blocked cell at {t} s: another thread's wait {w:?}");
+        }
         assert!(
-            stalls_s
-                .iter()
-                .any(|&(s, e)| *t >= s - 0.021 && *t + 0.02 <= e + 0.021),
-            "a full blocked cell at {t} s outside the stalls {stalls_s:?}"
+            in_stall || other.is_some(),
+            "a full blocked cell at {t} s outside the stalls {stalls_s:?} and no other \
+             thread's long wait"
         );
     }
     for &(s, e) in &stalls_s {
