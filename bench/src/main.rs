@@ -90,7 +90,7 @@ struct Options {
     #[arg(
         long,
         value_delimiter = ',',
-        value_name = "wall,wall-each,cpu,offcputime,perf"
+        value_name = "wall,wall-no-timeline,wall-each,cpu,offcputime,perf"
     )]
     only: Vec<Condition>,
     /// Only these workloads (default: all).
@@ -107,6 +107,11 @@ struct Options {
     /// (both on the same nginx worker at once, in both attach orders).
     #[arg(long, value_name = "PROFILER_BINARY")]
     against: Option<PathBuf>,
+    /// Only compare `sched_switch`'s BPF cost per event with the timeline on and off: this
+    /// build twice on the same nginx worker at once (`--report` with and without
+    /// `--no-timeline`), in both attach orders.
+    #[arg(long, conflicts_with = "against")]
+    timeline_ab: bool,
 }
 
 /// The bench's workloads, for `--workloads`.
@@ -216,7 +221,13 @@ fn bench(root: &Path, opts: &Options) -> Result<()> {
     // Warm-up: first requests fault in nginx's pages and fill the page cache.
     run_wrk(bench.port, if opts.quick { 1 } else { 3 })?;
     if let Some(other) = &opts.against {
-        return compare::run(&bench, other, opts.rounds(), opts.secs());
+        let this = compare::Side::plain("this build", &bench.binary);
+        let other = compare::Side::plain(other.display().to_string(), other);
+        return compare::run(&bench, &this, &other, opts.rounds(), opts.secs());
+    }
+    if opts.timeline_ab {
+        let (on, off) = compare::timeline_sides(&bench.binary);
+        return compare::run(&bench, &on, &off, opts.rounds(), opts.secs());
     }
 
     let conditions = opts.conditions();
@@ -227,9 +238,14 @@ fn bench(root: &Path, opts: &Options) -> Result<()> {
     if opts.runs(WorkloadName::Nginx) {
         let sides = throughput::Sides::start(&scratch.0, opts.layout())?;
         say(&format!("throughput: {}", sides.describe()));
+        let tp_conditions: Vec<Condition> = conditions
+            .iter()
+            .copied()
+            .filter(|c| c.in_throughput())
+            .collect();
         nginx_throughput = Some(throughput::rounds(
             &bench,
-            &conditions,
+            &tp_conditions,
             rounds,
             "requests/s",
             |cond, side| throughput::nginx_run(&bench, &sides, cond, side, secs),
@@ -346,12 +362,24 @@ mod tests {
             [Condition::Baseline, Condition::Wall, Condition::Offcputime]
         );
         assert!(o.runs(WorkloadName::Fsync));
+        let o = bench(&["--only", "wall,wall-no-timeline"]).unwrap();
+        assert_eq!(
+            o.conditions(),
+            [
+                Condition::Baseline,
+                Condition::Wall,
+                Condition::WallNoTimeline
+            ]
+        );
+        assert!(!Condition::WallNoTimeline.in_throughput() && Condition::Wall.in_throughput());
         let o = bench(&["--workloads", "postgres,fsync", "--under-load", "--no-fuzz"]).unwrap();
         assert!(!o.runs(WorkloadName::Nginx) && o.runs(WorkloadName::Postgres));
         assert!(o.under_load && o.no_fuzz);
         assert!(bench(&["--workloads", "redis"]).is_err());
         let o = bench(&["--against", "/tmp/old-profiler"]).unwrap();
         assert_eq!(o.against, Some(PathBuf::from("/tmp/old-profiler")));
+        assert!(bench(&["--timeline-ab"]).unwrap().timeline_ab);
+        assert!(bench(&["--timeline-ab", "--against", "/tmp/old-profiler"]).is_err());
         assert!(bench(&["--rounds"]).is_err());
         assert!(bench(&["--rounds", "0"]).is_err());
         assert!(bench(&["--only", "baseline"]).is_err());

@@ -14,7 +14,7 @@ use crate::{
     postgres,
     quiet::{FOREIGN_MAX, QUIET_BUSY, Quiet},
     throughput::Throughput,
-    tools::{Condition, PACKAGES},
+    tools::{Condition, NO_TIMELINE_OWNER, PACKAGES},
 };
 
 /// Goals shown next to the numbers.
@@ -443,6 +443,7 @@ fn cost_rows(md: &mut String, costs: &Costs) {
              at the same switch rate) | {mid:.0} ns | {lo:.0}–{hi:.0} ns | {goal} | {met} |"
         );
     }
+    timeline_rows(md, costs);
     for (owner, counters) in &costs.counters {
         for (what, prefix) in [("user", "unwind_memo"), ("kernel", "kernel_memo")] {
             let get = |k: &str| counters.get(&format!("{prefix}_{k}")).copied().unwrap_or(0);
@@ -459,6 +460,76 @@ fn cost_rows(md: &mut String, costs: &Costs) {
         }
     }
     agreement_rows(md, costs);
+}
+
+/// The timeline's cost: ours with it (`--report` turns it on) against ours with
+/// `--no-timeline`, run next to each other in every round. Per program the ratio of their
+/// ns/event round by round (each round's pair saw about the same load), and for all programs
+/// together the difference per context switch on the machine.
+fn timeline_rows(md: &mut String, costs: &Costs) {
+    let program = |key: &str| {
+        costs
+            .programs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, c)| c)
+    };
+    for name in ["sched_switch", "on_cpu_sample", "sched_waking"] {
+        let (Some(on), Some(off)) = (
+            program(&format!("ours {name}")),
+            program(&format!("{NO_TIMELINE_OWNER} {name}")),
+        ) else {
+            continue;
+        };
+        let ratios = paired_ratios(&on.ns_per_event, &off.ns_per_event);
+        if ratios.is_empty() {
+            continue;
+        }
+        let (lo, hi) = min_max(&ratios);
+        let (on, off) = (median(&on.ns_per_event), median(&off.ns_per_event));
+        let _ = writeln!(
+            md,
+            "| timeline's cost, {name}: ns/event with it ÷ without (`--no-timeline`), same \
+             round (medians {on:.0} ns ÷ {off:.0} ns, {:+.0} ns) | {:.3} | {lo:.3}–{hi:.3} | | |",
+            on - off,
+            median(&ratios)
+        );
+    }
+    let per_switch = |owner: &str| {
+        costs
+            .busy_ns_per_switch
+            .iter()
+            .find(|(o, _)| o == owner)
+            .map(|(_, v)| v)
+    };
+    if let (Some(on), Some(off)) = (per_switch("ours"), per_switch(NO_TIMELINE_OWNER)) {
+        let deltas: Vec<f64> = on.iter().zip(off).map(|(a, b)| a - b).collect();
+        if !deltas.is_empty() {
+            let (lo, hi) = min_max(&deltas);
+            let _ = writeln!(
+                md,
+                "| timeline's cost, all programs per context switch on the machine: with it − \
+                 without, same round (medians {:.0} ns − {:.0} ns) | {:+.0} ns | \
+                 {lo:+.0}–{hi:+.0} ns | | |",
+                median(on),
+                median(off),
+                median(&deltas)
+            );
+        }
+    }
+}
+
+/// `a[i] ÷ b[i]` for the rounds both have (one value per round, in run order); empty when a
+/// program went unseen in some round of one and not the other, as the rounds no longer pair.
+fn paired_ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
+    if a.len() != b.len() {
+        return Vec::new();
+    }
+    a.iter()
+        .zip(b)
+        .filter(|(_, b)| **b > 0.0)
+        .map(|(a, b)| a / b)
+        .collect()
 }
 
 /// Per thread of every run of ours: |ours − schedstat| as a share of the window, on-CPU and
@@ -597,6 +668,47 @@ mod tests {
         let (mean, se) = mean_se(&[1.0, 3.0]).unwrap();
         assert_eq!((mean, se), (2.0, 1.0));
         assert!(mean_se(&[1.0]).is_none());
+    }
+
+    #[test]
+    fn the_timeline_rows_pair_rounds() {
+        use crate::cost::Cost;
+        let cost = |ns: &[f64]| Cost {
+            ns_per_event: ns.to_vec(),
+            ns_per_run: ns.to_vec(),
+            events_per_sec: vec![1000.0; ns.len()],
+            ms_per_sec: vec![1.0; ns.len()],
+        };
+        let costs = Costs {
+            workload: "fsync",
+            programs: vec![
+                ("ours sched_switch".to_string(), cost(&[110.0, 220.0])),
+                (
+                    format!("{NO_TIMELINE_OWNER} sched_switch"),
+                    cost(&[100.0, 200.0]),
+                ),
+                ("ours on_cpu_sample".to_string(), cost(&[1.0])),
+                (
+                    format!("{NO_TIMELINE_OWNER} on_cpu_sample"),
+                    cost(&[1.0, 2.0]),
+                ),
+            ],
+            busy_ns_per_switch: vec![
+                ("ours".to_string(), vec![300.0, 310.0]),
+                (NO_TIMELINE_OWNER.to_string(), vec![290.0, 290.0]),
+            ],
+            ..Costs::default()
+        };
+        let mut md = String::new();
+        timeline_rows(&mut md, &costs);
+        let rows: Vec<&str> = md.lines().collect();
+        assert_eq!(rows.len(), 2, "{md}");
+        assert!(
+            rows[0].starts_with("| timeline's cost, sched_switch:")
+                && rows[0].contains("(medians 165 ns ÷ 150 ns, +15 ns) | 1.100 | 1.100–1.100 |"),
+            "{md}"
+        );
+        assert!(rows[1].contains("| +15 ns | +10–+20 ns |"), "{md}");
     }
 
     #[test]

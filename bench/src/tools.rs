@@ -85,6 +85,9 @@ pub enum Condition {
     #[value(skip)]
     Baseline,
     Wall,
+    /// Ours in wall mode without the timeline (`--no-timeline`): next to `Wall` (which records
+    /// it, as its `--report` asks), what the timeline costs. BPF cost phase only.
+    WallNoTimeline,
     /// Ours in wall mode, one instance per process of the target (as before it followed
     /// children).
     WallEach,
@@ -94,9 +97,10 @@ pub enum Condition {
 }
 
 impl Condition {
-    pub const ALL: [Condition; 6] = [
+    pub const ALL: [Condition; 7] = [
         Condition::Baseline,
         Condition::Wall,
+        Condition::WallNoTimeline,
         Condition::WallEach,
         Condition::Cpu,
         Condition::Offcputime,
@@ -108,6 +112,7 @@ impl Condition {
         match self {
             Condition::Baseline => "baseline (no profiler)",
             Condition::Wall => "ours `--mode wall`",
+            Condition::WallNoTimeline => "ours `--mode wall --no-timeline`",
             Condition::WallEach => "ours `--mode wall`, one instance per process",
             Condition::Cpu => "ours `--mode cpu`",
             Condition::Offcputime => "offcputime (libbpf-tools)",
@@ -120,6 +125,7 @@ impl Condition {
         match self {
             Condition::Baseline => "nothing",
             Condition::Wall => "profiler --mode wall",
+            Condition::WallNoTimeline => "profiler --mode wall --no-timeline",
             Condition::WallEach => "profiler --mode wall (one per process)",
             Condition::Cpu => "profiler --mode cpu",
             Condition::Offcputime => "offcputime",
@@ -132,9 +138,17 @@ impl Condition {
         match self {
             Condition::Offcputime => "offcputime",
             Condition::WallEach => "ours, one per process,",
+            Condition::WallNoTimeline => NO_TIMELINE_OWNER,
             Condition::Perf => "perf",
             _ => "ours",
         }
+    }
+
+    /// Whether the throughput phase runs it. Not the timeline's switch: it costs a few ns of
+    /// a sched_switch that takes hundreds, far below what a throughput ratio resolves
+    /// (~1.5 % per run); bpf_stats measures it.
+    pub fn in_throughput(self) -> bool {
+        self != Condition::WallNoTimeline
     }
 
     /// The instances that profile `target`, each with what it profiles: ours one on the
@@ -161,6 +175,11 @@ impl Condition {
         match self {
             Condition::Baseline => Vec::new(),
             Condition::Wall => service(ours("wall", target.service)),
+            Condition::WallNoTimeline => {
+                let mut cmd = ours("wall", target.service);
+                cmd.arg("--no-timeline");
+                service(cmd)
+            }
             Condition::Cpu => service(ours("cpu", target.service)),
             Condition::WallEach => each(&|pid| ours("wall", pid)),
             Condition::Offcputime => each(&|pid| {
@@ -182,7 +201,7 @@ impl Condition {
 
     fn ready(self) -> Ready {
         match self {
-            Condition::Wall | Condition::WallEach | Condition::Cpu => {
+            Condition::Wall | Condition::WallNoTimeline | Condition::WallEach | Condition::Cpu => {
                 Ready::StderrLine("profiler: capturing")
             }
             // The baseline starts no tool, so this is never asked.
@@ -200,6 +219,9 @@ impl Condition {
         }
     }
 }
+
+/// The owner of ours without the timeline in the cost tables (`ours` is ours with it).
+pub const NO_TIMELINE_OWNER: &str = "ours, no timeline,";
 
 /// What a tool profiles: a service and the processes that do its work.
 #[derive(Clone, Debug)]
