@@ -69,6 +69,8 @@ fn main() {
                 "--cfg=bpf_target_arch=\"x86_64\"",
                 "-Cdebuginfo=2",
                 "-Clink-arg=--btf",
+                // Global functions stay global (the verifier checks each once): see unwind.rs.
+                "-Clink-arg=--export=unwind_frame,unwind_switch_user_stack,kernel_memo_recognise,kernel_memo_remember",
             ]
             .join("\x1f"),
         )

@@ -67,7 +67,7 @@ const PREEMPTED: u32 = 1 << 31;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct MemoKey {
+pub struct MemoKey {
     tid: u32,
     /// `orig_ax` of the user registers: the syscall (or -1 for a fault), with [`PREEMPTED`]
     /// for an in-kernel preemption.
@@ -127,7 +127,8 @@ struct Work {
 static WORK: PerCpuArray<Work> = PerCpuArray::with_max_entries(1, 0);
 
 /// Where the current thread is going to sleep.
-struct Place {
+#[repr(C)]
+pub struct Place {
     key: MemoKey,
     /// Address of `ctx` (the tracepoint's argument array).
     ctx: u64,
@@ -142,7 +143,7 @@ pub fn switch_stack<C: EbpfContext>(ctx: &C, tid: u32, preempted: bool) -> u64 {
     let Some(place) = place(ctx, tid, preempted) else {
         return stack::kernel_stack(ctx, Scratch::Switch);
     };
-    match recognise(&place) {
+    match recognised(&place) {
         Some(id) if crate::config().flags & config_flags::VERIFY_MEMOS == 0 => {
             count(Counter::KernelMemoHits);
             return id;
@@ -162,7 +163,7 @@ pub fn switch_stack<C: EbpfContext>(ctx: &C, tid: u32, preempted: bool) -> u64 {
         count(Counter::MemoDisagreements);
     }
     if seen == 0 && id & stack_id::RESERVED == 0 {
-        remember(&place, id, frames);
+        kernel_memo_remember(&place, id, frames);
     }
     id
 }
@@ -204,6 +205,35 @@ fn place<C: EbpfContext>(ctx: &C, tid: u32, preempted: bool) -> Option<Place> {
         ctx: ctx_addr,
         regs,
     })
+}
+
+/// [`kernel_memo_recognise`]'s answer: 0 is "not recognised" (no stack id is 0).
+#[inline(always)]
+fn recognised(place: &Place) -> Option<u64> {
+    match core::hint::black_box(kernel_memo_recognise(place)) {
+        0 => None,
+        id => Some(id),
+    }
+}
+
+/// [`recognise`] as a global function: the verifier checks it once, with `place` unknown,
+/// instead of once per state `sched_switch` reaches it in. 0: not recognised.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn kernel_memo_recognise(place: *const Place) -> u64 {
+    // SAFETY: null or the caller's live `Place`.
+    unsafe { place.as_ref() }.and_then(recognise).unwrap_or(0)
+}
+
+/// [`remember`] as a global function, for the same reason as [`kernel_memo_recognise`].
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn kernel_memo_remember(place: *const Place, stack_id: u64, frames: u64) -> i64 {
+    // SAFETY: null or the caller's live `Place`.
+    if let Some(place) = unsafe { place.as_ref() } {
+        remember(place, stack_id, frames);
+    }
+    0
 }
 
 /// The stack id of the most recent slot whose root frame and every recorded word are

@@ -77,6 +77,28 @@ pub fn user_stack<C: EbpfContext>(
         )
         .0;
     }
+    match (sample, memo_tid) {
+        (None, Some(tid)) => core::hint::black_box(unwind_switch_user_stack(tid)),
+        _ => dwarf_user_stack(scratch, sample, memo_tid),
+    }
+}
+
+/// A switching-out thread's user stack unwound from `.eh_frame` rows: a global function, so
+/// the verifier checks it once, with `tid` unknown, instead of once per state `sched_switch`
+/// reaches it in.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn unwind_switch_user_stack(tid: u32) -> u64 {
+    dwarf_user_stack(Scratch::Switch, None, Some(tid))
+}
+
+/// [`user_stack`] with `--unwind dwarf`.
+#[inline(always)]
+fn dwarf_user_stack(
+    scratch: Scratch,
+    sample: Option<*const bpf_perf_event_data>,
+    memo_tid: Option<u32>,
+) -> u64 {
     // SAFETY: `sample` is the perf_event context when given.
     let Some((ip, sp, bp)) = (unsafe { unwind::user_regs(sample) }) else {
         count(Counter::UserStackFailed);

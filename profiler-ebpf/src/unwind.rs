@@ -65,7 +65,7 @@ const ROW_SEARCH_STEPS: usize = 25;
 
 /// Unwinding state shared with the `bpf_loop` callback (it must live on the BPF stack).
 #[repr(C)]
-struct Walk {
+pub struct Walk {
     ip: u64,
     sp: u64,
     bp: u64,
@@ -353,17 +353,33 @@ const FRAMES_PER_STEP: usize = 1;
 extern "C" fn step(index: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: bpf_loop hands back the pointer `unwind` passed: a live `Walk` on its stack.
     let walk = unsafe { &mut *(ctx as *mut Walk) };
+    for k in 0..FRAMES_PER_STEP as u64 {
+        // The verifier knows nothing of a global function's result, and a callback must
+        // return 0 or 1: the comparison must survive LLVM, which sees `unwind_frame` return
+        // only those and would pass its result on as is.
+        if core::hint::black_box(unwind_frame(walk, index * FRAMES_PER_STEP as u64 + k)) != 0 {
+            return 1;
+        }
+    }
+    0
+}
+
+/// One frame of `walk` into slot `slot` of its scratch stack. A global function: the
+/// verifier checks it once, with its arguments unknown, instead of once per state the
+/// callback reaches it in.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn unwind_frame(walk: *mut Walk, slot: u64) -> i64 {
+    // SAFETY: null or a live `Walk` (the verifier holds us to its size either way).
+    let Some(walk) = (unsafe { walk.as_mut() }) else {
+        return 1;
+    };
     let Some(buf) = SCRATCH.get_ptr_mut(walk.scratch) else {
         return 1;
     };
     // SAFETY: a per-CPU scratch stack owned by the running program.
     let buf = unsafe { &mut *buf };
-    for k in 0..FRAMES_PER_STEP as u64 {
-        if frame(walk, &mut buf.frames, index * FRAMES_PER_STEP as u64 + k) != 0 {
-            return 1;
-        }
-    }
-    0
+    frame(walk, &mut buf.frames, slot)
 }
 
 /// One frame: record `ip` in slot `slot`, then compute the caller's registers. Returns 1 to
