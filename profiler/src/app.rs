@@ -359,8 +359,13 @@ fn prepare(args: &Args) -> Result<Prepared> {
         args.mode.name(),
     );
     let outputs = open_outputs(&args.out, default_svg, args.save.as_deref(), args.mode)?;
+    let started = std::time::Instant::now();
     let offsets = kernel::task_offsets(Path::new(preflight::VMLINUX_BTF))
         .context("cannot find the task_struct layout of this kernel")?;
+    log::debug!(
+        "task_struct layout read in {:.3} s",
+        started.elapsed().as_secs_f64()
+    );
     // Unwind tables for every executable file the targets map, before the programs load:
     // their size decides the size of the kernel's row array.
     if args.unwind == Unwind::Dwarf {

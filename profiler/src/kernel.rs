@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use btf_rs::{Btf, Type};
+use crate::vmlinux_btf::Btf;
 use profiler_common::IRQ_ENTRY_RANGES;
 use thiserror::Error;
 
@@ -72,55 +72,40 @@ pub fn release() -> String {
 }
 
 pub fn task_offsets(btf_path: &Path) -> Result<TaskOffsets, KernelError> {
-    let btf = Btf::from_file(btf_path).map_err(|e| KernelError::Btf {
+    let error = |message: String| KernelError::Btf {
         path: btf_path.display().to_string(),
-        message: e.to_string(),
-    })?;
-    let task = find_struct(&btf, "task_struct")?;
+        message,
+    };
+    let bytes = std::fs::read(btf_path).map_err(|e| error(e.to_string()))?;
+    let btf = Btf::parse(&bytes).map_err(error)?;
+    let task = btf
+        .find_struct("task_struct")
+        .ok_or(KernelError::NoStruct("task_struct"))?;
+    let missing = |field| KernelError::NoField {
+        ty: "task_struct",
+        field,
+    };
     let field = |name: &'static str| {
-        member_offset(&btf, &task, name)
+        btf.member(task, name)
             .map(|(off, _)| off)
-            .ok_or(KernelError::NoField {
-                ty: "task_struct",
-                field: name,
-            })
+            .ok_or(missing(name))
     };
-    let (se_off, se) = member_offset(&btf, &task, "se").ok_or(KernelError::NoField {
-        ty: "task_struct",
-        field: "se",
-    })?;
-    let entity = match btf.resolve_chained_type(&se) {
-        Ok(Type::Struct(entity)) => Some(entity),
-        _ => None,
-    };
-    let in_entity = |name: &str| {
-        let (off, _) = member_offset(&btf, entity.as_ref()?, name)?;
-        Some(se_off + off)
-    };
-    let exec = in_entity("sum_exec_runtime").ok_or(KernelError::NoField {
-        ty: "task_struct",
-        field: "se.sum_exec_runtime",
-    })?;
-    let (si_off, si) = member_offset(&btf, &task, "sched_info").ok_or(KernelError::NoField {
-        ty: "task_struct",
-        field: "sched_info (CONFIG_SCHED_INFO)",
-    })?;
-    let run_delay = match btf.resolve_chained_type(&si) {
-        Ok(Type::Struct(info)) => {
-            member_offset(&btf, &info, "run_delay").map(|(off, _)| si_off + off)
-        }
-        _ => None,
-    }
-    .ok_or(KernelError::NoField {
-        ty: "task_struct",
-        field: "sched_info.run_delay",
-    })?;
+    let (se_off, se) = btf.member(task, "se").ok_or(missing("se"))?;
+    let in_entity = |name: &str| Some(se_off + btf.member(se, name)?.0);
+    let exec = in_entity("sum_exec_runtime").ok_or(missing("se.sum_exec_runtime"))?;
+    let (si_off, si) = btf
+        .member(task, "sched_info")
+        .ok_or(missing("sched_info (CONFIG_SCHED_INFO)"))?;
+    let run_delay = btf
+        .member(si, "run_delay")
+        .map(|(off, _)| si_off + off)
+        .ok_or(missing("sched_info.run_delay"))?;
     let preempt_count = (|| {
-        let cfs_rq = find_struct(&btf, "cfs_rq").ok()?;
-        let percpu = percpu_offsets(&btf, &["runqueues", "__preempt_count"])?;
+        let cfs_rq = btf.find_struct("cfs_rq")?;
+        let percpu = btf.section_offsets(".data..percpu", &["runqueues", "__preempt_count"])?;
         Some(PreemptCountPath {
             task_cfs_rq: in_entity("cfs_rq")?,
-            cfs_rq_rq: member_offset(&btf, &cfs_rq, "rq")?.0,
+            cfs_rq_rq: btf.member(cfs_rq, "rq")?.0,
             percpu_runqueues: percpu[0],
             percpu_preempt_count: percpu[1],
         })
@@ -136,33 +121,6 @@ pub fn task_offsets(btf_path: &Path) -> Result<TaskOffsets, KernelError> {
         on_cpu: field("on_cpu")?,
         preempt_count,
     })
-}
-
-/// Offsets of the named per-CPU variables in the per-CPU area, in the order asked.
-fn percpu_offsets<const N: usize>(btf: &Btf, names: &[&str; N]) -> Option<[u32; N]> {
-    let section = btf
-        .resolve_types_by_name(".data..percpu")
-        .ok()?
-        .into_iter()
-        .find_map(|t| match t {
-            Type::Datasec(d) => Some(d),
-            _ => None,
-        })?;
-    let mut found = [None; N];
-    for var in &section.variables {
-        let Ok(Type::Var(v)) = btf.resolve_chained_type(var) else {
-            continue;
-        };
-        let name = btf.resolve_name(&v).unwrap_or_default();
-        if let Some(i) = names.iter().position(|n| *n == name) {
-            found[i] = Some(var.offset());
-        }
-    }
-    let mut offsets = [0; N];
-    for (o, f) in offsets.iter_mut().zip(found) {
-        *o = f?;
-    }
-    Some(offsets)
 }
 
 /// Where interrupt entry code lies in kernel text, as `[start, end)` pairs flattened into
@@ -211,39 +169,6 @@ pub fn interrupt_entry_ranges(kallsyms: &str) -> [u64; 2 * IRQ_ENTRY_RANGES] {
         }
     }
     ranges
-}
-
-fn find_struct(btf: &Btf, name: &'static str) -> Result<btf_rs::Struct, KernelError> {
-    btf.resolve_types_by_name(name)
-        .map_err(|_| KernelError::NoStruct(name))?
-        .into_iter()
-        .find_map(|t| match t {
-            // A forward declaration has no members; the definition is the one with some.
-            Type::Struct(s) if !s.members.is_empty() => Some(s),
-            _ => None,
-        })
-        .ok_or(KernelError::NoStruct(name))
-}
-
-/// Byte offset of member `name` in `st` and the member itself, looking through anonymous
-/// struct/union members, where the kernel keeps many task_struct fields.
-fn member_offset(btf: &Btf, st: &btf_rs::Struct, name: &str) -> Option<(u32, btf_rs::Member)> {
-    for member in &st.members {
-        let member_name = btf.resolve_name(member).unwrap_or_default();
-        if member_name == name {
-            return Some((member.bit_offset() / 8, member.clone()));
-        }
-        if member_name.is_empty() {
-            let inner = match btf.resolve_chained_type(member).ok()? {
-                Type::Struct(s) | Type::Union(s) => s,
-                _ => continue,
-            };
-            if let Some((off, m)) = member_offset(btf, &inner, name) {
-                return Some((member.bit_offset() / 8 + off, m));
-            }
-        }
-    }
-    None
 }
 
 #[cfg(test)]

@@ -17,3 +17,4 @@ pub mod snapshot;
 pub mod targets;
 pub mod timeline;
 pub mod uploads;
+pub mod vmlinux_btf;
