@@ -6,7 +6,9 @@ two `bpftool prog show` snapshots around the window). Each pair runs in both att
 summary is the geometric mean of B/A over all runs.
 
 usage (root): ab_postgres.py BIN_A BIN_B PAIRS SECS [extra profiler args...]
-  BIN_A/BIN_B: profiler binaries, or a path ending in `offcputime` (libbpf-tools, -p PID).
+  BIN_A/BIN_B: profiler binaries, or a path ending in `offcputime` or `wakeuptime`
+  (libbpf-tools, -p PID), or several joined by `+` (e.g. offcputime+wakeuptime: the pair of
+  anchors that together do what ours does; their programs' times are summed).
   env B_TARGET=PID: B profiles that process instead (e.g. an idle `sleep`: B's filter floor).
   env ALL_TARGET=PID: both do.
 Needs a cluster at /tmp/wc-pg, port 55432 (initdb -A trust; pg_ctl -o "-p 55432 -k /tmp/wc-pg
@@ -44,10 +46,15 @@ try:
         r = {}
         for p in out:
             if p["id"] in owners:
-                r[(owners[p["id"]], p["name"])] = (p.get("run_time_ns", 0), p.get("run_cnt", 0))
+                # Two tools of one side (offcputime+wakeuptime) may name a program alike:
+                # times add up, the event count is one tool's.
+                t, c = r.get((owners[p["id"]], p["name"]), (0, 0))
+                r[(owners[p["id"]], p["name"])] = (t + p.get("run_time_ns", 0), max(c, p.get("run_cnt", 0)))
         return r
     def start(binary, i):
-        if binary.endswith("offcputime"):
+        if "+" in binary:
+            return [start(b, i) for b in binary.split("+")]
+        if binary.endswith("offcputime") or binary.endswith("wakeuptime"):
             p = subprocess.Popen([binary, "-p", str(backend), "3600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(3)
             return p
@@ -68,21 +75,23 @@ try:
                 procs[k] = start(b, i)
             time.sleep(1)
             owners.clear()
-            for p in procs.values():
-                for i in ids_of(p.pid): owners[i] = p.pid
+            for k, p in procs.items():
+                for q_ in (p if isinstance(p, list) else [p]):
+                    for i in ids_of(q_.pid): owners[i] = k
             s0 = progs(); t0 = time.time()
             time.sleep(secs)
             s1 = progs(); dt = time.time() - t0
-            for p in procs.values(): p.send_signal(signal.SIGINT)
-            for p in procs.values():
+            every = [q_ for p in procs.values() for q_ in (p if isinstance(p, list) else [p])]
+            for p in every: p.send_signal(signal.SIGINT)
+            for p in every:
                 try: p.communicate(timeout=120)
                 except Exception: p.kill()
             row = {}
             for k, p in procs.items():
                 per = {}
-                for (pid, name), (t1, c1) in s1.items():
-                    if pid != p.pid: continue
-                    t0_, c0_ = s0.get((pid, name), (0, 0))
+                for (owner, name), (t1, c1) in s1.items():
+                    if owner != k: continue
+                    t0_, c0_ = s0.get((owner, name), (0, 0))
                     per[name] = (t1 - t0_, c1 - c0_)
                 sw = per.get("sched_switch", (0, 1))[1] or 1
                 tot = sum(t for t, c in per.values())
@@ -93,7 +102,7 @@ try:
             print(f"pair {pair+1} {'A' if a_first else 'B'} first:", flush=True)
             for n in names:
                 a = row["A"].get(n, (0, 0, 0)); b = row["B"].get(n, (0, 0, 0))
-                if a[1] < 5 and n != "TOTAL/switch": continue
+                if a[1] < 5 and b[1] < 5 and n != "TOTAL/switch": continue
                 print(f"  {n:22} A {a[0]:7.0f} ns ({a[1]:7.0f}/s {a[2]:5.2f} ms/s)  B {b[0]:7.0f} ns ({b[2]:5.2f} ms/s)  B/A {b[0]/a[0] if a[0] else float('nan'):.3f}", flush=True)
     print("geomean B/A over runs:")
     names = sorted(set(res["A"][0]))
