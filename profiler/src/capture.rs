@@ -84,63 +84,30 @@ impl Waiter {
             // SAFETY: the AsyncFd owns the OwnedFd, which stays open until it is dropped.
             unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
         });
-        let exited = async {
-            match &self.exited {
-                Some(fd) => {
-                    let _ = fd.readable().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
+        let exited = readable(self.exited.as_ref());
         tokio::pin!(exited);
-        let mut idle = Some(state);
-        let mut running: Option<tokio::task::JoinHandle<(S, Tick)>> = None;
+        let mut ticks = Ticks {
+            idle: Some(state),
+            running: None,
+            tick,
+        };
         let reason = loop {
             let left = total.saturating_sub(started.elapsed());
-            let ticking = async {
-                match running.as_mut() {
-                    Some(handle) => handle.await,
-                    None => std::future::pending().await,
-                }
-            };
             let woken = async {
-                match &wake {
-                    Some(fd) => {
-                        if let Ok(mut guard) = fd.readable().await {
-                            guard.clear_ready();
-                        }
-                        // The rest of an exec's mappings (its libraries) come within a
-                        // millisecond or two: read them in one go.
-                        tokio::time::sleep(MAPPINGS_SETTLE).await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
+                readable(wake.as_ref()).await;
+                // The rest of an exec's mappings (its libraries) come within a
+                // millisecond or two: read them in one go.
+                tokio::time::sleep(MAPPINGS_SETTLE).await;
             };
             tokio::select! {
                 _ = tokio::time::sleep(left) => break EndReason::Elapsed,
                 _ = self.sigint.recv() => break EndReason::Interrupted,
                 _ = self.sigterm.recv() => break EndReason::Terminated,
                 _ = &mut exited => break EndReason::TargetExited,
-                _ = interval.tick(), if idle.is_some() => {
-                    if let Some(mut s) = idle.take() {
-                        running = Some(tokio::task::spawn_blocking(move || {
-                            let t = tick(&mut s, TickKind::Full);
-                            (s, t)
-                        }));
-                    }
-                }
-                _ = woken, if idle.is_some() => {
-                    if let Some(mut s) = idle.take() {
-                        running = Some(tokio::task::spawn_blocking(move || {
-                            let t = tick(&mut s, TickKind::Mappings);
-                            (s, t)
-                        }));
-                    }
-                }
-                done = ticking => {
-                    running = None;
-                    let (s, t) = joined(done);
-                    idle = Some(s);
+                _ = interval.tick(), if ticks.is_idle() => ticks.start(TickKind::Full),
+                _ = woken, if ticks.is_idle() => ticks.start(TickKind::Mappings),
+                done = ticks.running() => {
+                    let t = ticks.finished(done);
                     if t.target_gone {
                         break EndReason::TargetExited;
                     }
@@ -153,13 +120,69 @@ impl Waiter {
         };
         let closed = close();
         progress.finish();
-        let state = match (idle, running) {
+        (reason, closed, ticks.state().await)
+    }
+}
+
+/// Resolves once `fd` is readable (its readiness cleared); never without one.
+async fn readable(fd: Option<&AsyncFd<OwnedFd>>) {
+    match fd {
+        Some(fd) => {
+            if let Ok(mut guard) = fd.readable().await {
+                guard.clear_ready();
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// The state ticks run on: here while idle, on a blocking thread while a tick runs.
+struct Ticks<S> {
+    idle: Option<S>,
+    running: Option<tokio::task::JoinHandle<(S, Tick)>>,
+    tick: fn(&mut S, TickKind) -> Tick,
+}
+
+impl<S: Send + 'static> Ticks<S> {
+    fn is_idle(&self) -> bool {
+        self.idle.is_some()
+    }
+
+    /// Runs a tick on a blocking thread, if none is running.
+    fn start(&mut self, kind: TickKind) {
+        if let Some(mut s) = self.idle.take() {
+            let tick = self.tick;
+            self.running = Some(tokio::task::spawn_blocking(move || {
+                let t = tick(&mut s, kind);
+                (s, t)
+            }));
+        }
+    }
+
+    /// Resolves when the running tick ends; never while none runs.
+    async fn running(&mut self) -> Result<(S, Tick), tokio::task::JoinError> {
+        match self.running.as_mut() {
+            Some(handle) => handle.await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Takes the state back from a tick that ended; what it learned.
+    fn finished(&mut self, done: Result<(S, Tick), tokio::task::JoinError>) -> Tick {
+        self.running = None;
+        let (s, t) = joined(done);
+        self.idle = Some(s);
+        t
+    }
+
+    /// The state, once a tick still running has ended.
+    async fn state(self) -> S {
+        match (self.idle, self.running) {
             (Some(s), _) => s,
             (None, Some(handle)) => joined(handle.await).0,
             // A tick is either idle or running.
             (None, None) => unreachable!("the tick state was lost"),
-        };
-        (reason, closed, state)
+        }
     }
 }
 
