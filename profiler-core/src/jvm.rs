@@ -2513,49 +2513,66 @@ mod tests {
         let f = Unsigned5::UP_TO_JDK19;
         let l = pc_layout(f);
         let (r, [outer, inner, ..]) = recorded(f);
-        // A chain that does not end in the nmethod's method.
-        let other = DebugInfo {
-            method: INNER,
-            ..info(&r, f)
-        };
-        assert!(other.inlining(&l).is_err());
-        // The other format reads other numbers.
-        assert!(info(&r, Unsigned5::SINCE_JDK20).pc_scopes(&l).is_err());
-        // A scope cut short.
-        let cut = DebugInfo {
-            scopes: &r.scopes[..inner as usize + 2],
-            ..info(&r, f)
-        };
-        assert!(cut.pc_scopes(&l).is_err());
-        // Metadata index 0 (NULL) or past the metadata.
-        let short = DebugInfo {
-            metadata: &r.metadata[..8],
-            ..info(&r, f)
-        };
-        assert!(short.pc_scopes(&l).is_err());
-        // PcDescs out of order, or not a whole number of them.
+        // PcDescs out of order.
         let mut swapped = r.pcs.clone();
         swapped[16..20].copy_from_slice(&50i32.to_le_bytes());
-        let unordered = DebugInfo {
-            pcs: &swapped,
-            ..info(&r, f)
-        };
-        assert!(unordered.pc_scopes(&l).is_err());
-        let ragged = DebugInfo {
-            pcs: &r.pcs[..20],
-            ..info(&r, f)
-        };
-        assert!(ragged.pc_scopes(&l).is_err());
         // A scope that is its own sender never ends.
         let mut looped = r.scopes.clone();
         let at = inner as usize;
         assert_eq!(looped[at] as u32, outer);
         looped[at] = u8::try_from(inner).expect("a small offset");
-        let endless = DebugInfo {
-            scopes: &looped,
-            ..info(&r, f)
-        };
-        assert!(endless.pc_scopes(&l).is_err());
+        let refused = [
+            (
+                "a chain that does not end in the nmethod's method",
+                DebugInfo {
+                    method: INNER,
+                    ..info(&r, f)
+                },
+            ),
+            (
+                "the other format, which reads other numbers",
+                info(&r, Unsigned5::SINCE_JDK20),
+            ),
+            (
+                "a scope cut short",
+                DebugInfo {
+                    scopes: &r.scopes[..inner as usize + 2],
+                    ..info(&r, f)
+                },
+            ),
+            (
+                "metadata index 0 (NULL) or past the metadata",
+                DebugInfo {
+                    metadata: &r.metadata[..8],
+                    ..info(&r, f)
+                },
+            ),
+            (
+                "PcDescs out of order",
+                DebugInfo {
+                    pcs: &swapped,
+                    ..info(&r, f)
+                },
+            ),
+            (
+                "not a whole number of PcDescs",
+                DebugInfo {
+                    pcs: &r.pcs[..20],
+                    ..info(&r, f)
+                },
+            ),
+            (
+                "a scope that is its own sender",
+                DebugInfo {
+                    scopes: &looped,
+                    ..info(&r, f)
+                },
+            ),
+        ];
+        for (what, info) in refused {
+            assert!(info.pc_scopes(&l).is_err(), "{what}: pc_scopes");
+            assert!(info.inlining(&l).is_err(), "{what}: inlining");
+        }
     }
 
     /// A 64-byte nmethod header with each `(offset, bytes)` written.
