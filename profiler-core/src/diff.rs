@@ -470,7 +470,7 @@ mod tests {
     use profiler_common::{WaitHist, WaitState, hist_bucket};
 
     use super::*;
-    use crate::model::{CaptureMeta, Entry, Name, ThreadTime, Window, saved::SAVED_FORMAT};
+    use crate::model::{Entry, Name, ThreadTime, Window};
 
     const MS: u64 = 1_000_000;
 
@@ -531,29 +531,20 @@ mod tests {
                 Kind::Off(s) => thread.time.add_wait(s, e.time_ns),
             }
         }
-        SavedCapture {
-            format: SAVED_FORMAT,
-            meta: CaptureMeta {
-                target: "app".into(),
-                pid: 1,
-                ..CaptureMeta::default()
-            },
-            profile: Profile {
-                entries,
-                threads: [(1, thread)].into_iter().collect(),
-                site_hists,
-                ..Profile::empty(
-                    mode,
-                    Window {
-                        start_ns: 0,
-                        stop_ns: secs * 1000 * MS,
-                    },
-                    10 * MS,
-                )
-            },
-            names,
-            timeline: None,
-        }
+        let profile = Profile {
+            entries,
+            threads: [(1, thread)].into_iter().collect(),
+            site_hists,
+            ..Profile::empty(
+                mode,
+                Window {
+                    start_ns: 0,
+                    stop_ns: secs * 1000 * MS,
+                },
+                10 * MS,
+            )
+        };
+        SavedCapture::of_app(profile, names, None)
     }
 
     fn function<'a>(d: &'a Diff, name: &str) -> &'a FunctionRow {
