@@ -313,28 +313,75 @@ impl VmStructs {
         Ok(VmStructs {
             fields: tables.fields()?,
             types: tables.types()?,
-            int_constants: tables.constants(
-                "gHotSpotVMIntConstants",
-                "gHotSpotVMIntConstantEntryArrayStride",
-                "gHotSpotVMIntConstantEntryNameOffset",
-                "gHotSpotVMIntConstantEntryValueOffset",
-            )?,
-            long_constants: tables.constants(
-                "gHotSpotVMLongConstants",
-                "gHotSpotVMLongConstantEntryArrayStride",
-                "gHotSpotVMLongConstantEntryNameOffset",
-                "gHotSpotVMLongConstantEntryValueOffset",
-            )?,
+            int_constants: tables.constants(&VM_INT_CONSTANTS, 4)?,
+            long_constants: tables.constants(&VM_LONG_CONSTANTS, 8)?,
         })
     }
 }
 
-/// The four tables libjvm exports, read from the target: each table's address, stride and
-/// entry layout are exported variables, and the names in it C strings, each read once.
+/// One of the tables libjvm exports, by the exported variables that describe it: its address,
+/// the stride of its entries, and where in an entry its name lies (a NULL name ends the
+/// table); and, for constants, where the value lies.
+struct Table {
+    address: &'static str,
+    stride: &'static str,
+    name: &'static str,
+    value: &'static str,
+    /// The table's name in messages.
+    what: &'static str,
+}
+
+const VM_STRUCTS: Table = Table {
+    address: "gHotSpotVMStructs",
+    stride: "gHotSpotVMStructEntryArrayStride",
+    name: "gHotSpotVMStructEntryTypeNameOffset",
+    value: "",
+    what: "vmStructs",
+};
+const VM_TYPES: Table = Table {
+    address: "gHotSpotVMTypes",
+    stride: "gHotSpotVMTypeEntryArrayStride",
+    name: "gHotSpotVMTypeEntryTypeNameOffset",
+    value: "",
+    what: "vmTypes",
+};
+const VM_INT_CONSTANTS: Table = Table {
+    address: "gHotSpotVMIntConstants",
+    stride: "gHotSpotVMIntConstantEntryArrayStride",
+    name: "gHotSpotVMIntConstantEntryNameOffset",
+    value: "gHotSpotVMIntConstantEntryValueOffset",
+    what: "vm constant",
+};
+const VM_LONG_CONSTANTS: Table = Table {
+    address: "gHotSpotVMLongConstants",
+    stride: "gHotSpotVMLongConstantEntryArrayStride",
+    name: "gHotSpotVMLongConstantEntryNameOffset",
+    value: "gHotSpotVMLongConstantEntryValueOffset",
+    what: "vm constant",
+};
+
+/// The tables as read from the target; their names are C strings, each read once.
 struct Tables<'a> {
     mem: &'a Memory,
     lib: &'a Libjvm,
     strings: HashMap<u64, String>,
+}
+
+/// One entry of a table.
+struct Entry<'a> {
+    mem: &'a Memory,
+    bytes: &'a [u8],
+    what: &'static str,
+    /// Its name (a C string's address).
+    name: u64,
+}
+
+impl Entry<'_> {
+    /// The `size`-byte value at `at`.
+    fn get(&self, at: u64, size: usize) -> Result<u64, JvmError> {
+        le(self.bytes, at as usize, size)
+            .ok_or_else(|| self.mem.invalid(format!("{} entry layout", self.what)))
+    }
 }
 
 impl Tables<'_> {
@@ -355,27 +402,44 @@ impl Tables<'_> {
         Ok(s)
     }
 
+    /// Calls `f` with each entry of `table` in turn.
+    fn each_entry(
+        &mut self,
+        table: &Table,
+        mut f: impl FnMut(&mut Self, &Entry<'_>) -> Result<(), JvmError>,
+    ) -> Result<(), JvmError> {
+        let stride = self.var(table.stride)?;
+        let name = self.var(table.name)?;
+        let base = self.var(table.address)?;
+        let mem = self.mem;
+        for_each_entry(mem, base, stride, name, |bytes| {
+            let mut entry = Entry {
+                mem,
+                bytes,
+                what: table.what,
+                name: 0,
+            };
+            entry.name = entry.get(name, 8)?;
+            f(self, &entry)
+        })
+    }
+
     /// `gHotSpotVMStructs`: every field by (type, field).
     fn fields(&mut self) -> Result<HashMap<(String, String), FieldEntry>, JvmError> {
-        let stride = self.var("gHotSpotVMStructEntryArrayStride")?;
-        let type_name = self.var("gHotSpotVMStructEntryTypeNameOffset")?;
         let field_name = self.var("gHotSpotVMStructEntryFieldNameOffset")?;
         let type_string = self.var("gHotSpotVMStructEntryTypeStringOffset")?;
         let is_static = self.var("gHotSpotVMStructEntryIsStaticOffset")?;
         let offset = self.var("gHotSpotVMStructEntryOffsetOffset")?;
         let address = self.var("gHotSpotVMStructEntryAddressOffset")?;
-        let base = self.var("gHotSpotVMStructs")?;
-        let mem = self.mem;
         let mut fields = HashMap::new();
-        for_each_entry(mem, base, stride, type_name, |e| {
-            let get = |at, size| entry_value(mem, e, at, size, "vmStructs");
-            let ty = self.string(get(type_name, 8)?)?;
-            let field = self.string(get(field_name, 8)?)?;
+        self.each_entry(&VM_STRUCTS, |t, e| {
+            let ty = t.string(e.name)?;
+            let field = t.string(e.get(field_name, 8)?)?;
             let entry = FieldEntry {
-                type_string: self.string(get(type_string, 8)?)?,
-                offset: get(offset, 8)?,
-                address: get(address, 8)?,
-                is_static: get(is_static, 4)? != 0,
+                type_string: t.string(e.get(type_string, 8)?)?,
+                offset: e.get(offset, 8)?,
+                address: e.get(address, 8)?,
+                is_static: e.get(is_static, 4)? != 0,
             };
             fields.insert((ty, field), entry);
             Ok(())
@@ -385,57 +449,36 @@ impl Tables<'_> {
 
     /// `gHotSpotVMTypes`: each type's size and unsignedness.
     fn types(&mut self) -> Result<HashMap<String, (u64, bool)>, JvmError> {
-        let stride = self.var("gHotSpotVMTypeEntryArrayStride")?;
-        let type_name = self.var("gHotSpotVMTypeEntryTypeNameOffset")?;
         let size = self.var("gHotSpotVMTypeEntrySizeOffset")?;
         let unsigned = self.var("gHotSpotVMTypeEntryIsUnsignedOffset")?;
-        let base = self.var("gHotSpotVMTypes")?;
-        let mem = self.mem;
         let mut types = HashMap::new();
-        for_each_entry(mem, base, stride, type_name, |e| {
-            let get = |at, size| entry_value(mem, e, at, size, "vmTypes");
-            let ty = self.string(get(type_name, 8)?)?;
-            types.insert(ty, (get(size, 8)?, get(unsigned, 4)? != 0));
+        self.each_entry(&VM_TYPES, |t, e| {
+            types.insert(
+                t.string(e.name)?,
+                (e.get(size, 8)?, e.get(unsigned, 4)? != 0),
+            );
             Ok(())
         })?;
         Ok(types)
     }
 
-    /// One of the constant tables by name: the table, its stride and its entries' name and
-    /// value offsets. Int constants are 32-bit values, long constants 64-bit.
-    fn constants(
-        &mut self,
-        table: &'static str,
-        stride: &'static str,
-        name: &'static str,
-        value: &'static str,
-    ) -> Result<HashMap<String, i64>, JvmError> {
-        let stride = self.var(stride)?;
-        let name = self.var(name)?;
-        let value = self.var(value)?;
-        let base = self.var(table)?;
-        let width = if table.contains("Int") { 4 } else { 8 };
-        let mem = self.mem;
+    /// A table of constants of `width` bytes (int constants 4, long constants 8) by name.
+    fn constants(&mut self, table: &Table, width: usize) -> Result<HashMap<String, i64>, JvmError> {
+        let value = self.var(table.value)?;
         let mut constants = HashMap::new();
-        for_each_entry(mem, base, stride, name, |e| {
-            let get = |at, size| entry_value(mem, e, at, size, "vm constant");
-            let n = self.string(get(name, 8)?)?;
-            let v = get(value, width)?;
+        self.each_entry(table, |t, e| {
+            let name = t.string(e.name)?;
+            let v = e.get(value, width)?;
             let v = if width == 4 {
                 v as u32 as i32 as i64
             } else {
                 v as i64
             };
-            constants.insert(n, v);
+            constants.insert(name, v);
             Ok(())
         })?;
         Ok(constants)
     }
-}
-
-/// The `size`-byte value at `at` in the table entry `e` (of the table `table`).
-fn entry_value(mem: &Memory, e: &[u8], at: u64, size: usize, table: &str) -> Result<u64, JvmError> {
-    le(e, at as usize, size).ok_or_else(|| mem.invalid(format!("{table} entry layout")))
 }
 
 /// Calls `f` on each entry of a table ending with an entry whose name pointer (at `name`) is
@@ -2521,91 +2564,100 @@ mod tests {
         let at = inner as usize;
         assert_eq!(looped[at] as u32, outer);
         looped[at] = u8::try_from(inner).expect("a small offset");
-        let refused = [
+        let (pcs, scopes, meta) = (&r.pcs[..], &r.scopes[..], &r.metadata[..]);
+        // What is read of each: its PcDescs, scopes and metadata, its method and format.
+        let refused: [(&str, [&[u8]; 3], u64, Unsigned5); 7] = [
             (
-                "a chain that does not end in the nmethod's method",
-                DebugInfo {
-                    method: INNER,
-                    ..info(&r, f)
-                },
+                "a chain not ending in the nmethod's method",
+                [pcs, scopes, meta],
+                INNER,
+                f,
             ),
             (
-                "the other format, which reads other numbers",
-                info(&r, Unsigned5::SINCE_JDK20),
+                "the other format: other numbers",
+                [pcs, scopes, meta],
+                OUTER,
+                Unsigned5::SINCE_JDK20,
             ),
             (
                 "a scope cut short",
-                DebugInfo {
-                    scopes: &r.scopes[..inner as usize + 2],
-                    ..info(&r, f)
-                },
+                [pcs, &scopes[..inner as usize + 2], meta],
+                OUTER,
+                f,
             ),
             (
                 "metadata index 0 (NULL) or past the metadata",
-                DebugInfo {
-                    metadata: &r.metadata[..8],
-                    ..info(&r, f)
-                },
+                [pcs, scopes, &meta[..8]],
+                OUTER,
+                f,
             ),
-            (
-                "PcDescs out of order",
-                DebugInfo {
-                    pcs: &swapped,
-                    ..info(&r, f)
-                },
-            ),
+            ("PcDescs out of order", [&swapped, scopes, meta], OUTER, f),
             (
                 "not a whole number of PcDescs",
-                DebugInfo {
-                    pcs: &r.pcs[..20],
-                    ..info(&r, f)
-                },
+                [&pcs[..20], scopes, meta],
+                OUTER,
+                f,
             ),
             (
                 "a scope that is its own sender",
-                DebugInfo {
-                    scopes: &looped,
-                    ..info(&r, f)
-                },
+                [pcs, &looped, meta],
+                OUTER,
+                f,
             ),
         ];
-        for (what, info) in refused {
+        for (what, [pcs, scopes, metadata], method, stream) in refused {
+            let info = DebugInfo {
+                pcs,
+                scopes,
+                metadata,
+                stream,
+                method,
+            };
             assert!(info.pc_scopes(&l).is_err(), "{what}: pc_scopes");
             assert!(info.inlining(&l).is_err(), "{what}: inlining");
         }
     }
 
-    /// A 64-byte nmethod header with each `(offset, bytes)` written.
-    fn header(fields: &[(usize, &[u8])]) -> Vec<u8> {
-        let mut header = vec![0u8; 64];
-        for &(at, bytes) in fields {
-            header[at..at + bytes.len()].copy_from_slice(bytes);
+    /// An nmethod header, written a field at a time: each field its value at its offset.
+    struct Header(Vec<u8>);
+
+    impl Header {
+        fn new() -> Header {
+            Header(vec![0u8; 64])
         }
-        header
+
+        fn put(&mut self, f: Field, bytes: &[u8]) -> Field {
+            let at = f.offset as usize;
+            self.0[at..at + bytes.len()].copy_from_slice(bytes);
+            f
+        }
+
+        fn int(&mut self, offset: u64, v: i32) -> Field {
+            self.put(int(offset), &v.to_le_bytes())
+        }
+
+        fn ptr(&mut self, offset: u64, v: u64) -> Field {
+            self.put(ptr(offset), &v.to_le_bytes())
+        }
     }
 
     #[test]
     fn debug_info_is_located_from_a_jdk17_nmethod_header() {
         let addr = 0x7f00_0000_0000u64;
         // Metadata at +200, scopes data from addr + 300, PcDescs +400 to +480.
-        let header = header(&[
-            (0, &200i32.to_le_bytes()),
-            (8, &(addr + 300).to_le_bytes()),
-            (16, &400i32.to_le_bytes()),
-            (20, &480i32.to_le_bytes()),
-            (24, &77i32.to_le_bytes()),
-        ]);
+        let mut h = Header::new();
         let jdk17 = DebugLayout {
             sections: DebugSections::InBlob {
-                metadata_offset: int(0),
-                scopes_data_begin: ptr(8),
-                scopes_pcs_offset: int(16),
-                dependencies_offset: int(20),
+                metadata_offset: h.int(0, 200),
+                scopes_data_begin: h.ptr(8, addr + 300),
+                scopes_pcs_offset: h.int(16, 400),
+                dependencies_offset: h.int(20, 480),
             },
-            compile_id: int(24),
+            compile_id: h.int(24, 77),
             header_end: 28,
             ..pc_layout(Unsigned5::UP_TO_JDK19)
         };
+        let header = h.0;
         let at = jdk17.locate(addr, &header, 1000, 1000).expect("located");
         assert_eq!(
             at,
@@ -2628,37 +2680,26 @@ mod tests {
     fn debug_info_is_located_from_a_jdk25_nmethod_header() {
         // PcDescs and scopes in the immutable data, metadata after the relocations in the
         // mutable data.
-        let addr = 0x7f00_0000_0000u64;
-        let immutable = 0x5500_0000_0000u64;
-        let mutable = 0x5600_0000_0000u64;
-        let header = header(&[
-            (0, &immutable.to_le_bytes()),
-            (8, &900i32.to_le_bytes()),
-            (12, &100i32.to_le_bytes()),
-            (16, &260i32.to_le_bytes()),
-            (24, &mutable.to_le_bytes()),
-            (32, &40i32.to_le_bytes()),
-            (36, &64i32.to_le_bytes()),
-            (40, &5i32.to_le_bytes()),
-        ]);
+        let (immutable, mutable) = (0x5500_0000_0000u64, 0x5600_0000_0000u64);
+        let mut h = Header::new();
         let jdk25 = DebugLayout {
+            compile_id: h.int(40, 5),
+            header_end: 44,
             sections: DebugSections::Immutable {
-                immutable_data: ptr(0),
-                immutable_data_size: int(8),
-                scopes_pcs_offset: int(12),
-                scopes_data_offset: int(16),
+                immutable_data: h.ptr(0, immutable),
+                immutable_data_size: h.int(8, 900),
+                scopes_pcs_offset: h.int(12, 100),
+                scopes_data_offset: h.int(16, 260),
                 metadata: MetadataSection::Mutable {
-                    mutable_data: ptr(24),
-                    relocation_size: int(32),
-                    mutable_data_size: int(36),
+                    mutable_data: h.ptr(24, mutable),
+                    relocation_size: h.int(32, 40),
+                    mutable_data_size: h.int(36, 64),
                 },
             },
-            compile_id: int(40),
-            header_end: 44,
             ..pc_layout(Unsigned5::UP_TO_JDK19)
         };
         assert_eq!(
-            jdk25.locate(addr, &header, 1000, 1000),
+            jdk25.locate(0x7f00_0000_0000, &h.0, 1000, 1000),
             Some(DebugInfoAt {
                 compile_id: 5,
                 metadata: (mutable + 40, mutable + 64),
