@@ -304,47 +304,56 @@ mod tests {
         Tick::default()
     }
 
-    #[test]
-    fn a_slow_tick_does_not_hold_the_window_open() {
+    /// Waits out a window of `secs` with slow ticks (one waiter at a time, on a runtime of
+    /// its own), `hooked` called once the signals are hooked: why it ended, when it closed
+    /// after it opened, the ticks run, and when the wait returned.
+    fn wait_with_slow_ticks(
+        secs: u64,
+        hooked: impl FnOnce(),
+    ) -> (EndReason, Duration, u32, Duration) {
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         runtime().block_on(async {
             let mut waiter = Waiter::new().expect("signal handlers");
+            hooked();
             let started = Instant::now();
             let (reason, closed_after, ticks) = waiter
-                .wait(started, 1, 0u32, None, slow_tick, || started.elapsed())
+                .wait(started, secs, 0u32, None, slow_tick, || started.elapsed())
                 .await;
-            assert_eq!(reason, EndReason::Elapsed);
-            assert!(
-                closed_after < Duration::from_secs(2),
-                "the window closed {closed_after:?} after it opened, asked 1 s"
-            );
-            // The tick that was running when the window closed finished and handed its
-            // state back.
-            assert_eq!(ticks, 1);
-            assert!(started.elapsed() >= SLOW_TICK);
-        });
+            (reason, closed_after, ticks, started.elapsed())
+        })
+    }
+
+    #[test]
+    fn a_slow_tick_does_not_hold_the_window_open() {
+        let (reason, closed_after, ticks, returned_after) = wait_with_slow_ticks(1, || {});
+        assert_eq!(reason, EndReason::Elapsed);
+        assert!(
+            closed_after < Duration::from_secs(2),
+            "the window closed {closed_after:?} after it opened, asked 1 s"
+        );
+        // The tick that was running when the window closed finished and handed its state
+        // back.
+        assert_eq!(ticks, 1);
+        assert!(returned_after >= SLOW_TICK);
     }
 
     #[test]
     fn ctrl_c_during_a_slow_tick_ends_the_capture_at_once() {
-        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        runtime().block_on(async {
-            let mut waiter = Waiter::new().expect("signal handlers");
-            let started = Instant::now();
-            let signaller = std::thread::spawn(|| {
+        let mut signaller = None;
+        let (reason, closed_after, _, _) = wait_with_slow_ticks(30, || {
+            signaller = Some(std::thread::spawn(|| {
                 std::thread::sleep(Duration::from_millis(300));
                 // SAFETY: a signal to this process, whose SIGINT the waiter has hooked.
                 unsafe { libc::kill(libc::getpid(), libc::SIGINT) };
-            });
-            let (reason, closed_after, _) = waiter
-                .wait(started, 30, 0u32, None, slow_tick, || started.elapsed())
-                .await;
-            signaller.join().expect("the signalling thread");
-            assert_eq!(reason, EndReason::Interrupted);
-            assert!(
-                closed_after < Duration::from_secs(2),
-                "Ctrl-C at 0.3 s closed the window after {closed_after:?}"
-            );
+            }));
         });
+        if let Some(s) = signaller {
+            s.join().expect("the signalling thread");
+        }
+        assert_eq!(reason, EndReason::Interrupted);
+        assert!(
+            closed_after < Duration::from_secs(2),
+            "Ctrl-C at 0.3 s closed the window after {closed_after:?}"
+        );
     }
 }
