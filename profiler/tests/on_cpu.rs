@@ -67,8 +67,18 @@ fn on_cpu_samples_match_the_frequency_and_carry_the_call_chain() {
     );
     assert!(lines.iter().all(|l| l.frames[0] == "workload"));
 
-    // (c) The SVG is well-formed XML and names those functions.
-    let svg = std::fs::read_to_string(&out.svg).expect("read the SVG");
+    check_svg(&out.svg, &pid);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(
+        stdout.contains("lost     0"),
+        "the summary prints the loss count:\n{stdout}"
+    );
+}
+
+/// The SVG is well-formed XML and names the spinner's functions, its process and the
+/// capture's frequency and losses.
+fn check_svg(path: &std::path::Path, pid: &str) {
+    let svg = std::fs::read_to_string(path).expect("read the SVG");
     let opts = roxmltree::ParsingOptions {
         allow_dtd: true,
         ..roxmltree::ParsingOptions::default()
@@ -83,12 +93,6 @@ fn on_cpu_samples_match_the_frequency_and_carry_the_call_chain() {
     assert!(
         svg.contains(&format!("{FREQ} Hz")) && svg.contains("0 lost"),
         "subtitle"
-    );
-
-    let stdout = String::from_utf8_lossy(&result.stdout);
-    assert!(
-        stdout.contains("lost     0"),
-        "the summary prints the loss count:\n{stdout}"
     );
 }
 
