@@ -98,6 +98,20 @@ impl Jvm {
 fn java_stacks(kind: Jvm) {
     require_root();
     let _serial = serial();
+    let lines = capture_jit_work(kind);
+    check_spinner(kind, &lines);
+    check_sleeper(kind, &lines);
+    let threads = per_thread(&lines);
+    for name in ["spinner", "sleeper"] {
+        let us = *threads
+            .get(name)
+            .unwrap_or_else(|| panic!("no lines for thread {name}: {threads:?}"));
+        assert_close(&format!("on+off of {name}"), us as f64, WINDOW_US, 0.03);
+    }
+}
+
+/// JitWork on a JVM of `kind`, warmed up, captured: its folded lines.
+fn capture_jit_work(kind: Jvm) -> Vec<Line> {
     let dir = javac(None, "JitWork");
     let mut args = vec![
         "-XX:CompileCommand=quiet",
@@ -139,9 +153,11 @@ fn java_stacks(kind: Jvm) {
     }
     let result = capturing.finish();
     assert_success(&result);
-    let lines = read_folded(&out.folded);
-    let threads = per_thread(&lines);
+    read_folded(&out.folded)
+}
 
+/// The spinner: on the CPU in leaf() called by middle(), below the JVM's thread start.
+fn check_spinner(kind: Jvm, lines: &[Line]) {
     // Between the thread's start and the Java code lie the JVM's own start-up frames
     // (thread_native_entry … JavaCalls::call_virtual), then the call stub and interpreted
     // frames (the thread's run(), spin(), sleepLoop(), nap()), which the perf map names only
@@ -195,7 +211,10 @@ fn java_stacks(kind: Jvm) {
             top(&spinner)
         );
     }
+}
 
+/// The sleeper: asleep in Thread.sleep, below the JVM's thread start.
+fn check_sleeper(kind: Jvm, lines: &[Line]) {
     // The sleeper: asleep nearly all the time (20 ms at a stretch; what is not sleep is the
     // run queue after each wakeup, a few % here, more when other work loads the CPUs) ...
     let sleeper: Vec<&Line> = lines.iter().filter(|l| l.thread() == "sleeper").collect();
@@ -253,12 +272,6 @@ fn java_stacks(kind: Jvm) {
             "sleeper: {named} of {sleep} µs asleep under sleepLoop → nap → Thread.sleep: {:#?}",
             top(&sleeper)
         );
-    }
-    for name in ["spinner", "sleeper"] {
-        let us = *threads
-            .get(name)
-            .unwrap_or_else(|| panic!("no lines for thread {name}: {threads:?}"));
-        assert_close(&format!("on+off of {name}"), us as f64, WINDOW_US, 0.03);
     }
 }
 
