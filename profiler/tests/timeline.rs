@@ -139,10 +139,20 @@ fn stalls_are_placed_where_and_when_they_happened() {
     let _serial = serial();
     let r = run("timeline", 300);
     validate_against_schema(&r.report);
-    let timeline = &r.report["timeline"];
-    let window_start = timeline["window_start_ns"]
+    let window_start = r.report["timeline"]["window_start_ns"]
         .as_u64()
         .expect("window_start_ns");
+    let tid = check_intervals(&r, window_start);
+    check_bursts(&r, window_start);
+    check_trace(&r, window_start, tid);
+    check_range_replay(&r, window_start, tid);
+    html_heatmap(&r, window_start);
+}
+
+/// The JSON report's long waits of the stalling thread (the main thread) are the stalls, at
+/// stall(). The stalling thread.
+fn check_intervals(r: &Run, window_start: u64) -> u64 {
+    let timeline = &r.report["timeline"];
     let threads = timeline["threads"].as_array().expect("timeline threads");
     // The stalling thread is the main thread.
     let main = threads
@@ -174,8 +184,11 @@ fn stalls_are_placed_where_and_when_they_happened() {
             );
         }
     }
+    tid
+}
 
-    // The report says when the stall site's time concentrated: in bursts at the stalls.
+/// The report says when the stall site's time concentrated: in bursts at the stalls.
+fn check_bursts(r: &Run, window_start: u64) {
     let sites = r.report["top_blocking_sites"].as_array().unwrap();
     let site = sites
         .iter()
@@ -200,8 +213,10 @@ fn stalls_are_placed_where_and_when_they_happened() {
         );
     }
     eprintln!("when: {}", when["summary"]);
+}
 
-    // The Perfetto trace, read back with Perfetto's own protos.
+/// The Perfetto trace, read back with Perfetto's own protos.
+fn check_trace(r: &Run, window_start: u64, tid: u64) {
     let decoded = decode(&r.trace);
     assert_eq!(decoded["errors"], serde_json::json!([]), "{decoded}");
     let thread = decoded["threads"]
@@ -252,8 +267,10 @@ fn stalls_are_placed_where_and_when_they_happened() {
         decoded["samples"].as_u64().unwrap() > 0,
         "the trace has on-CPU samples"
     );
+}
 
-    // A replay of the inside of the second stall: its stack only, in the stalling thread.
+/// A replay of the inside of the second stall: its stack only, in the stalling thread.
+fn check_range_replay(r: &Run, window_start: u64, tid: u64) {
     let (s, e) = r.stalls[1];
     let from = (s - window_start) as f64 / 1e9 + 0.05;
     let to = (e - window_start) as f64 / 1e9 - 0.05;
@@ -298,8 +315,6 @@ fn stalls_are_placed_where_and_when_they_happened() {
     // The whole capture has the work between the stalls too.
     let all = read_folded(&r.dir.join("all.folded"));
     assert!(all.iter().any(|l| l.has("spin_between")));
-
-    html_heatmap(&r, window_start);
 }
 
 /// `diff --from --to`: the range is cut from both captures (seconds from each one's start),
