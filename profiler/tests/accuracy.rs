@@ -262,13 +262,7 @@ fn cpu_mode_samples_agree_with_schedstat_or_say_why() {
         "--report",
         report.to_str().unwrap(),
     ]);
-    prompt();
-    let capturing = Capturing::start(&args);
-    let before = schedstat(workload.pid());
-    std::thread::sleep(Duration::from_secs(SECS));
-    let after = schedstat(workload.pid());
-    let result = capturing.finish();
-    assert_success(&result);
+    let (_, before, after) = capture_with_schedstat(&args, workload.pid(), SECS);
     let json = read_report(&report);
     let notes: Vec<String> = json["notes"]
         .as_array()

@@ -16,26 +16,24 @@ fn on_cpu_samples_match_the_frequency_and_carry_the_call_chain() {
     let workload = Workload::spawn(Build::FramePointers, &["spin"]);
     let out = outputs("on-cpu-spin");
     let pid = workload.pid().to_string();
-    prompt();
-    let capturing = Capturing::start(&[
-        "--pid",
-        &pid,
-        "--secs",
-        &SECS.to_string(),
-        "--freq",
-        &FREQ.to_string(),
-        "--mode",
-        "cpu",
-        "-o",
-        out.svg.to_str().unwrap(),
-        "--folded",
-        out.folded.to_str().unwrap(),
-    ]);
-    let before = schedstat(workload.pid());
-    std::thread::sleep(std::time::Duration::from_secs(SECS));
-    let after = schedstat(workload.pid());
-    let result = capturing.finish();
-    assert_success(&result);
+    let (result, before, after) = capture_with_schedstat(
+        &[
+            "--pid",
+            &pid,
+            "--secs",
+            &SECS.to_string(),
+            "--freq",
+            &FREQ.to_string(),
+            "--mode",
+            "cpu",
+            "-o",
+            out.svg.to_str().unwrap(),
+            "--folded",
+            out.folded.to_str().unwrap(),
+        ],
+        workload.pid(),
+        SECS,
+    );
     let lines = read_folded(&out.folded);
     let total = sum(&lines, |_| true);
 

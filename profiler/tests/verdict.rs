@@ -15,7 +15,7 @@
 
 mod common;
 
-use std::{collections::BTreeMap, time::Duration};
+use std::collections::BTreeMap;
 
 use common::*;
 use serde_json::Value;
@@ -78,12 +78,9 @@ fn the_verdict_names_the_working_threads_wait_and_idle_threads_stand_apart() {
     check_hidden(&out, &class);
 }
 
-/// Schedstat's figures of each thread as the window opens and closes.
-type Schedstats = (BTreeMap<u32, (f64, f64)>, BTreeMap<u32, (f64, f64)>);
-
 /// The `service` workload captured with --hide-idle: the report, the summary, schedstat at
 /// both ends of the window, the outputs.
-fn capture_service() -> (Value, String, Schedstats, Outputs) {
+fn capture_service() -> (Value, String, (Schedstat, Schedstat), Outputs) {
     let dir = scratch_dir();
     let workload = Workload::spawn(Build::FramePointers, &["service", dir.to_str().unwrap()]);
     let report_path = scratch_dir().join("verdict-service.json");
@@ -98,13 +95,7 @@ fn capture_service() -> (Value, String, Schedstats, Outputs) {
         "--report",
         report_path.to_str().unwrap(),
     ]);
-    prompt();
-    let capturing = Capturing::start(&args);
-    let before = schedstat(workload.pid());
-    std::thread::sleep(Duration::from_secs(SECS));
-    let after = schedstat(workload.pid());
-    let result = capturing.finish();
-    assert_success(&result);
+    let (result, before, after) = capture_with_schedstat(&args, workload.pid(), SECS);
     let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&report_path).expect("read the JSON report"))
