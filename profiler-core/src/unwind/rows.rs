@@ -713,6 +713,14 @@ fn evaluate(
         )?;
     }
 
+    Ok(UnwindTable {
+        base,
+        rows: sorted_and_merged(rows),
+    })
+}
+
+/// The rows in pc order, one per pc, neighbours with one rule merged.
+fn sorted_and_merged(mut rows: Vec<UnwindRow>) -> Vec<UnwindRow> {
     // Stable: rows sharing a pc stay in push order, and the last one pushed wins — a later row
     // of the same FDE, the first row of an FDE over the end marker of the one before it.
     // Nested FDEs (never in linked output) end up with NO_INFO after the inner one's end.
@@ -726,7 +734,7 @@ fn evaluate(
     }
     // Replacing above can leave two neighbours with one rule; merge only now.
     out.dedup_by(|next, kept| same_rule(next, kept));
-    Ok(UnwindTable { base, rows: out })
+    out
 }
 
 fn push(rows: &mut Vec<UnwindRow>, pc: u32, row: UnwindRow) -> Result<(), UnwindError> {
