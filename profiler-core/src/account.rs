@@ -449,17 +449,11 @@ impl Accumulator {
         cpu: &HashMap<u32, CpuTime>,
         opts: &AccountOptions,
     ) {
-        let window_ns = opts.window.len_ns();
-        let mut sampled_ns: HashMap<u32, u64> = HashMap::new();
-        if opts.mode.samples_on_cpu() {
-            for (key, value) in samples {
-                let e = self.entry(key.tid, key.user_stack, key.kernel_stack, Kind::OnCpu);
-                e.samples += value.count;
-                e.time_ns += value.period_ns;
-                *sampled_ns.entry(key.tid).or_default() += value.period_ns;
-                self.thread(key.tid).samples += value.count;
-            }
-        }
+        let sampled_ns = if opts.mode.samples_on_cpu() {
+            self.samples(samples)
+        } else {
+            HashMap::new()
+        };
         // Without switch tracing, and for a thread the switch programs never recorded (a full
         // thread table), the samples are all there is.
         for (&tid, &ns) in &sampled_ns {
@@ -473,45 +467,9 @@ impl Accumulator {
         // Per thread: the factor that turns its sample periods into its share of work.
         let mut scale: HashMap<u32, (u64, u64)> = HashMap::new();
         for (&tid, time) in cpu {
-            let on = time.on_ns.min(window_ns);
-            let traced = time.traced_ns.min(on);
-            let overhead = time.overhead_ns.min(traced);
-            let work = traced - overhead;
-            let switching_in = on - traced;
-            let t = self.thread(tid);
-            t.time.running = on - overhead;
-            t.time.profiler = overhead;
-            t.switching_in_ns = switching_in;
-            t.on_cpu_exact = true;
-            // Neither CPU time nor a wait in the kernel's books: state "other", in a frame of
-            // its own, so the thread's states still add up to the window.
-            let uncharged = time.uncharged_ns.min(window_ns - on);
-            t.uncharged_ns = uncharged;
-            // Waits that could not be recorded: their time is known, their state is not.
-            let lost = time.lost_ns.min(window_ns - on - uncharged);
-            t.lost_ns = lost;
-            self.other_time(tid, stack_id::UNCHARGED, uncharged);
-            self.other_time(tid, stack_id::LOST_WAITS, lost);
-            if !opts.mode.samples_on_cpu() {
-                continue;
-            }
-            match sampled_ns.get(&tid).copied().unwrap_or(0) {
-                0 if work > 0 => {
-                    self.entry(tid, stack_id::UNSAMPLED, stack_id::EMPTY, Kind::OnCpu)
-                        .time_ns = work;
-                }
-                0 => {}
-                sampled => {
-                    scale.insert(tid, (work, sampled));
-                }
-            }
-            for (id, ns) in [
-                (stack_id::SWITCHING_IN, switching_in),
-                (stack_id::PROFILER, overhead),
-            ] {
-                if ns > 0 {
-                    self.entry(tid, id, stack_id::EMPTY, Kind::OnCpu).time_ns = ns;
-                }
+            let sampled = sampled_ns.get(&tid).copied().unwrap_or(0);
+            if let Some(factor) = self.cpu_time(tid, time, sampled, opts) {
+                scale.insert(tid, factor);
             }
         }
         for e in self.entries.values_mut() {
@@ -522,6 +480,67 @@ impl Accumulator {
                 e.time_ns = (e.time_ns as u128 * work as u128 / sampled as u128) as u64;
             }
         }
+    }
+
+    /// Each sample as one period on its stack; the sampled time of each thread.
+    fn samples(&mut self, samples: &[(SampleKey, SampleValue)]) -> HashMap<u32, u64> {
+        let mut sampled_ns: HashMap<u32, u64> = HashMap::new();
+        for (key, value) in samples {
+            let e = self.entry(key.tid, key.user_stack, key.kernel_stack, Kind::OnCpu);
+            e.samples += value.count;
+            e.time_ns += value.period_ns;
+            *sampled_ns.entry(key.tid).or_default() += value.period_ns;
+            self.thread(key.tid).samples += value.count;
+        }
+        sampled_ns
+    }
+
+    /// Books a thread's CPU time as the switch programs counted it (`sampled`: its samples'
+    /// time): running, the profiler's share, switching in, and the time in no one's books.
+    /// The thread's (work, sampled) when its samples are to be scaled to its work.
+    fn cpu_time(
+        &mut self,
+        tid: u32,
+        time: &CpuTime,
+        sampled: u64,
+        opts: &AccountOptions,
+    ) -> Option<(u64, u64)> {
+        let window_ns = opts.window.len_ns();
+        let on = time.on_ns.min(window_ns);
+        let traced = time.traced_ns.min(on);
+        let overhead = time.overhead_ns.min(traced);
+        let work = traced - overhead;
+        let switching_in = on - traced;
+        let t = self.thread(tid);
+        t.time.running = on - overhead;
+        t.time.profiler = overhead;
+        t.switching_in_ns = switching_in;
+        t.on_cpu_exact = true;
+        // Neither CPU time nor a wait in the kernel's books: state "other", in a frame of
+        // its own, so the thread's states still add up to the window.
+        let uncharged = time.uncharged_ns.min(window_ns - on);
+        t.uncharged_ns = uncharged;
+        // Waits that could not be recorded: their time is known, their state is not.
+        let lost = time.lost_ns.min(window_ns - on - uncharged);
+        t.lost_ns = lost;
+        self.other_time(tid, stack_id::UNCHARGED, uncharged);
+        self.other_time(tid, stack_id::LOST_WAITS, lost);
+        if !opts.mode.samples_on_cpu() {
+            return None;
+        }
+        if sampled == 0 && work > 0 {
+            self.entry(tid, stack_id::UNSAMPLED, stack_id::EMPTY, Kind::OnCpu)
+                .time_ns = work;
+        }
+        for (id, ns) in [
+            (stack_id::SWITCHING_IN, switching_in),
+            (stack_id::PROFILER, overhead),
+        ] {
+            if ns > 0 {
+                self.entry(tid, id, stack_id::EMPTY, Kind::OnCpu).time_ns = ns;
+            }
+        }
+        (sampled > 0).then_some((work, sampled))
     }
 }
 

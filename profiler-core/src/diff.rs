@@ -388,13 +388,7 @@ fn functions(b: &Figures, a: &Figures) -> Vec<FunctionRow> {
         // Functions that are only ever callers move in the total column only.
         .filter(|r| r.self_ms_per_s.before > 0.0 || r.self_ms_per_s.after > 0.0)
         .collect();
-    rows.sort_by(|x, y| {
-        y.self_ms_per_s
-            .change
-            .abs()
-            .total_cmp(&x.self_ms_per_s.change.abs())
-            .then_with(|| x.function.cmp(&y.function))
-    });
+    largest_change_first(&mut rows, |r| (&r.self_ms_per_s, &r.function));
     rows
 }
 
@@ -430,14 +424,19 @@ fn sites(b: &Figures, a: &Figures) -> Vec<SiteRow> {
             }
         })
         .collect();
-    rows.sort_by(|x, y| {
-        y.ms_per_s
-            .change
-            .abs()
-            .total_cmp(&x.ms_per_s.change.abs())
-            .then_with(|| x.site.cmp(&y.site))
-    });
+    largest_change_first(&mut rows, |r| (&r.ms_per_s, &r.site));
     rows
+}
+
+/// The order of a diff's tables: the largest change (either way) first, then by name.
+fn largest_change_first<T>(rows: &mut [T], key: fn(&T) -> (&Change, &String)) {
+    rows.sort_by(|x, y| {
+        let ((cx, nx), (cy, ny)) = (key(x), key(y));
+        cy.change
+            .abs()
+            .total_cmp(&cx.change.abs())
+            .then_with(|| nx.cmp(ny))
+    });
 }
 
 /// Rounded to µs per second (0.001 ms/s): figures below that are noise, and the JSON stays
@@ -470,7 +469,7 @@ mod tests {
     use profiler_common::{WaitHist, WaitState, hist_bucket};
 
     use super::*;
-    use crate::model::{CaptureMeta, Entry, Name, ThreadTime, Window, saved::SAVED_FORMAT};
+    use crate::model::{Entry, Name, ThreadTime, Window};
 
     const MS: u64 = 1_000_000;
 
@@ -531,29 +530,20 @@ mod tests {
                 Kind::Off(s) => thread.time.add_wait(s, e.time_ns),
             }
         }
-        SavedCapture {
-            format: SAVED_FORMAT,
-            meta: CaptureMeta {
-                target: "app".into(),
-                pid: 1,
-                ..CaptureMeta::default()
-            },
-            profile: Profile {
-                entries,
-                threads: [(1, thread)].into_iter().collect(),
-                site_hists,
-                ..Profile::empty(
-                    mode,
-                    Window {
-                        start_ns: 0,
-                        stop_ns: secs * 1000 * MS,
-                    },
-                    10 * MS,
-                )
-            },
-            names,
-            timeline: None,
-        }
+        let profile = Profile {
+            entries,
+            threads: [(1, thread)].into_iter().collect(),
+            site_hists,
+            ..Profile::empty(
+                mode,
+                Window {
+                    start_ns: 0,
+                    stop_ns: secs * 1000 * MS,
+                },
+                10 * MS,
+            )
+        };
+        SavedCapture::of_app(profile, names, None)
     }
 
     fn function<'a>(d: &'a Diff, name: &str) -> &'a FunctionRow {

@@ -249,20 +249,21 @@ mod tests {
         names
     }
 
+    /// Options with nothing hidden or collapsed.
+    fn options(process: &str, per_thread: bool) -> FoldOptions {
+        FoldOptions {
+            per_process: false,
+            process: process.into(),
+            per_thread,
+            hide_sleep_of: BTreeSet::new(),
+            collapse_sleep_of: HashMap::new(),
+        }
+    }
+
     #[test]
     fn cpu_lines_are_root_to_leaf_with_sample_counts() {
         let p = profile(Mode::Cpu, vec![entry(11, 1, 0, Kind::OnCpu, 42, 420)]);
-        let f = fold(
-            &p,
-            &names(),
-            &FoldOptions {
-                per_process: false,
-                process: "app".into(),
-                per_thread: false,
-                hide_sleep_of: BTreeSet::new(),
-                collapse_sleep_of: HashMap::new(),
-            },
-        );
+        let f = fold(&p, &names(), &options("app", false));
         assert_eq!(f.unit, Unit::Samples);
         assert_eq!(
             f.lines.into_iter().collect::<Vec<_>>(),
@@ -280,17 +281,7 @@ mod tests {
                 entry(11, 1, 0, Kind::OnCpu, 3, 30_000_000),
             ],
         );
-        let f = fold(
-            &p,
-            &names(),
-            &FoldOptions {
-                per_process: false,
-                process: "app".into(),
-                per_thread: true,
-                hide_sleep_of: BTreeSet::new(),
-                collapse_sleep_of: HashMap::new(),
-            },
-        );
+        let f = fold(&p, &names(), &options("app", true));
         let lines: Vec<(String, u64)> = f.lines.into_iter().collect();
         assert_eq!(
             lines,
@@ -313,17 +304,7 @@ mod tests {
                 entry(11, 3, stack_id::LOST_FETCH, Kind::OnCpu, 1, 3_000),
             ],
         );
-        let f = fold(
-            &p,
-            &names(),
-            &FoldOptions {
-                per_process: false,
-                process: "a;b".into(),
-                per_thread: false,
-                hide_sleep_of: BTreeSet::new(),
-                collapse_sleep_of: HashMap::new(),
-            },
-        );
+        let f = fold(&p, &names(), &options("a;b", false));
         let keys: Vec<&str> = f.lines.keys().map(String::as_str).collect();
         assert_eq!(
             keys,
@@ -350,11 +331,8 @@ mod tests {
             &p,
             &names(),
             &FoldOptions {
-                per_process: false,
-                process: "app".into(),
-                per_thread: false,
                 hide_sleep_of: [11].into_iter().collect(),
-                collapse_sleep_of: HashMap::new(),
+                ..options("app", false)
             },
         );
         assert_eq!((f.hidden_ns, f.hidden_threads), (2_000_000, 1));
@@ -377,11 +355,8 @@ mod tests {
             &p,
             &names(),
             &FoldOptions {
-                per_process: false,
-                process: "app".into(),
-                per_thread: true,
-                hide_sleep_of: BTreeSet::new(),
                 collapse_sleep_of: [(11, idle.clone()), (12, idle.clone())].into(),
+                ..options("app", true)
             },
         );
         assert_eq!(f.lines[&format!("app;{idle}")], 2_000 + 5);

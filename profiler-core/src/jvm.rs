@@ -114,33 +114,14 @@ impl Memory {
         while first < ranges.len() {
             let batch = &ranges[first..ranges.len().min(first + IOV_MAX)];
             let want: usize = batch.iter().map(|r| r.1).sum();
-            let mut local = Vec::with_capacity(batch.len());
-            let mut remote = Vec::with_capacity(batch.len());
-            let mut at = offset;
+            let mut rest = &mut buf[offset..];
+            let mut parts = Vec::with_capacity(batch.len());
             for &(addr, len) in batch {
-                local.push(libc::iovec {
-                    iov_base: buf[at..].as_mut_ptr().cast(),
-                    iov_len: len,
-                });
-                remote.push(libc::iovec {
-                    iov_base: addr as *mut libc::c_void,
-                    iov_len: len,
-                });
-                at += len;
+                let (piece, tail) = std::mem::take(&mut rest).split_at_mut(len);
+                parts.push((addr, piece));
+                rest = tail;
             }
-            // SAFETY: every local iovec points into `buf`, alive, sized above and not
-            // otherwise borrowed during the call; the remote ones are only read by the kernel
-            // from the target.
-            let got = unsafe {
-                libc::process_vm_readv(
-                    self.pid as libc::pid_t,
-                    local.as_ptr(),
-                    local.len() as libc::c_ulong,
-                    remote.as_ptr(),
-                    remote.len() as libc::c_ulong,
-                    0,
-                )
-            };
+            let got = vm_readv(self.pid, &mut parts);
             // The call stops at the first part it cannot read (it never splits one): the
             // parts before it are whole, that one is read alone, and the rest is retried.
             let mut got = usize::try_from(got).unwrap_or(0).min(want);
@@ -163,6 +144,36 @@ impl Memory {
             first += done;
         }
         ok
+    }
+}
+
+/// One `process_vm_readv(2)` call: each `(address in the target, buffer)` read into its
+/// buffer, in order. What the call returns: the bytes read, or -1.
+fn vm_readv(pid: u32, parts: &mut [(u64, &mut [u8])]) -> isize {
+    let mut local = Vec::with_capacity(parts.len());
+    let mut remote = Vec::with_capacity(parts.len());
+    for (addr, piece) in parts.iter_mut() {
+        local.push(libc::iovec {
+            iov_base: piece.as_mut_ptr().cast(),
+            iov_len: piece.len(),
+        });
+        remote.push(libc::iovec {
+            iov_base: *addr as *mut libc::c_void,
+            iov_len: piece.len(),
+        });
+    }
+    // SAFETY: every local iovec points into a buffer of `parts`, alive and exclusively
+    // borrowed for the call, with its length; the remote ones are only read by the kernel
+    // from the target.
+    unsafe {
+        libc::process_vm_readv(
+            pid as libc::pid_t,
+            local.as_ptr(),
+            local.len() as libc::c_ulong,
+            remote.as_ptr(),
+            remote.len() as libc::c_ulong,
+            0,
+        )
     }
 }
 
@@ -195,6 +206,8 @@ struct VmStructs {
     /// Size and unsignedness of each type.
     types: HashMap<String, (u64, bool)>,
     int_constants: HashMap<String, i64>,
+    /// Read like the other tables (a JVM whose table cannot be read is not attached to).
+    #[expect(dead_code, reason = "no long constant is used yet")]
     long_constants: HashMap<String, i64>,
 }
 
@@ -292,101 +305,179 @@ impl Libjvm {
 
 impl VmStructs {
     fn read(mem: &Memory, lib: &Libjvm) -> Result<VmStructs, JvmError> {
-        let pid = mem.pid;
-        // An exported variable: its value in the target.
-        let var = |name: &'static str| -> Result<u64, JvmError> { mem.u64(lib.symbol(pid, name)?) };
-        let mut strings: HashMap<u64, String> = HashMap::new();
-        let mut string = |addr: u64| -> Result<String, JvmError> {
-            if addr == 0 {
-                return Ok(String::new());
-            }
-            if let Some(s) = strings.get(&addr) {
-                return Ok(s.clone());
-            }
-            let s = mem.cstr(addr, MAX_CSTR)?;
-            strings.insert(addr, s.clone());
-            Ok(s)
+        let mut tables = Tables {
+            mem,
+            lib,
+            strings: HashMap::new(),
         };
-        let mut out = VmStructs::default();
+        Ok(VmStructs {
+            fields: tables.fields()?,
+            types: tables.types()?,
+            int_constants: tables.constants(&VM_INT_CONSTANTS, 4)?,
+            long_constants: tables.constants(&VM_LONG_CONSTANTS, 8)?,
+        })
+    }
+}
 
-        let stride = var("gHotSpotVMStructEntryArrayStride")?;
-        let type_name = var("gHotSpotVMStructEntryTypeNameOffset")?;
-        let field_name = var("gHotSpotVMStructEntryFieldNameOffset")?;
-        let type_string = var("gHotSpotVMStructEntryTypeStringOffset")?;
-        let is_static = var("gHotSpotVMStructEntryIsStaticOffset")?;
-        let offset = var("gHotSpotVMStructEntryOffsetOffset")?;
-        let address = var("gHotSpotVMStructEntryAddressOffset")?;
-        let base = var("gHotSpotVMStructs")?;
-        for_each_entry(mem, base, stride, type_name, |e| {
-            let get = |at: u64, size: usize| {
-                le(e, at as usize, size).ok_or_else(|| mem.invalid("vmStructs entry layout".into()))
-            };
-            let ty = string(get(type_name, 8)?)?;
-            let field = string(get(field_name, 8)?)?;
-            let entry = FieldEntry {
-                type_string: string(get(type_string, 8)?)?,
-                offset: get(offset, 8)?,
-                address: get(address, 8)?,
-                is_static: get(is_static, 4)? != 0,
-            };
-            out.fields.insert((ty, field), entry);
-            Ok(())
-        })?;
+/// One of the tables libjvm exports, by the exported variables that describe it: its address,
+/// the stride of its entries, and where in an entry its name lies (a NULL name ends the
+/// table); and, for constants, where the value lies.
+struct Table {
+    address: &'static str,
+    stride: &'static str,
+    name: &'static str,
+    value: &'static str,
+    /// The table's name in messages.
+    what: &'static str,
+}
 
-        let stride = var("gHotSpotVMTypeEntryArrayStride")?;
-        let type_name = var("gHotSpotVMTypeEntryTypeNameOffset")?;
-        let size = var("gHotSpotVMTypeEntrySizeOffset")?;
-        let unsigned = var("gHotSpotVMTypeEntryIsUnsignedOffset")?;
-        let base = var("gHotSpotVMTypes")?;
-        for_each_entry(mem, base, stride, type_name, |e| {
-            let get = |at: u64, size: usize| {
-                le(e, at as usize, size).ok_or_else(|| mem.invalid("vmTypes entry layout".into()))
-            };
-            let ty = string(get(type_name, 8)?)?;
-            out.types
-                .insert(ty, (get(size, 8)?, get(unsigned, 4)? != 0));
-            Ok(())
-        })?;
+const VM_STRUCTS: Table = Table {
+    address: "gHotSpotVMStructs",
+    stride: "gHotSpotVMStructEntryArrayStride",
+    name: "gHotSpotVMStructEntryTypeNameOffset",
+    value: "",
+    what: "vmStructs",
+};
+const VM_TYPES: Table = Table {
+    address: "gHotSpotVMTypes",
+    stride: "gHotSpotVMTypeEntryArrayStride",
+    name: "gHotSpotVMTypeEntryTypeNameOffset",
+    value: "",
+    what: "vmTypes",
+};
+const VM_INT_CONSTANTS: Table = Table {
+    address: "gHotSpotVMIntConstants",
+    stride: "gHotSpotVMIntConstantEntryArrayStride",
+    name: "gHotSpotVMIntConstantEntryNameOffset",
+    value: "gHotSpotVMIntConstantEntryValueOffset",
+    what: "vm constant",
+};
+const VM_LONG_CONSTANTS: Table = Table {
+    address: "gHotSpotVMLongConstants",
+    stride: "gHotSpotVMLongConstantEntryArrayStride",
+    name: "gHotSpotVMLongConstantEntryNameOffset",
+    value: "gHotSpotVMLongConstantEntryValueOffset",
+    what: "vm constant",
+};
 
-        for (table, stride, name, value, into) in [
-            (
-                "gHotSpotVMIntConstants",
-                "gHotSpotVMIntConstantEntryArrayStride",
-                "gHotSpotVMIntConstantEntryNameOffset",
-                "gHotSpotVMIntConstantEntryValueOffset",
-                &mut out.int_constants,
-            ),
-            (
-                "gHotSpotVMLongConstants",
-                "gHotSpotVMLongConstantEntryArrayStride",
-                "gHotSpotVMLongConstantEntryNameOffset",
-                "gHotSpotVMLongConstantEntryValueOffset",
-                &mut out.long_constants,
-            ),
-        ] {
-            let stride = var(stride)?;
-            let name = var(name)?;
-            let value = var(value)?;
-            let base = var(table)?;
-            // Int constants are 32-bit values, long constants 64-bit.
-            let width = if table.contains("Int") { 4 } else { 8 };
-            for_each_entry(mem, base, stride, name, |e| {
-                let get = |at: u64, size: usize| {
-                    le(e, at as usize, size)
-                        .ok_or_else(|| mem.invalid("vm constant entry layout".into()))
-                };
-                let n = string(get(name, 8)?)?;
-                let v = get(value, width)?;
-                let v = if width == 4 {
-                    v as u32 as i32 as i64
-                } else {
-                    v as i64
-                };
-                into.insert(n, v);
-                Ok(())
-            })?;
+/// The tables as read from the target; their names are C strings, each read once.
+struct Tables<'a> {
+    mem: &'a Memory,
+    lib: &'a Libjvm,
+    strings: HashMap<u64, String>,
+}
+
+/// One entry of a table.
+struct Entry<'a> {
+    mem: &'a Memory,
+    bytes: &'a [u8],
+    what: &'static str,
+    /// Its name (a C string's address).
+    name: u64,
+}
+
+impl Entry<'_> {
+    /// The `size`-byte value at `at`.
+    fn get(&self, at: u64, size: usize) -> Result<u64, JvmError> {
+        le(self.bytes, at as usize, size)
+            .ok_or_else(|| self.mem.invalid(format!("{} entry layout", self.what)))
+    }
+}
+
+impl Tables<'_> {
+    /// An exported variable: its value in the target.
+    fn var(&self, name: &'static str) -> Result<u64, JvmError> {
+        self.mem.u64(self.lib.symbol(self.mem.pid, name)?)
+    }
+
+    fn string(&mut self, addr: u64) -> Result<String, JvmError> {
+        if addr == 0 {
+            return Ok(String::new());
         }
-        Ok(out)
+        if let Some(s) = self.strings.get(&addr) {
+            return Ok(s.clone());
+        }
+        let s = self.mem.cstr(addr, MAX_CSTR)?;
+        self.strings.insert(addr, s.clone());
+        Ok(s)
+    }
+
+    /// Calls `f` with each entry of `table` in turn.
+    fn each_entry(
+        &mut self,
+        table: &Table,
+        mut f: impl FnMut(&mut Self, &Entry<'_>) -> Result<(), JvmError>,
+    ) -> Result<(), JvmError> {
+        let stride = self.var(table.stride)?;
+        let name = self.var(table.name)?;
+        let base = self.var(table.address)?;
+        let mem = self.mem;
+        for_each_entry(mem, base, stride, name, |bytes| {
+            let mut entry = Entry {
+                mem,
+                bytes,
+                what: table.what,
+                name: 0,
+            };
+            entry.name = entry.get(name, 8)?;
+            f(self, &entry)
+        })
+    }
+
+    /// `gHotSpotVMStructs`: every field by (type, field).
+    fn fields(&mut self) -> Result<HashMap<(String, String), FieldEntry>, JvmError> {
+        let field_name = self.var("gHotSpotVMStructEntryFieldNameOffset")?;
+        let type_string = self.var("gHotSpotVMStructEntryTypeStringOffset")?;
+        let is_static = self.var("gHotSpotVMStructEntryIsStaticOffset")?;
+        let offset = self.var("gHotSpotVMStructEntryOffsetOffset")?;
+        let address = self.var("gHotSpotVMStructEntryAddressOffset")?;
+        let mut fields = HashMap::new();
+        self.each_entry(&VM_STRUCTS, |t, e| {
+            let ty = t.string(e.name)?;
+            let field = t.string(e.get(field_name, 8)?)?;
+            let entry = FieldEntry {
+                type_string: t.string(e.get(type_string, 8)?)?,
+                offset: e.get(offset, 8)?,
+                address: e.get(address, 8)?,
+                is_static: e.get(is_static, 4)? != 0,
+            };
+            fields.insert((ty, field), entry);
+            Ok(())
+        })?;
+        Ok(fields)
+    }
+
+    /// `gHotSpotVMTypes`: each type's size and unsignedness.
+    fn types(&mut self) -> Result<HashMap<String, (u64, bool)>, JvmError> {
+        let size = self.var("gHotSpotVMTypeEntrySizeOffset")?;
+        let unsigned = self.var("gHotSpotVMTypeEntryIsUnsignedOffset")?;
+        let mut types = HashMap::new();
+        self.each_entry(&VM_TYPES, |t, e| {
+            types.insert(
+                t.string(e.name)?,
+                (e.get(size, 8)?, e.get(unsigned, 4)? != 0),
+            );
+            Ok(())
+        })?;
+        Ok(types)
+    }
+
+    /// A table of constants of `width` bytes (int constants 4, long constants 8) by name.
+    fn constants(&mut self, table: &Table, width: usize) -> Result<HashMap<String, i64>, JvmError> {
+        let value = self.var(table.value)?;
+        let mut constants = HashMap::new();
+        self.each_entry(table, |t, e| {
+            let name = t.string(e.name)?;
+            let v = e.get(value, width)?;
+            let v = if width == 4 {
+                v as u32 as i32 as i64
+            } else {
+                v as i64
+            };
+            constants.insert(name, v);
+            Ok(())
+        })?;
+        Ok(constants)
     }
 }
 
@@ -588,45 +679,19 @@ impl Layout {
     /// compressed.
     fn resolve(pid: u32, vm: &VmStructs, major: Option<i64>) -> Result<Layout, JvmError> {
         let f = |ty: &str, name: &str| vm.field(pid, ty, name);
-        let blob_code = match (f("CodeBlob", "_code_begin"), f("CodeBlob", "_code_end")) {
-            (Ok(begin), Ok(end)) => CodeRange::Pointers { begin, end },
-            _ => CodeRange::Offsets {
-                code: f("CodeBlob", "_code_offset")?,
-                data: f("CodeBlob", "_data_offset")?,
-            },
-        };
-        let nmethod_test = match (
-            f("CodeBlob", "_kind"),
-            vm.int_constants.get("CodeBlobKind::Nmethod"),
-        ) {
-            (Ok(kind), Some(&nmethod)) => NmethodTest::Kind { kind, nmethod },
-            _ => NmethodTest::Name,
-        };
-        let heap_size = vm.size_of(pid, "CodeHeap")?;
-        let block_size = vm.size_of(pid, "HeapBlock")?;
-        if heap_size > 64 << 10 || block_size > 64 {
-            return Err(JvmError::Invalid {
-                pid,
-                what: format!("sizeof(CodeHeap) {heap_size}, sizeof(HeapBlock) {block_size}"),
-            });
-        }
+        let blob_code = CodeRange::resolve(pid, vm)?;
+        let nmethod_test = NmethodTest::resolve(pid, vm);
+        let (heap_size, block_size) = code_heap_sizes(pid, vm)?;
         let nmethod_method = f("nmethod", "_method").or_else(|_| f("CompiledMethod", "_method"))?;
         let blob_name = f("CodeBlob", "_name")?;
         let blob_size = f("CodeBlob", "_size")?;
         let blob_frame_complete = f("CodeBlob", "_frame_complete_offset")?;
         let blob_frame_size = f("CodeBlob", "_frame_size")?;
-        let mut blob_header = [blob_name, blob_size, blob_frame_complete, blob_frame_size]
-            .iter()
-            .map(|f| f.end())
-            .max()
-            .unwrap_or(0);
-        blob_header = blob_header.max(match blob_code {
-            CodeRange::Pointers { begin, end } => begin.end().max(end.end()),
-            CodeRange::Offsets { code, data } => code.end().max(data.end()),
-        });
-        if let NmethodTest::Kind { kind, .. } = nmethod_test {
-            blob_header = blob_header.max(kind.end());
-        }
+        let blob_header = blob_header(
+            &[blob_name, blob_size, blob_frame_complete, blob_frame_size],
+            blob_code,
+            nmethod_test,
+        );
         let (interpreter_method_offset, interpreter_sender_sp_offset) = interpreter_slots(pid, vm)?;
         let debug = DebugLayout::resolve(pid, vm, major).map_err(|e| e.to_string());
         if let Err(e) = &debug {
@@ -679,6 +744,66 @@ impl Layout {
             interpreter_method_offset,
         })
     }
+}
+
+impl CodeRange {
+    fn resolve(pid: u32, vm: &VmStructs) -> Result<CodeRange, JvmError> {
+        let f = |name: &str| vm.field(pid, "CodeBlob", name);
+        Ok(match (f("_code_begin"), f("_code_end")) {
+            (Ok(begin), Ok(end)) => CodeRange::Pointers { begin, end },
+            _ => CodeRange::Offsets {
+                code: f("_code_offset")?,
+                data: f("_data_offset")?,
+            },
+        })
+    }
+
+    fn fields(self) -> [Field; 2] {
+        match self {
+            CodeRange::Pointers { begin, end } => [begin, end],
+            CodeRange::Offsets { code, data } => [code, data],
+        }
+    }
+}
+
+impl NmethodTest {
+    fn resolve(pid: u32, vm: &VmStructs) -> NmethodTest {
+        match (
+            vm.field(pid, "CodeBlob", "_kind"),
+            vm.int_constants.get("CodeBlobKind::Nmethod"),
+        ) {
+            (Ok(kind), Some(&nmethod)) => NmethodTest::Kind { kind, nmethod },
+            _ => NmethodTest::Name,
+        }
+    }
+}
+
+/// `sizeof(CodeHeap)` and `sizeof(HeapBlock)`, refused when implausible.
+fn code_heap_sizes(pid: u32, vm: &VmStructs) -> Result<(u64, u64), JvmError> {
+    let heap_size = vm.size_of(pid, "CodeHeap")?;
+    let block_size = vm.size_of(pid, "HeapBlock")?;
+    if heap_size > 64 << 10 || block_size > 64 {
+        return Err(JvmError::Invalid {
+            pid,
+            what: format!("sizeof(CodeHeap) {heap_size}, sizeof(HeapBlock) {block_size}"),
+        });
+    }
+    Ok((heap_size, block_size))
+}
+
+/// Bytes of the header every blob has: up to the end of the last of its fields read.
+fn blob_header(fields: &[Field], code: CodeRange, test: NmethodTest) -> u64 {
+    let kind = match test {
+        NmethodTest::Kind { kind, .. } => Some(kind),
+        NmethodTest::Name => None,
+    };
+    fields
+        .iter()
+        .chain(&code.fields())
+        .chain(&kind)
+        .map(|f| f.end())
+        .max()
+        .unwrap_or(0)
 }
 
 /// The interpreter frame's Method* and sender-sp slots, in words from rbp.
@@ -1399,6 +1524,20 @@ const READ_CHUNK: usize = 1 << 20;
 /// A code heap's committed size above this is not believed.
 const MAX_HEAP: u64 = 4 << 30;
 
+/// Where the blocks of one CodeHeap lie.
+struct HeapSpan {
+    /// The heap's first byte in the target.
+    low: u64,
+    /// log2 of its segment size.
+    log2: i64,
+    /// Bytes from `low` to the end of the last used segment.
+    used: usize,
+    /// The last segment not free.
+    last: usize,
+    /// The segments up to `last` where a block may start.
+    starts: Vec<usize>,
+}
+
 /// A JVM attached to: its memory and its resolved layout.
 pub struct Jvm {
     pid: u32,
@@ -1568,6 +1707,34 @@ impl Jvm {
     /// (a thousand headers each), or, if that fails, read with the whole used span of the
     /// heap. Each header's length then says where the next block starts.
     fn heap_blobs(&mut self, heap: u64, blobs: &mut Vec<CodeBlob>) -> Result<(), JvmError> {
+        let Some(span) = self.heap_span(heap)? else {
+            return Ok(());
+        };
+        let l = &self.layout;
+        // Bytes read per block: the block header, the blob header, an nmethod's `_method`
+        // and the fields that locate its debug information.
+        let debug_end = l.debug.as_ref().map_or(0, |d| d.header_end);
+        let header = (l.block_size + l.blob_header.max(l.nmethod_method.end()).max(debug_end))
+            .next_multiple_of(8) as usize;
+        let mut buf = std::mem::take(&mut self.heap);
+        let gathered = self.gather(&span, header, &mut buf);
+        if !gathered {
+            buf.resize(span.used, 0);
+            for (i, chunk) in buf.chunks_mut(READ_CHUNK).enumerate() {
+                if let Err(e) = self.mem.read(span.low + (i * READ_CHUNK) as u64, chunk) {
+                    self.heap = buf;
+                    return Err(e);
+                }
+            }
+        }
+        self.decode_blocks(&span, &buf, gathered.then_some(header), blobs);
+        self.heap = buf;
+        Ok(())
+    }
+
+    /// Where the blocks of the CodeHeap at `heap` lie, from its header and its segment map
+    /// (read into `self.segmap`); None when no block is in use.
+    fn heap_span(&mut self, heap: u64) -> Result<Option<HeapSpan>, JvmError> {
         let l = &self.layout;
         let mut h = vec![0u8; l.heap_size as usize];
         self.mem.read(heap, &mut h)?;
@@ -1593,52 +1760,52 @@ impl Jvm {
         self.mem.read(map_low, &mut self.segmap)?;
         // Segments past the last block are free: read no further.
         let Some(last) = self.segmap.iter().rposition(|&s| s != FREE_SENTINEL) else {
-            return Ok(());
+            return Ok(None);
         };
-        let used = ((last as u64 + 1) << log2) as usize;
-        // A block starts where the map holds 0 (a large block may hold more zeros inside:
-        // its header's length skips them).
-        let starts: Vec<usize> = (0..=last).filter(|&s| self.segmap[s] == 0).collect();
-        let (block_length, block_used, block_size) = (l.block_length, l.block_used, l.block_size);
-        // Bytes read per block: the block header, the blob header, an nmethod's `_method`
-        // and the fields that locate its debug information.
-        let debug_end = l.debug.as_ref().map_or(0, |d| d.header_end);
-        let header = (block_size + l.blob_header.max(l.nmethod_method.end()).max(debug_end))
-            .next_multiple_of(8) as usize;
+        Ok(Some(HeapSpan {
+            low,
+            log2,
+            used: ((last as u64 + 1) << log2) as usize,
+            last,
+            // A block starts where the map holds 0 (a large block may hold more zeros
+            // inside: its header's length skips them).
+            starts: (0..=last).filter(|&s| self.segmap[s] == 0).collect(),
+        }))
+    }
 
-        let mut buf = std::mem::take(&mut self.heap);
-        let gathered = self.gather(low, log2, used, &starts, header, &mut buf);
-        if !gathered {
-            buf.resize(used, 0);
-            for (i, chunk) in buf.chunks_mut(READ_CHUNK).enumerate() {
-                if let Err(e) = self.mem.read(low + (i * READ_CHUNK) as u64, chunk) {
-                    self.heap = buf;
-                    return Err(e);
-                }
-            }
-        }
+    /// The blobs of the used blocks of `span`, from `buf`: the used span of the heap as it
+    /// lies, or, when `gathered` is the size of the pieces, each block start's piece one
+    /// after the other.
+    fn decode_blocks(
+        &mut self,
+        span: &HeapSpan,
+        buf: &[u8],
+        gathered: Option<usize>,
+        blobs: &mut Vec<CodeBlob>,
+    ) {
+        let l = &self.layout;
+        let (block_length, block_used, block_size) = (l.block_length, l.block_used, l.block_size);
         let mut next = 0usize;
-        for (k, &seg) in starts.iter().enumerate() {
+        for (k, &seg) in span.starts.iter().enumerate() {
             if seg < next {
                 // Inside the previous block.
                 continue;
             }
-            let at = seg << log2;
-            let block = if gathered {
-                &buf[k * header..(k + 1) * header]
-            } else {
-                &buf[at..used]
+            let at = seg << span.log2;
+            let block = match gathered {
+                Some(header) => &buf[k * header..(k + 1) * header],
+                None => &buf[at..span.used],
             };
             let length = block_length.get(block, 0).unwrap_or(0) as usize;
             let in_use = block_used.get(block, 0).unwrap_or(0) != 0;
-            if length == 0 || seg + length > last + 1 {
+            if length == 0 || seg + length > span.last + 1 {
                 // Torn by the JVM changing the heap: look at the next start.
                 continue;
             }
             next = seg + length;
             if in_use {
-                let addr = low + (at as u64) + block_size;
-                if let Some(room) = (length << log2).checked_sub(block_size as usize)
+                let addr = span.low + (at as u64) + block_size;
+                if let Some(room) = (length << span.log2).checked_sub(block_size as usize)
                     && let Some(b) = block.get(block_size as usize..)
                     && let Some(blob) = self.decode_blob(addr, b, room)
                 {
@@ -1646,55 +1813,33 @@ impl Jvm {
                 }
             }
         }
-        self.heap = buf;
-        Ok(())
     }
 
     /// Reads `header` bytes at each block start (a segment index) into `buf`, one after the
     /// other, with `process_vm_readv` (up to 1024 pieces a call). False if a call fails or
     /// reads short: the caller falls back to reading the whole span.
-    fn gather(
-        &self,
-        low: u64,
-        log2: i64,
-        used: usize,
-        starts: &[usize],
-        header: usize,
-        buf: &mut Vec<u8>,
-    ) -> bool {
+    fn gather(&self, span: &HeapSpan, header: usize, buf: &mut Vec<u8>) -> bool {
         const IOV_MAX: usize = 1024;
+        let HeapSpan {
+            low,
+            log2,
+            used,
+            ref starts,
+            ..
+        } = *span;
         buf.clear();
         buf.resize(starts.len() * header, 0);
         for (batch, chunk) in starts.chunks(IOV_MAX).zip(buf.chunks_mut(IOV_MAX * header)) {
-            let mut local = Vec::with_capacity(batch.len());
-            let mut remote = Vec::with_capacity(batch.len());
+            let mut parts = Vec::with_capacity(batch.len());
             let mut want = 0;
             for (&seg, piece) in batch.iter().zip(chunk.chunks_mut(header)) {
                 let at = seg << log2;
                 // The last block may end closer than `header`: never read past the span.
                 let len = header.min(used - at);
-                local.push(libc::iovec {
-                    iov_base: piece.as_mut_ptr().cast(),
-                    iov_len: len,
-                });
-                remote.push(libc::iovec {
-                    iov_base: (low + at as u64) as *mut libc::c_void,
-                    iov_len: len,
-                });
+                parts.push((low + at as u64, &mut piece[..len]));
                 want += len;
             }
-            // SAFETY: every local iovec points into `chunk`, alive and exclusively borrowed
-            // for the call; the remote ones are only read by the kernel from the target.
-            let got = unsafe {
-                libc::process_vm_readv(
-                    self.pid as libc::pid_t,
-                    local.as_ptr(),
-                    local.len() as libc::c_ulong,
-                    remote.as_ptr(),
-                    remote.len() as libc::c_ulong,
-                    0,
-                )
-            };
+            let got = vm_readv(self.pid, &mut parts);
             if got < 0 || got as usize != want {
                 return false;
             }
@@ -2207,12 +2352,25 @@ mod tests {
     const INNER: u64 = 0x7f00_0000_2000;
     const LEAF: u64 = 0x7f00_0000_3000;
 
-    fn pc_layout(stream: Unsigned5) -> DebugLayout {
-        let int = |offset| Field {
+    /// A 4-byte signed field.
+    fn int(offset: u64) -> Field {
+        Field {
             offset,
             size: 4,
             signed: true,
-        };
+        }
+    }
+
+    /// A pointer field.
+    fn ptr(offset: u64) -> Field {
+        Field {
+            offset,
+            size: 8,
+            signed: false,
+        }
+    }
+
+    fn pc_layout(stream: Unsigned5) -> DebugLayout {
         DebugLayout {
             compile_id: int(0),
             sections: DebugSections::InBlob {
@@ -2398,81 +2556,108 @@ mod tests {
         let f = Unsigned5::UP_TO_JDK19;
         let l = pc_layout(f);
         let (r, [outer, inner, ..]) = recorded(f);
-        // A chain that does not end in the nmethod's method.
-        let other = DebugInfo {
-            method: INNER,
-            ..info(&r, f)
-        };
-        assert!(other.inlining(&l).is_err());
-        // The other format reads other numbers.
-        assert!(info(&r, Unsigned5::SINCE_JDK20).pc_scopes(&l).is_err());
-        // A scope cut short.
-        let cut = DebugInfo {
-            scopes: &r.scopes[..inner as usize + 2],
-            ..info(&r, f)
-        };
-        assert!(cut.pc_scopes(&l).is_err());
-        // Metadata index 0 (NULL) or past the metadata.
-        let short = DebugInfo {
-            metadata: &r.metadata[..8],
-            ..info(&r, f)
-        };
-        assert!(short.pc_scopes(&l).is_err());
-        // PcDescs out of order, or not a whole number of them.
+        // PcDescs out of order.
         let mut swapped = r.pcs.clone();
         swapped[16..20].copy_from_slice(&50i32.to_le_bytes());
-        let unordered = DebugInfo {
-            pcs: &swapped,
-            ..info(&r, f)
-        };
-        assert!(unordered.pc_scopes(&l).is_err());
-        let ragged = DebugInfo {
-            pcs: &r.pcs[..20],
-            ..info(&r, f)
-        };
-        assert!(ragged.pc_scopes(&l).is_err());
         // A scope that is its own sender never ends.
         let mut looped = r.scopes.clone();
         let at = inner as usize;
         assert_eq!(looped[at] as u32, outer);
         looped[at] = u8::try_from(inner).expect("a small offset");
-        let endless = DebugInfo {
-            scopes: &looped,
-            ..info(&r, f)
-        };
-        assert!(endless.pc_scopes(&l).is_err());
+        let (pcs, scopes, meta) = (&r.pcs[..], &r.scopes[..], &r.metadata[..]);
+        // What is read of each: its PcDescs, scopes and metadata, its method and format.
+        let refused: [(&str, [&[u8]; 3], u64, Unsigned5); 7] = [
+            (
+                "a chain not ending in the nmethod's method",
+                [pcs, scopes, meta],
+                INNER,
+                f,
+            ),
+            (
+                "the other format: other numbers",
+                [pcs, scopes, meta],
+                OUTER,
+                Unsigned5::SINCE_JDK20,
+            ),
+            (
+                "a scope cut short",
+                [pcs, &scopes[..inner as usize + 2], meta],
+                OUTER,
+                f,
+            ),
+            (
+                "metadata index 0 (NULL) or past the metadata",
+                [pcs, scopes, &meta[..8]],
+                OUTER,
+                f,
+            ),
+            ("PcDescs out of order", [&swapped, scopes, meta], OUTER, f),
+            (
+                "not a whole number of PcDescs",
+                [&pcs[..20], scopes, meta],
+                OUTER,
+                f,
+            ),
+            (
+                "a scope that is its own sender",
+                [pcs, &looped, meta],
+                OUTER,
+                f,
+            ),
+        ];
+        for (what, [pcs, scopes, metadata], method, stream) in refused {
+            let info = DebugInfo {
+                pcs,
+                scopes,
+                metadata,
+                stream,
+                method,
+            };
+            assert!(info.pc_scopes(&l).is_err(), "{what}: pc_scopes");
+            assert!(info.inlining(&l).is_err(), "{what}: inlining");
+        }
+    }
+
+    /// An nmethod header, written a field at a time: each field its value at its offset.
+    struct Header(Vec<u8>);
+
+    impl Header {
+        fn new() -> Header {
+            Header(vec![0u8; 64])
+        }
+
+        fn put(&mut self, f: Field, bytes: &[u8]) -> Field {
+            let at = f.offset as usize;
+            self.0[at..at + bytes.len()].copy_from_slice(bytes);
+            f
+        }
+
+        fn int(&mut self, offset: u64, v: i32) -> Field {
+            self.put(int(offset), &v.to_le_bytes())
+        }
+
+        fn ptr(&mut self, offset: u64, v: u64) -> Field {
+            self.put(ptr(offset), &v.to_le_bytes())
+        }
     }
 
     #[test]
-    fn debug_info_is_located_from_an_nmethod_header() {
-        let int = |offset| Field {
-            offset,
-            size: 4,
-            signed: true,
-        };
-        let ptr = |offset| Field {
-            offset,
-            size: 8,
-            signed: false,
-        };
-        let mut header = vec![0u8; 64];
-        let mut put = |at: usize, bytes: &[u8]| header[at..at + bytes.len()].copy_from_slice(bytes);
+    fn debug_info_is_located_from_a_jdk17_nmethod_header() {
         let addr = 0x7f00_0000_0000u64;
-        // JDK 17: metadata at +200, scopes data from addr + 300, PcDescs +400 to +480.
-        put(0, &200i32.to_le_bytes());
-        put(8, &(addr + 300).to_le_bytes());
-        put(16, &400i32.to_le_bytes());
-        put(20, &480i32.to_le_bytes());
-        put(24, &77i32.to_le_bytes());
-        let mut jdk17 = pc_layout(Unsigned5::UP_TO_JDK19);
-        jdk17.sections = DebugSections::InBlob {
-            metadata_offset: int(0),
-            scopes_data_begin: ptr(8),
-            scopes_pcs_offset: int(16),
-            dependencies_offset: int(20),
+        // Metadata at +200, scopes data from addr + 300, PcDescs +400 to +480.
+        let mut h = Header::new();
+        let jdk17 = DebugLayout {
+            sections: DebugSections::InBlob {
+                metadata_offset: h.int(0, 200),
+                scopes_data_begin: h.ptr(8, addr + 300),
+                scopes_pcs_offset: h.int(16, 400),
+                dependencies_offset: h.int(20, 480),
+            },
+            compile_id: h.int(24, 77),
+            header_end: 28,
+            ..pc_layout(Unsigned5::UP_TO_JDK19)
         };
-        jdk17.compile_id = int(24);
-        jdk17.header_end = 28;
+        let header = h.0;
         let at = jdk17.locate(addr, &header, 1000, 1000).expect("located");
         assert_eq!(
             at,
@@ -2489,37 +2674,32 @@ mod tests {
         let mut torn = header.clone();
         torn[8..16].copy_from_slice(&(addr + 450).to_le_bytes());
         assert_eq!(jdk17.locate(addr, &torn, 1000, 1000), None);
+    }
 
-        // JDK 25: PcDescs and scopes in the immutable data, metadata after the relocations
-        // in the mutable data.
-        let immutable = 0x5500_0000_0000u64;
-        let mutable = 0x5600_0000_0000u64;
-        let mut header = vec![0u8; 64];
-        let mut put = |at: usize, bytes: &[u8]| header[at..at + bytes.len()].copy_from_slice(bytes);
-        put(0, &immutable.to_le_bytes());
-        put(8, &900i32.to_le_bytes());
-        put(12, &100i32.to_le_bytes());
-        put(16, &260i32.to_le_bytes());
-        put(24, &mutable.to_le_bytes());
-        put(32, &40i32.to_le_bytes());
-        put(36, &64i32.to_le_bytes());
-        put(40, &5i32.to_le_bytes());
-        let mut jdk25 = jdk17;
-        jdk25.sections = DebugSections::Immutable {
-            immutable_data: ptr(0),
-            immutable_data_size: int(8),
-            scopes_pcs_offset: int(12),
-            scopes_data_offset: int(16),
-            metadata: MetadataSection::Mutable {
-                mutable_data: ptr(24),
-                relocation_size: int(32),
-                mutable_data_size: int(36),
+    #[test]
+    fn debug_info_is_located_from_a_jdk25_nmethod_header() {
+        // PcDescs and scopes in the immutable data, metadata after the relocations in the
+        // mutable data.
+        let (immutable, mutable) = (0x5500_0000_0000u64, 0x5600_0000_0000u64);
+        let mut h = Header::new();
+        let jdk25 = DebugLayout {
+            compile_id: h.int(40, 5),
+            header_end: 44,
+            sections: DebugSections::Immutable {
+                immutable_data: h.ptr(0, immutable),
+                immutable_data_size: h.int(8, 900),
+                scopes_pcs_offset: h.int(12, 100),
+                scopes_data_offset: h.int(16, 260),
+                metadata: MetadataSection::Mutable {
+                    mutable_data: h.ptr(24, mutable),
+                    relocation_size: h.int(32, 40),
+                    mutable_data_size: h.int(36, 64),
+                },
             },
+            ..pc_layout(Unsigned5::UP_TO_JDK19)
         };
-        jdk25.compile_id = int(40);
-        jdk25.header_end = 44;
         assert_eq!(
-            jdk25.locate(addr, &header, 1000, 1000),
+            jdk25.locate(0x7f00_0000_0000, &h.0, 1000, 1000),
             Some(DebugInfoAt {
                 compile_id: 5,
                 metadata: (mutable + 40, mutable + 64),

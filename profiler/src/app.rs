@@ -326,36 +326,10 @@ fn prepare(args: &Args) -> Result<Prepared> {
     } else {
         TargetSet::resolve(&selection)?
     };
-    for &pid in &args.pid {
-        if !targets.processes.contains_key(&pid)
-            && let Some(t) = targets
-                .processes
-                .values()
-                .find(|t| preflight::resolve_target(pid).is_ok_and(|r| r.pid == t.pid))
-        {
-            eprintln!(
-                "profiler: {pid} is a thread of {} (PID {}); profiling the whole process",
-                t.name, t.pid
-            );
-        }
-    }
-    let (name, pid) = match (&command, targets.first()) {
-        (Some(c), _) => (
-            c.program
-                .file_name()
-                .map_or_else(|| c.shown.clone(), |n| n.to_string_lossy().into_owned()),
-            0,
-        ),
-        (None, Some(t)) => (t.name.clone(), t.pid),
-        (None, None) => (String::from("profile"), 0),
-    };
+    say_threads_given(&args.pid, &targets);
     let words = describe_selection(args, &targets, command.as_ref());
     let default_svg = preflight::default_output_name(
-        &Target {
-            pid,
-            name,
-            given_tid: None,
-        },
+        &default_target(command.as_ref(), &targets),
         args.mode.name(),
     );
     let outputs = open_outputs(&args.out, default_svg, args.save.as_deref(), args.mode)?;
@@ -369,21 +343,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
     // Unwind tables for every executable file the targets map, before the programs load:
     // their size decides the size of the kernel's row array.
     if args.unwind == Unwind::Dwarf {
-        targets.use_tables(UnwindTables::default());
-        if let Some(tables) = targets.uploads.tables() {
-            log::info!(
-                "unwind tables: {} rows from {} files in {:.3} s ({:.1} MiB)",
-                tables.row_count(),
-                tables.file_count(),
-                tables.build_secs,
-                (tables.row_count() * std::mem::size_of::<profiler_common::unwind::UnwindRow>())
-                    as f64
-                    / (1024.0 * 1024.0)
-            );
-            for (file, why) in &tables.failures {
-                log::debug!("no unwind table for {file} ({why}): frame pointers there");
-            }
-        }
+        build_unwind_tables(&mut targets);
     }
     Ok(Prepared {
         targets,
@@ -393,6 +353,61 @@ fn prepare(args: &Args) -> Result<Prepared> {
         outputs,
         offsets,
     })
+}
+
+/// Says which PIDs given are threads of a process, which is profiled whole.
+fn say_threads_given(pids: &[u32], targets: &TargetSet) {
+    for &pid in pids {
+        if !targets.processes.contains_key(&pid)
+            && let Some(t) = targets
+                .processes
+                .values()
+                .find(|t| preflight::resolve_target(pid).is_ok_and(|r| r.pid == t.pid))
+        {
+            eprintln!(
+                "profiler: {pid} is a thread of {} (PID {}); profiling the whole process",
+                t.name, t.pid
+            );
+        }
+    }
+}
+
+/// The target the default output is named after: the command's program, else the first
+/// process.
+fn default_target(command: Option<&launch::Command>, targets: &TargetSet) -> Target {
+    let (name, pid) = match (command, targets.first()) {
+        (Some(c), _) => (
+            c.program
+                .file_name()
+                .map_or_else(|| c.shown.clone(), |n| n.to_string_lossy().into_owned()),
+            0,
+        ),
+        (None, Some(t)) => (t.name.clone(), t.pid),
+        (None, None) => (String::from("profile"), 0),
+    };
+    Target {
+        pid,
+        name,
+        given_tid: None,
+    }
+}
+
+/// Unwind rows for every executable file the targets map, logged.
+fn build_unwind_tables(targets: &mut TargetSet) {
+    targets.use_tables(UnwindTables::default());
+    if let Some(tables) = targets.uploads.tables() {
+        log::info!(
+            "unwind tables: {} rows from {} files in {:.3} s ({:.1} MiB)",
+            tables.row_count(),
+            tables.file_count(),
+            tables.build_secs,
+            (tables.row_count() * std::mem::size_of::<profiler_common::unwind::UnwindRow>()) as f64
+                / (1024.0 * 1024.0)
+        );
+        for (file, why) in &tables.failures {
+            log::debug!("no unwind table for {file} ({why}): frame pointers there");
+        }
+    }
 }
 
 /// `nginx (PID 100) and its descendants`, `3 processes of cgroup …`, `command: …`.
@@ -454,35 +469,11 @@ async fn capture(
     );
     prepared.targets.uploads.set_capacity(config.dwarf_chunks);
     let loaded = load_started.elapsed();
-    // Before a command starts: its exec's mappings are among the records.
-    prepared.targets.open_mapping_records();
-    // A command starts now, held before its exec: in the target set before its first
-    // instruction.
-    if let Some(command) = &prepared.command {
-        let launched = command
-            .spawn_held()
-            .with_context(|| format!("cannot start {}", command.shown))?;
-        prepared.targets.add_launched(launched.pid());
-        waiter.watch(launched.pid());
-        prepared.launched = Some(launched);
-    }
-    prepared.targets.install(&mut probes)?;
-    probes.attach()?;
-    prepared.targets.catch_up(&mut probes);
+    attach(&mut probes, prepared, waiter)?;
     let attached = load_started.elapsed();
 
-    // The window opens now and lasts exactly `--secs`: the line below says so the moment it
-    // opens (whoever compares our figures with the kernel's reads them from here).
-    let secs = args.secs();
-    let mut window = probes.window_switch()?;
-    let start_ns = window.open()?;
-    let opened = Instant::now();
-    announce(args, &prepared.selection, probes.attached_cpus());
-    if let Some(l) = prepared.launched.as_mut() {
-        l.release().context("cannot start the command")?;
-    }
-    let pids: Vec<u32> = prepared.targets.processes.keys().copied().collect();
-    let sched_at_start = drain::sched_stats(&pids);
+    let open = open_window(args, &mut probes, prepared)?;
+    let start_ns = open.start_ns;
     let seeds = if args.mode.traces_switches() {
         snapshot::seed_threads(&mut probes, &mut prepared.targets, start_ns)?
     } else {
@@ -492,13 +483,86 @@ async fn capture(
         "load {:.3} s, attach {:.3} s, start snapshot {:.3} s; CPU before the window: {}",
         loaded.as_secs_f64(),
         (attached - loaded).as_secs_f64(),
-        opened.elapsed().as_secs_f64(),
+        open.at.elapsed().as_secs_f64(),
         cpu_used_so_far()
     );
+    let (reason, stop_ns, mut drained, probes) =
+        wait_out(args, &config, probes, open, prepared, waiter).await?;
+    drained
+        .counters
+        .set(profiler_common::Counter::KernelMemoryBytes, kernel_memory);
+    Ok(Captured {
+        drained,
+        seeds,
+        window: Window { start_ns, stop_ns },
+        reason,
+        probes,
+    })
+}
 
+/// The target set's tables into the loaded programs, which are then attached; a command
+/// started first, held before its exec, so that it is in the target set before its first
+/// instruction.
+fn attach(probes: &mut Probes, prepared: &mut Prepared, waiter: &mut Waiter) -> Result<()> {
+    // Before a command starts: its exec's mappings are among the records.
+    prepared.targets.open_mapping_records();
+    if let Some(command) = &prepared.command {
+        let launched = command
+            .spawn_held()
+            .with_context(|| format!("cannot start {}", command.shown))?;
+        prepared.targets.add_launched(launched.pid());
+        waiter.watch(launched.pid());
+        prepared.launched = Some(launched);
+    }
+    prepared.targets.install(probes)?;
+    probes.attach()?;
+    prepared.targets.catch_up(probes);
+    Ok(())
+}
+
+/// The capture window, open.
+struct OpenWindow {
+    switch: probes::WindowSwitch,
+    start_ns: u64,
+    /// When it opened.
+    at: Instant,
+    /// The scheduler's own counts of the targets' threads when it opened.
+    sched_at_start: std::collections::HashMap<u32, profiler_core::model::SchedStat>,
+}
+
+/// Opens the window, says so, and lets a launched command exec.
+fn open_window(args: &Args, probes: &mut Probes, prepared: &mut Prepared) -> Result<OpenWindow> {
+    // The window opens now and lasts exactly `--secs`: the line below says so the moment it
+    // opens (whoever compares our figures with the kernel's reads them from here).
+    let mut switch = probes.window_switch()?;
+    let start_ns = switch.open()?;
+    let at = Instant::now();
+    announce(args, &prepared.selection, probes.attached_cpus());
+    if let Some(l) = prepared.launched.as_mut() {
+        l.release().context("cannot start the command")?;
+    }
+    let pids: Vec<u32> = prepared.targets.processes.keys().copied().collect();
+    Ok(OpenWindow {
+        switch,
+        start_ns,
+        at,
+        sched_at_start: drain::sched_stats(&pids),
+    })
+}
+
+/// Waits the open window out, closes it and drains the maps: why it ended, its end, what
+/// was drained, and the programs (still loaded).
+async fn wait_out(
+    args: &Args,
+    config: &ProbeConfig,
+    mut probes: Probes,
+    open: OpenWindow,
+    prepared: &mut Prepared,
+    waiter: &mut Waiter,
+) -> Result<(EndReason, u64, Drained, Probes)> {
     // From here on the aggregate tables belong to the drainer, which empties them while the
     // window is open so that they hold a drain interval's records, not the whole capture's.
-    let window = Arc::new(Mutex::new(window));
+    let window = Arc::new(Mutex::new(open.switch));
     let timeline = config
         .timeline_min_ns
         .map(|ns| TimelineReader::new(&mut probes, ns, args.timeline_max_records))
@@ -510,7 +574,7 @@ async fn capture(
     );
     let wake = state.1.mapping_records_ready();
     let (reason, stop_ns, (probes, targets)) = waiter
-        .wait(opened, secs, state, wake, tick, || {
+        .wait(open.at, args.secs(), state, wake, tick, || {
             window
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -519,17 +583,13 @@ async fn capture(
         .await;
     prepared.targets = targets;
     let stop_ns = stop_ns?;
-    let mut drained = drain_all(&probes, draining.stop(), &prepared.targets, sched_at_start)?;
-    drained
-        .counters
-        .set(profiler_common::Counter::KernelMemoryBytes, kernel_memory);
-    Ok(Captured {
-        drained,
-        seeds,
-        window: Window { start_ns, stop_ns },
-        reason,
-        probes,
-    })
+    let drained = drain_all(
+        &probes,
+        draining.stop(),
+        &prepared.targets,
+        open.sched_at_start,
+    )?;
+    Ok((reason, stop_ns, drained, probes))
 }
 
 /// One tick of the capture: the target set kept current (processes, mappings, JIT code),

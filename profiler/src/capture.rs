@@ -84,63 +84,30 @@ impl Waiter {
             // SAFETY: the AsyncFd owns the OwnedFd, which stays open until it is dropped.
             unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()
         });
-        let exited = async {
-            match &self.exited {
-                Some(fd) => {
-                    let _ = fd.readable().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
+        let exited = readable(self.exited.as_ref());
         tokio::pin!(exited);
-        let mut idle = Some(state);
-        let mut running: Option<tokio::task::JoinHandle<(S, Tick)>> = None;
+        let mut ticks = Ticks {
+            idle: Some(state),
+            running: None,
+            tick,
+        };
         let reason = loop {
             let left = total.saturating_sub(started.elapsed());
-            let ticking = async {
-                match running.as_mut() {
-                    Some(handle) => handle.await,
-                    None => std::future::pending().await,
-                }
-            };
             let woken = async {
-                match &wake {
-                    Some(fd) => {
-                        if let Ok(mut guard) = fd.readable().await {
-                            guard.clear_ready();
-                        }
-                        // The rest of an exec's mappings (its libraries) come within a
-                        // millisecond or two: read them in one go.
-                        tokio::time::sleep(MAPPINGS_SETTLE).await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
+                readable(wake.as_ref()).await;
+                // The rest of an exec's mappings (its libraries) come within a
+                // millisecond or two: read them in one go.
+                tokio::time::sleep(MAPPINGS_SETTLE).await;
             };
             tokio::select! {
                 _ = tokio::time::sleep(left) => break EndReason::Elapsed,
                 _ = self.sigint.recv() => break EndReason::Interrupted,
                 _ = self.sigterm.recv() => break EndReason::Terminated,
                 _ = &mut exited => break EndReason::TargetExited,
-                _ = interval.tick(), if idle.is_some() => {
-                    if let Some(mut s) = idle.take() {
-                        running = Some(tokio::task::spawn_blocking(move || {
-                            let t = tick(&mut s, TickKind::Full);
-                            (s, t)
-                        }));
-                    }
-                }
-                _ = woken, if idle.is_some() => {
-                    if let Some(mut s) = idle.take() {
-                        running = Some(tokio::task::spawn_blocking(move || {
-                            let t = tick(&mut s, TickKind::Mappings);
-                            (s, t)
-                        }));
-                    }
-                }
-                done = ticking => {
-                    running = None;
-                    let (s, t) = joined(done);
-                    idle = Some(s);
+                _ = interval.tick(), if ticks.is_idle() => ticks.start(TickKind::Full),
+                _ = woken, if ticks.is_idle() => ticks.start(TickKind::Mappings),
+                done = ticks.running() => {
+                    let t = ticks.finished(done);
                     if t.target_gone {
                         break EndReason::TargetExited;
                     }
@@ -153,13 +120,69 @@ impl Waiter {
         };
         let closed = close();
         progress.finish();
-        let state = match (idle, running) {
+        (reason, closed, ticks.state().await)
+    }
+}
+
+/// Resolves once `fd` is readable (its readiness cleared); never without one.
+async fn readable(fd: Option<&AsyncFd<OwnedFd>>) {
+    match fd {
+        Some(fd) => {
+            if let Ok(mut guard) = fd.readable().await {
+                guard.clear_ready();
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// The state ticks run on: here while idle, on a blocking thread while a tick runs.
+struct Ticks<S> {
+    idle: Option<S>,
+    running: Option<tokio::task::JoinHandle<(S, Tick)>>,
+    tick: fn(&mut S, TickKind) -> Tick,
+}
+
+impl<S: Send + 'static> Ticks<S> {
+    fn is_idle(&self) -> bool {
+        self.idle.is_some()
+    }
+
+    /// Runs a tick on a blocking thread, if none is running.
+    fn start(&mut self, kind: TickKind) {
+        if let Some(mut s) = self.idle.take() {
+            let tick = self.tick;
+            self.running = Some(tokio::task::spawn_blocking(move || {
+                let t = tick(&mut s, kind);
+                (s, t)
+            }));
+        }
+    }
+
+    /// Resolves when the running tick ends; never while none runs.
+    async fn running(&mut self) -> Result<(S, Tick), tokio::task::JoinError> {
+        match self.running.as_mut() {
+            Some(handle) => handle.await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Takes the state back from a tick that ended; what it learned.
+    fn finished(&mut self, done: Result<(S, Tick), tokio::task::JoinError>) -> Tick {
+        self.running = None;
+        let (s, t) = joined(done);
+        self.idle = Some(s);
+        t
+    }
+
+    /// The state, once a tick still running has ended.
+    async fn state(self) -> S {
+        match (self.idle, self.running) {
             (Some(s), _) => s,
             (None, Some(handle)) => joined(handle.await).0,
             // A tick is either idle or running.
             (None, None) => unreachable!("the tick state was lost"),
-        };
-        (reason, closed, state)
+        }
     }
 }
 
@@ -281,47 +304,56 @@ mod tests {
         Tick::default()
     }
 
-    #[test]
-    fn a_slow_tick_does_not_hold_the_window_open() {
+    /// Waits out a window of `secs` with slow ticks (one waiter at a time, on a runtime of
+    /// its own), `hooked` called once the signals are hooked: why it ended, when it closed
+    /// after it opened, the ticks run, and when the wait returned.
+    fn wait_with_slow_ticks(
+        secs: u64,
+        hooked: impl FnOnce(),
+    ) -> (EndReason, Duration, u32, Duration) {
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         runtime().block_on(async {
             let mut waiter = Waiter::new().expect("signal handlers");
+            hooked();
             let started = Instant::now();
             let (reason, closed_after, ticks) = waiter
-                .wait(started, 1, 0u32, None, slow_tick, || started.elapsed())
+                .wait(started, secs, 0u32, None, slow_tick, || started.elapsed())
                 .await;
-            assert_eq!(reason, EndReason::Elapsed);
-            assert!(
-                closed_after < Duration::from_secs(2),
-                "the window closed {closed_after:?} after it opened, asked 1 s"
-            );
-            // The tick that was running when the window closed finished and handed its
-            // state back.
-            assert_eq!(ticks, 1);
-            assert!(started.elapsed() >= SLOW_TICK);
-        });
+            (reason, closed_after, ticks, started.elapsed())
+        })
+    }
+
+    #[test]
+    fn a_slow_tick_does_not_hold_the_window_open() {
+        let (reason, closed_after, ticks, returned_after) = wait_with_slow_ticks(1, || {});
+        assert_eq!(reason, EndReason::Elapsed);
+        assert!(
+            closed_after < Duration::from_secs(2),
+            "the window closed {closed_after:?} after it opened, asked 1 s"
+        );
+        // The tick that was running when the window closed finished and handed its state
+        // back.
+        assert_eq!(ticks, 1);
+        assert!(returned_after >= SLOW_TICK);
     }
 
     #[test]
     fn ctrl_c_during_a_slow_tick_ends_the_capture_at_once() {
-        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        runtime().block_on(async {
-            let mut waiter = Waiter::new().expect("signal handlers");
-            let started = Instant::now();
-            let signaller = std::thread::spawn(|| {
+        let mut signaller = None;
+        let (reason, closed_after, _, _) = wait_with_slow_ticks(30, || {
+            signaller = Some(std::thread::spawn(|| {
                 std::thread::sleep(Duration::from_millis(300));
                 // SAFETY: a signal to this process, whose SIGINT the waiter has hooked.
                 unsafe { libc::kill(libc::getpid(), libc::SIGINT) };
-            });
-            let (reason, closed_after, _) = waiter
-                .wait(started, 30, 0u32, None, slow_tick, || started.elapsed())
-                .await;
-            signaller.join().expect("the signalling thread");
-            assert_eq!(reason, EndReason::Interrupted);
-            assert!(
-                closed_after < Duration::from_secs(2),
-                "Ctrl-C at 0.3 s closed the window after {closed_after:?}"
-            );
+            }));
         });
+        if let Some(s) = signaller {
+            s.join().expect("the signalling thread");
+        }
+        assert_eq!(reason, EndReason::Interrupted);
+        assert!(
+            closed_after < Duration::from_secs(2),
+            "Ctrl-C at 0.3 s closed the window after {closed_after:?}"
+        );
     }
 }

@@ -40,6 +40,52 @@ const INLINING_BUDGET: Duration = Duration::from_millis(20);
 /// Blobs whose code keeps the return address at rsp (`vtableStubs.cpp`, `sharedRuntime.cpp`).
 const FRAMELESS: [&str; 2] = ["vtable chunks", "I2C/C2I adapters"];
 
+/// What a read of the cache found, hashed: an equal hash, an unchanged cache.
+fn fingerprint(blobs: &[CodeBlob]) -> u64 {
+    blobs.iter().fold(profiler_common::HASH_SEED, |h, b| {
+        let method = match b.kind {
+            BlobKind::Nmethod { method } => method,
+            _ => 0,
+        };
+        // The compile id tells a recompilation at the same place apart (its inlining
+        // may differ).
+        let compile_id = b.compile_id().unwrap_or(0) as u32;
+        [
+            b.start,
+            b.end,
+            u64::from(b.frame_size_words),
+            method,
+            u64::from(compile_id),
+        ]
+        .into_iter()
+        .fold(h, profiler_common::hash_step)
+    })
+}
+
+/// How a blob's frames unwind; None for the interpreter's blob, which is covered by the
+/// interpreter's own range (the blob holds more than the templates).
+fn jit_frame(b: &CodeBlob) -> Option<JitFrame> {
+    Some(match b.kind {
+        BlobKind::Interpreter => return None,
+        // C1's runtime stubs open an rbp frame first (`StubFrame`: `enter()`), then
+        // save as many registers as the variant needs: rbp is exact, a size is not.
+        _ if b.name.ends_with("Runtime1 stub") => JitFrame::FramePointer,
+        // Runtime stubs are "never safe" to walk while they build their frame (reported
+        // as complete at their end), yet their body, where they call into the VM and
+        // where a stack passes through them, runs with the frame built.
+        _ if b.frame_size_words > 0 => JitFrame::Fixed {
+            complete: if b.frame_complete < b.end {
+                b.frame_complete
+            } else {
+                b.start
+            },
+            size_words: b.frame_size_words,
+        },
+        _ if FRAMELESS.contains(&b.name.as_str()) => JitFrame::Frameless,
+        _ => JitFrame::FramePointer,
+    })
+}
+
 pub struct HotSpot {
     jvm: Jvm,
     /// Named code seen during the capture: start → (end, name).
@@ -128,28 +174,8 @@ impl HotSpot {
             }
         };
         self.reads += 1;
-        let (interp_start, interp_end) = self.jvm.interpreter();
-        let method_offset = self.jvm.interpreter_method_offset_words() * 8;
-        let sender_sp_offset = (self.jvm.interpreter_sender_sp_offset_words() * 8) as i16;
         // An unchanged cache (the usual case once warm) costs the read and this hash only.
-        let fingerprint = blobs.iter().fold(profiler_common::HASH_SEED, |h, b| {
-            let method = match b.kind {
-                BlobKind::Nmethod { method } => method,
-                _ => 0,
-            };
-            // The compile id tells a recompilation at the same place apart (its inlining
-            // may differ).
-            let compile_id = b.compile_id().unwrap_or(0) as u32;
-            [
-                b.start,
-                b.end,
-                u64::from(b.frame_size_words),
-                method,
-                u64::from(compile_id),
-            ]
-            .into_iter()
-            .fold(h, profiler_common::hash_step)
-        });
+        let fingerprint = fingerprint(&blobs);
         // An unchanged cache holds no new nmethod: nothing to read unless some were left.
         if fingerprint != self.last || self.inlining_pending {
             self.keep_inlining(&mut blobs, fingerprint != self.last);
@@ -160,51 +186,7 @@ impl HotSpot {
             return None;
         }
         self.last = fingerprint;
-        let mut code = Vec::with_capacity(blobs.len() + 1);
-        if interp_end > interp_start {
-            code.push(JitCode {
-                start: interp_start,
-                end: interp_end,
-                frame: JitFrame::Interpreter {
-                    method_offset,
-                    sender_sp_offset,
-                },
-            });
-        }
-        for b in &blobs {
-            // The interpreter too: a frame whose Method* cannot be read keeps its pc.
-            if !b.name.is_empty() {
-                match self.code.insert(b.start, (b.end, b.name.clone())) {
-                    Some((_, old)) if old != b.name => self.reused += 1,
-                    _ => {}
-                }
-            }
-            let frame = match b.kind {
-                // Covered by its own range above (the blob holds more than the templates).
-                BlobKind::Interpreter => continue,
-                // C1's runtime stubs open an rbp frame first (`StubFrame`: `enter()`), then
-                // save as many registers as the variant needs: rbp is exact, a size is not.
-                _ if b.name.ends_with("Runtime1 stub") => JitFrame::FramePointer,
-                // Runtime stubs are "never safe" to walk while they build their frame (reported
-                // as complete at their end), yet their body, where they call into the VM and
-                // where a stack passes through them, runs with the frame built.
-                _ if b.frame_size_words > 0 => JitFrame::Fixed {
-                    complete: if b.frame_complete < b.end {
-                        b.frame_complete
-                    } else {
-                        b.start
-                    },
-                    size_words: b.frame_size_words,
-                },
-                _ if FRAMELESS.contains(&b.name.as_str()) => JitFrame::Frameless,
-                _ => JitFrame::FramePointer,
-            };
-            code.push(JitCode {
-                start: b.start,
-                end: b.end,
-                frame,
-            });
-        }
+        let code = self.jit_code(&blobs);
         if let (Some(lo), Some(hi)) = (
             blobs.iter().map(|b| b.start).min(),
             blobs.iter().map(|b| b.end).max(),
@@ -215,6 +197,40 @@ impl HotSpot {
         self.last_cost = started.elapsed();
         self.read_secs += self.last_cost.as_secs_f64();
         Some(JitUpdate { base, end, rows })
+    }
+
+    /// The code to make rows for: the interpreter's range and every blob but the
+    /// interpreter's, each with its frame rule. Keeps the blobs' names.
+    fn jit_code(&mut self, blobs: &[CodeBlob]) -> Vec<JitCode> {
+        let (interp_start, interp_end) = self.jvm.interpreter();
+        let mut code = Vec::with_capacity(blobs.len() + 1);
+        if interp_end > interp_start {
+            code.push(JitCode {
+                start: interp_start,
+                end: interp_end,
+                frame: JitFrame::Interpreter {
+                    method_offset: self.jvm.interpreter_method_offset_words() * 8,
+                    sender_sp_offset: (self.jvm.interpreter_sender_sp_offset_words() * 8) as i16,
+                },
+            });
+        }
+        for b in blobs {
+            // The interpreter too: a frame whose Method* cannot be read keeps its pc.
+            if !b.name.is_empty() {
+                match self.code.insert(b.start, (b.end, b.name.clone())) {
+                    Some((_, old)) if old != b.name => self.reused += 1,
+                    _ => {}
+                }
+            }
+            if let Some(frame) = jit_frame(b) {
+                code.push(JitCode {
+                    start: b.start,
+                    end: b.end,
+                    frame,
+                });
+            }
+        }
+        code
     }
 
     /// Reads the inlining of nmethods new since the last read (and of those a spent budget

@@ -21,6 +21,9 @@ use profiler_core::{
     unwind::walk::{Regs, walk},
 };
 
+/// Per process: its memory, and its mapping table.
+type Processes = HashMap<u32, (Option<File>, Option<Box<ProcMappings>>)>;
+
 /// Runs the iterator and seeds every target thread's entry. User stacks are walked like the
 /// kernel side walks them: with each process's mapping table when there are unwind tables.
 pub fn seed_threads(
@@ -29,8 +32,7 @@ pub fn seed_threads(
     start_ns: u64,
 ) -> Result<Seeds, ProbeError> {
     let snapshots = probes.snapshot_tasks()?;
-    // Per process: its memory, and its mapping table.
-    let mut processes: HashMap<u32, (Option<File>, Option<Box<ProcMappings>>)> = HashMap::new();
+    let mut processes = Processes::new();
     let mut seeds = Seeds::default();
     let mut next_id = 0u64;
     let mut new_id = || {
@@ -44,40 +46,12 @@ pub fn seed_threads(
             // Exiting.
             continue;
         };
-        let mut thread = Thread {
-            stats: ThreadStats {
-                comm: snap.comm,
-                tgid: snap.tgid,
-                last_out_ns: start_ns,
-                last_exec_ns: snap.exec_ns,
-                last_delay_ns: snap.run_delay_ns,
-                flags: thread_flags::BASELINE,
-                ..ThreadStats::default()
-            },
-            wait: WaitStart::default(),
-        };
+        let mut thread = first_cycle(snap, start_ns);
         match wait {
             // On a CPU: its first cycle is on the CPU from the window start.
             None => thread.stats.last_in_ns = start_ns,
             Some(state) => {
-                let regs = Regs {
-                    ip: snap.user_ip,
-                    sp: snap.user_sp,
-                    bp: snap.user_bp,
-                };
-                let (mem, table) = processes.entry(snap.tgid).or_insert_with(|| {
-                    let mem = File::open(format!("/proc/{}/mem", snap.tgid)).ok();
-                    let table = match targets.processes.get(&snap.tgid) {
-                        Some(t) => targets.uploads.table_of(&t.maps),
-                        None => None,
-                    };
-                    (mem, table)
-                });
-                let with_tables = targets.uploads.tables().zip(table.as_deref());
-                let user = mem
-                    .as_ref()
-                    .map(|mem| walk(regs, with_tables, |addr| read_u64(mem, addr)))
-                    .unwrap_or_default();
+                let user = user_stack(snap, targets, &mut processes);
                 let kernel: Vec<u64> = snap
                     .kernel_frames
                     .iter()
@@ -103,6 +77,45 @@ pub fn seed_threads(
         }
     }
     Ok(seeds)
+}
+
+/// A thread's entry with its first cycle starting at the window start, from the scheduler's
+/// counters as the iterator read them; no wait yet.
+fn first_cycle(snap: &TaskSnapshot, start_ns: u64) -> Thread {
+    Thread {
+        stats: ThreadStats {
+            comm: snap.comm,
+            tgid: snap.tgid,
+            last_out_ns: start_ns,
+            last_exec_ns: snap.exec_ns,
+            last_delay_ns: snap.run_delay_ns,
+            flags: thread_flags::BASELINE,
+            ..ThreadStats::default()
+        },
+        wait: WaitStart::default(),
+    }
+}
+
+/// A waiting thread's user stack, walked from its saved registers through its process's
+/// memory (opened, with the mapping table, once per process).
+fn user_stack(snap: &TaskSnapshot, targets: &mut TargetSet, processes: &mut Processes) -> Vec<u64> {
+    let regs = Regs {
+        ip: snap.user_ip,
+        sp: snap.user_sp,
+        bp: snap.user_bp,
+    };
+    let (mem, table) = processes.entry(snap.tgid).or_insert_with(|| {
+        let mem = File::open(format!("/proc/{}/mem", snap.tgid)).ok();
+        let table = match targets.processes.get(&snap.tgid) {
+            Some(t) => targets.uploads.table_of(&t.maps),
+            None => None,
+        };
+        (mem, table)
+    });
+    let with_tables = targets.uploads.tables().zip(table.as_deref());
+    mem.as_ref()
+        .map(|mem| walk(regs, with_tables, |addr| read_u64(mem, addr)))
+        .unwrap_or_default()
 }
 
 /// What a thread is doing as the window opens: `Some(None)` on a CPU, `Some(Some(state))`

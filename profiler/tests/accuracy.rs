@@ -56,14 +56,33 @@ fn compare_processes_with_schedstat(
     let threads = json["threads"].as_array().expect("threads");
     assert!(!threads.is_empty(), "no threads in the report");
     let mut checked = Vec::new();
-    let mut wrong = Vec::new();
-    // Time a thread held its CPU without the kernel charging it is the host's (steal): over
-    // all threads it can be no more than the machine's steal over the window, give or take the
-    // same 1 % of the window per thread the CPU and run-queue checks allow (a fresh CI clone
-    // saw 0.052 s over two nginx workers, ~0.5 % each, with /proc/stat's steal at 0 — its
-    // resolution is 10 ms ticks — while each worker's CPU and run-queue time agreed with
-    // schedstat within 0.08 %). On a host that took nothing, this catches the clocks' noise or
-    // a wait taken for steal.
+    let mut wrong: Vec<String> = uncharged_error(threads, steal, name, mode)
+        .into_iter()
+        .collect();
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    for t in threads {
+        let tid = t["tid"].as_u64().expect("tid") as u32;
+        let (Some(b), Some(a)) = (before.get(&tid), after.get(&tid)) else {
+            continue;
+        };
+        let kernel = (a.0 - b.0, a.1 - b.1);
+        wrong.extend(thread_errors(t, kernel, mode, steal, &stderr));
+        checked.push(tid);
+    }
+    eprintln!("{name}: checked {checked:?}");
+    // Every thread printed first: one wrong thread is easier to read beside the others.
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    (json, checked)
+}
+
+/// Time a thread held its CPU without the kernel charging it is the host's (steal): over
+/// all threads it can be no more than the machine's steal over the window, give or take the
+/// same 1 % of the window per thread the CPU and run-queue checks allow (a fresh CI clone
+/// saw 0.052 s over two nginx workers, ~0.5 % each, with /proc/stat's steal at 0 — its
+/// resolution is 10 ms ticks — while each worker's CPU and run-queue time agreed with
+/// schedstat within 0.08 %). On a host that took nothing, this catches the clocks' noise or
+/// a wait taken for steal.
+fn uncharged_error(threads: &[Value], steal: f64, name: &str, mode: &str) -> Option<String> {
     let uncharged: f64 = threads
         .iter()
         .map(|t| t["uncharged_s"].as_f64().unwrap_or(0.0))
@@ -74,65 +93,66 @@ fn compare_processes_with_schedstat(
         .count()
         .max(1);
     eprintln!("{name} ({mode}): uncharged {uncharged:.3} s, machine steal {steal:.3} s");
-    if mode != "cpu" && uncharged > steal + TOLERANCE_S * charged_to as f64 {
-        wrong.push(format!(
+    (mode != "cpu" && uncharged > steal + TOLERANCE_S * charged_to as f64).then(|| {
+        format!(
             "{name} ({mode}): {uncharged:.3} s uncharged but the machine's steal was {steal:.3} s"
-        ));
+        )
+    })
+}
+
+/// What is wrong with one thread's row against its schedstat deltas, `kernel`: CPU and
+/// run-queue time (`steal`: the machine's over the window; `stderr`: the profiler's, for the
+/// messages).
+fn thread_errors(
+    t: &Value,
+    (kernel_cpu, kernel_rq): (f64, f64),
+    mode: &str,
+    steal: f64,
+    stderr: &str,
+) -> Vec<String> {
+    let tid = t["tid"].as_u64().expect("tid");
+    let name = t["name"].as_str().unwrap_or("?");
+    let pct = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} of {name}"));
+    let cpu = (pct("running_pct") + pct("profiler_pct")) / 100.0 * WINDOW_S;
+    let rq = pct("runnable_pct") / 100.0 * WINDOW_S;
+    let why = format!(
+        "{name}-{tid} ({mode}): ours cpu {cpu:.3} s runnable {rq:.3} s; schedstat cpu \
+         {kernel_cpu:.3} s runnable {kernel_rq:.3} s; machine steal {steal:.3} s; row {t}\n\
+         stderr:\n{stderr}"
+    );
+    eprintln!(
+        "{name}-{tid} ({mode}): cpu {cpu:.3} s vs schedstat {kernel_cpu:.3} s ({:+.2} % of \
+         the window), runnable {rq:.3} s vs {kernel_rq:.3} s ({:+.2} %)",
+        100.0 * (cpu - kernel_cpu) / WINDOW_S,
+        100.0 * (rq - kernel_rq) / WINDOW_S
+    );
+    let mut wrong = Vec::new();
+    if (cpu - kernel_cpu).abs() > TOLERANCE_S {
+        wrong.push(format!("CPU time: {why}"));
     }
-    for t in threads {
-        let tid = t["tid"].as_u64().expect("tid") as u32;
-        let name = t["name"].as_str().unwrap_or("?");
-        let (Some(b), Some(a)) = (before.get(&tid), after.get(&tid)) else {
-            continue;
-        };
-        let kernel_cpu = a.0 - b.0;
-        let kernel_rq = a.1 - b.1;
-        let pct = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} of {name}"));
-        let cpu = (pct("running_pct") + pct("profiler_pct")) / 100.0 * WINDOW_S;
-        let rq = pct("runnable_pct") / 100.0 * WINDOW_S;
-        let why = format!(
-            "{name}-{tid} ({mode}): ours cpu {cpu:.3} s runnable {rq:.3} s; schedstat cpu \
-             {kernel_cpu:.3} s runnable {kernel_rq:.3} s; machine steal {steal:.3} s; row {t}\n\
-             stderr:\n{}",
-            String::from_utf8_lossy(&result.stderr)
-        );
-        eprintln!(
-            "{name}-{tid} ({mode}): cpu {cpu:.3} s vs schedstat {kernel_cpu:.3} s ({:+.2} % of \
-             the window), runnable {rq:.3} s vs {kernel_rq:.3} s ({:+.2} %)",
-            100.0 * (cpu - kernel_cpu) / WINDOW_S,
-            100.0 * (rq - kernel_rq) / WINDOW_S
-        );
-        if (cpu - kernel_cpu).abs() > TOLERANCE_S {
-            wrong.push(format!("CPU time: {why}"));
-        }
-        if mode != "cpu" && pct("uncharged_s") > steal + TOLERANCE_S {
-            wrong.push(format!("uncharged time beyond the machine's steal: {why}"));
-        }
-        if mode != "cpu" {
-            if (rq - kernel_rq).abs() > TOLERANCE_S {
-                wrong.push(format!("run-queue time: {why}"));
-            }
-            let total: f64 = [
-                "running_pct",
-                "runnable_pct",
-                "sleep_pct",
-                "io_pct",
-                "other_pct",
-            ]
-            .iter()
-            .map(|k| pct(k))
-            .sum::<f64>()
-                + pct("profiler_pct");
-            if (total - 100.0).abs() > 1.0 {
-                wrong.push(format!("states add to {total} %: {why}"));
-            }
-        }
-        checked.push(tid);
+    if mode != "cpu" && pct("uncharged_s") > steal + TOLERANCE_S {
+        wrong.push(format!("uncharged time beyond the machine's steal: {why}"));
     }
-    eprintln!("{name}: checked {checked:?}");
-    // Every thread printed first: one wrong thread is easier to read beside the others.
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-    (json, checked)
+    if mode != "cpu" {
+        if (rq - kernel_rq).abs() > TOLERANCE_S {
+            wrong.push(format!("run-queue time: {why}"));
+        }
+        let total: f64 = [
+            "running_pct",
+            "runnable_pct",
+            "sleep_pct",
+            "io_pct",
+            "other_pct",
+        ]
+        .iter()
+        .map(|k| pct(k))
+        .sum::<f64>()
+            + pct("profiler_pct");
+        if (total - 100.0).abs() > 1.0 {
+            wrong.push(format!("states add to {total} %: {why}"));
+        }
+    }
+    wrong
 }
 
 fn read_report(path: &Path) -> Value {
@@ -242,13 +262,7 @@ fn cpu_mode_samples_agree_with_schedstat_or_say_why() {
         "--report",
         report.to_str().unwrap(),
     ]);
-    prompt();
-    let capturing = Capturing::start(&args);
-    let before = schedstat(workload.pid());
-    std::thread::sleep(Duration::from_secs(SECS));
-    let after = schedstat(workload.pid());
-    let result = capturing.finish();
-    assert_success(&result);
+    let (_, before, after) = capture_with_schedstat(&args, workload.pid(), SECS);
     let json = read_report(&report);
     let notes: Vec<String> = json["notes"]
         .as_array()

@@ -86,9 +86,14 @@ fn a_thread_per_request_server_loses_nothing_and_its_cpu_time_is_the_kernels() {
         "the process's on-CPU time {ours:.3} s is not within 3 % of its /proc/PID/stat CPU \
          time {kernel_cpu:.3} s (+ {tail:.3} s of exit tails)"
     );
-    // Every request thread is accounted for its own short life, never for the window.
+    check_request_lives(&out.folded);
+    check_short_lived_row(&r);
+}
+
+/// Every request thread is accounted for its own short life, never for the window.
+fn check_request_lives(folded: &Path) {
     let mut per_tid: std::collections::HashMap<String, u64> = Default::default();
-    for line in read_folded(&out.folded) {
+    for line in read_folded(folded) {
         if line.frames[1].starts_with("req-") {
             *per_tid.entry(line.frames[1].clone()).or_default() += line.count;
         }
@@ -105,8 +110,11 @@ fn a_thread_per_request_server_loses_nothing_and_its_cpu_time_is_the_kernels() {
         longest < 2_000_000,
         "a request thread accounted for {longest} µs: more than it lived"
     );
-    // Readable under churn: the request threads are one row of the thread tables, with
-    // their count and median life; the JSON keeps every thread.
+}
+
+/// Readable under churn: the request threads are one row of the thread tables, with their
+/// count and median life; the JSON keeps every thread.
+fn check_short_lived_row(r: &serde_json::Value) {
     let groups = r["short_lived"].as_array().expect("short_lived");
     let requests = groups
         .iter()

@@ -90,6 +90,16 @@ fn total(lines: &[&Line]) -> u64 {
 fn go_stacks_reach_the_goroutine_root_through_assembly_that_clobbers_bp() {
     require_root();
     let _serial = serial();
+    let gohot = start_gohot();
+    let (_, out) = capture(&gohot, "go", SECS, &["--mode", "wall"]);
+    let lines = read_folded(&out.folded);
+    assert!(lines.iter().all(|l| l.frames[0] == "gohot"));
+    check_on_cpu(&lines);
+    check_asleep(&lines);
+}
+
+/// gohot started, once it said it is ready.
+fn start_gohot() -> Workload {
     let binary = build_gohot();
     let mut child = Command::new(&binary)
         .stdout(Stdio::piped())
@@ -102,12 +112,16 @@ fn go_stacks_reach_the_goroutine_root_through_assembly_that_clobbers_bp() {
         .read_line(&mut line)
         .expect("read gohot's ready line");
     assert_eq!(line.trim(), "ready");
+    gohot
+}
 
-    let (_, out) = capture(&gohot, "go", SECS, &["--mode", "wall"]);
-    let lines = read_folded(&out.folded);
-    assert!(lines.iter().all(|l| l.frames[0] == "gohot"));
+/// Whether a line's user frames start at one of Go's stack roots.
+fn rooted(l: &&Line) -> bool {
+    user_frames(l).first().is_some_and(|f| ROOTS.contains(f))
+}
 
-    // On the CPU: the spinning goroutine, in the assembly function, under its whole chain.
+/// On the CPU: the spinning goroutine, in the assembly function, under its whole chain.
+fn check_on_cpu(lines: &[Line]) {
     // On-CPU code: not the CPU time that has no stack (`[on-cpu: switching in]`, charged from
     // a wakeup before the thread runs, `[on-cpu: between samples]`, `[profiler overhead]`),
     // which a loaded machine makes large for Go's sysmon thread.
@@ -139,7 +153,6 @@ fn go_stacks_reach_the_goroutine_root_through_assembly_that_clobbers_bp() {
         total(&whole),
         dump(&on)
     );
-    let rooted = |l: &&Line| user_frames(l).first().is_some_and(|f| ROOTS.contains(f));
     let on_rooted: Vec<&Line> = on.iter().copied().filter(rooted).collect();
     assert!(
         total(&on_rooted) as f64 >= 0.95 * total(&on) as f64,
@@ -148,9 +161,11 @@ fn go_stacks_reach_the_goroutine_root_through_assembly_that_clobbers_bp() {
         total(&on),
         dump(&on)
     );
+}
 
-    // Asleep: the goroutine blocked in nanosleep(2) keeps its thread, under its chain; every
-    // other sleep is a runtime thread's scheduler stack.
+/// Asleep: the goroutine blocked in nanosleep(2) keeps its thread, under its chain; every
+/// other sleep is a runtime thread's scheduler stack.
+fn check_asleep(lines: &[Line]) {
     let asleep: Vec<&Line> = lines
         .iter()
         .filter(|l| l.state() == Some("sleep"))

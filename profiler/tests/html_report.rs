@@ -261,6 +261,24 @@ fn non_background_share(png_bytes: &[u8]) -> (f64, usize) {
 fn the_html_report_works_in_a_real_browser() {
     require_root();
     let _serial = serial();
+    let html = capture_html_report();
+    let mut browser = open_page(&html);
+    let (matched, hits) = check_flame_graph(&mut browser);
+    check_parts(&mut browser);
+    let (drawn, colours) = check_screenshot(&mut browser, &html);
+    let pdf_bytes = check_pdf(&mut browser, &html);
+    check_no_errors_nor_fetches(&mut browser);
+    eprintln!(
+        "html report: search `spin_work` {matched} ({hits} frames), screenshot {:.0} % drawn in \
+         {colours} colours, PDF {} KiB; kept beside {}",
+        drawn * 100.0,
+        pdf_bytes.len() / 1024,
+        html.display()
+    );
+}
+
+/// The `mixed` workload captured with an HTML report, checked self-contained: its path.
+fn capture_html_report() -> PathBuf {
     let dir = tempfile::tempdir().expect("temp dir");
     let workload = Workload::spawn(
         Build::NoFramePointers,
@@ -280,7 +298,11 @@ fn the_html_report_works_in_a_real_browser() {
         assert!(!page.contains(needle), "the page refers outside: {needle}");
     }
     assert!(std::fs::read_to_string(&out.svg).is_ok(), "the SVG too");
+    html
+}
 
+/// The page open in a headless browser, loaded and its flame graph initialised.
+fn open_page(html: &Path) -> Browser {
     let mut browser = Browser::launch();
     let target = browser.call("Target.createTarget", json!({"url": "about:blank"}));
     let target_id = target["targetId"]
@@ -307,8 +329,12 @@ fn the_html_report_works_in_a_real_browser() {
     // inferno's init finishes in a timeout after the SVG's load event.
     std::thread::sleep(Duration::from_millis(500));
     browser.drain();
+    browser
+}
 
-    // The flame graph's own script ran in its frame: init made the graph fluid (no width).
+/// The flame graph's script, search and zoom: what the search matched and the frames it lit.
+fn check_flame_graph(browser: &mut Browser) -> (String, u64) {
+    // Its own script ran in its frame: init made the graph fluid (no width).
     let graph_ready = browser.evaluate(
         "(() => { const d = document.getElementById('flamegraph').contentDocument; \
          const svg = d && d.querySelector('svg'); \
@@ -326,7 +352,7 @@ fn the_html_report_works_in_a_real_browser() {
          const hits = w.document.querySelectorAll('#frames rect[fill=\"rgb(230,0,230)\"]').length; \
          return [w.document.getElementById('matched').textContent, hits]; })()",
     );
-    let matched = found[0].as_str().unwrap_or_default();
+    let matched = found[0].as_str().unwrap_or_default().to_string();
     let hits = found[1].as_u64().unwrap_or(0);
     let pct: f64 = matched
         .strip_prefix("Matched: ")
@@ -347,7 +373,11 @@ fn the_html_report_works_in_a_real_browser() {
         zoomed.as_u64().unwrap_or(0) > 0,
         "zooming changed nothing: {zoomed}"
     );
-    // The page has its parts: verdict, thread bars, a latency chart per site with marks.
+    (matched, hits)
+}
+
+/// The page has its parts: verdict, thread bars, a latency chart per site with marks.
+fn check_parts(browser: &mut Browser) {
     let parts = browser.evaluate(
         "[document.getElementById('verdict').textContent.length, \
           document.querySelectorAll('#threads svg rect').length, \
@@ -361,7 +391,10 @@ fn the_html_report_works_in_a_real_browser() {
         n(2) >= 1 && n(3) >= 3,
         "no latency chart with marks: {parts}"
     );
+}
 
+/// A screenshot that is not blank (kept beside the page): the share drawn and its colours.
+fn check_screenshot(browser: &mut Browser, html: &Path) -> (f64, usize) {
     let shot = browser.call("Page.captureScreenshot", json!({"format": "png"}));
     let png_bytes = base64::engine::general_purpose::STANDARD
         .decode(shot["data"].as_str().expect("screenshot data"))
@@ -375,7 +408,11 @@ fn the_html_report_works_in_a_real_browser() {
         shot_path.display(),
         drawn * 100.0
     );
+    (drawn, colours)
+}
 
+/// The page printed to PDF (kept beside it), with its stacks opened: the PDF.
+fn check_pdf(browser: &mut Browser, html: &Path) -> Vec<u8> {
     let pdf = browser.call(
         "Page.printToPDF",
         json!({"printBackground": true, "preferCSSPageSize": true}),
@@ -394,7 +431,11 @@ fn the_html_report_works_in_a_real_browser() {
         "stacks closed on paper: {details}"
     );
     std::fs::write(html.with_extension("pdf"), &pdf_bytes).expect("keep the PDF");
+    pdf_bytes
+}
 
+/// No error logged, nothing fetched from elsewhere.
+fn check_no_errors_nor_fetches(browser: &mut Browser) {
     browser.drain();
     let errors = browser.errors();
     assert!(
@@ -412,12 +453,5 @@ fn the_html_report_works_in_a_real_browser() {
         browser.requests().iter().any(|u| u.starts_with("file://")),
         "the network domain saw nothing at all: {:?}",
         browser.requests()
-    );
-    eprintln!(
-        "html report: search `spin_work` {matched} ({hits} frames), screenshot {:.0} % drawn in \
-         {colours} colours, PDF {} KiB; kept beside {}",
-        drawn * 100.0,
-        pdf_bytes.len() / 1024,
-        html.display()
     );
 }

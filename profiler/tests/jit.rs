@@ -98,6 +98,20 @@ impl Jvm {
 fn java_stacks(kind: Jvm) {
     require_root();
     let _serial = serial();
+    let lines = capture_jit_work(kind);
+    check_spinner(kind, &lines);
+    check_sleeper(kind, &lines);
+    let threads = per_thread(&lines);
+    for name in ["spinner", "sleeper"] {
+        let us = *threads
+            .get(name)
+            .unwrap_or_else(|| panic!("no lines for thread {name}: {threads:?}"));
+        assert_close(&format!("on+off of {name}"), us as f64, WINDOW_US, 0.03);
+    }
+}
+
+/// JitWork on a JVM of `kind`, warmed up, captured: its folded lines.
+fn capture_jit_work(kind: Jvm) -> Vec<Line> {
     let dir = javac(None, "JitWork");
     let mut args = vec![
         "-XX:CompileCommand=quiet",
@@ -139,9 +153,11 @@ fn java_stacks(kind: Jvm) {
     }
     let result = capturing.finish();
     assert_success(&result);
-    let lines = read_folded(&out.folded);
-    let threads = per_thread(&lines);
+    read_folded(&out.folded)
+}
 
+/// The spinner: on the CPU in leaf() called by middle(), below the JVM's thread start.
+fn check_spinner(kind: Jvm, lines: &[Line]) {
     // Between the thread's start and the Java code lie the JVM's own start-up frames
     // (thread_native_entry … JavaCalls::call_virtual), then the call stub and interpreted
     // frames (the thread's run(), spin(), sleepLoop(), nap()), which the perf map names only
@@ -195,7 +211,10 @@ fn java_stacks(kind: Jvm) {
             top(&spinner)
         );
     }
+}
 
+/// The sleeper: asleep in Thread.sleep, below the JVM's thread start.
+fn check_sleeper(kind: Jvm, lines: &[Line]) {
     // The sleeper: asleep nearly all the time (20 ms at a stretch; what is not sleep is the
     // run queue after each wakeup, a few % here, more when other work loads the CPUs) ...
     let sleeper: Vec<&Line> = lines.iter().filter(|l| l.thread() == "sleeper").collect();
@@ -254,12 +273,6 @@ fn java_stacks(kind: Jvm) {
             top(&sleeper)
         );
     }
-    for name in ["spinner", "sleeper"] {
-        let us = *threads
-            .get(name)
-            .unwrap_or_else(|| panic!("no lines for thread {name}: {threads:?}"));
-        assert_close(&format!("on+off of {name}"), us as f64, WINDOW_US, 0.03);
-    }
 }
 
 /// The heaviest lines, for failure messages.
@@ -282,6 +295,30 @@ fn top(lines: &[&Line]) -> Vec<(u64, String)> {
 fn a_java_service_under_load_has_whole_stacks() {
     require_root();
     let _serial = serial();
+    let lines = capture_service_under_load();
+    let pool: Vec<&Line> = lines
+        .iter()
+        .filter(|l| l.thread().starts_with("pool-1-thread-"))
+        .collect();
+    let (on_us, whole, handler) = check_pool_on_cpu(&pool);
+    let (off_us, off_whole) = check_pool_off_cpu(&pool);
+    // The measure: of all the pool threads' time with a stack, on and off the CPU.
+    let all_whole = (whole + off_whole) as f64 / (on_us + off_us) as f64;
+    assert!(
+        all_whole >= 0.9,
+        "pool threads: {:.1} % of their time reaches start_thread",
+        100.0 * all_whole
+    );
+    eprintln!(
+        "pool threads: on the CPU {on_us} µs with a stack, {:.1} % whole, {:.1} % under the handler; off it {off_us} µs, {:.1} % whole",
+        100.0 * whole as f64 / on_us as f64,
+        100.0 * handler as f64 / on_us as f64,
+        100.0 * off_whole as f64 / off_us.max(1) as f64
+    );
+}
+
+/// JavaService under wrk's load, warm, captured for 4 s: its folded lines.
+fn capture_service_under_load() -> Vec<Line> {
     let dir = javac(None, "JavaService");
     // Inlining decides which frames exist at all (C2 may fold handle() into the HTTP
     // server's filter chain): keep the handler's own methods frames of their own.
@@ -307,11 +344,17 @@ fn a_java_service_under_load_has_whole_stacks() {
     let result = profile(&capture_args(&pid, "4", &out));
     let _ = wrk.wait();
     assert_success(&result);
-    let lines = read_folded(&out.folded);
-    let pool: Vec<&Line> = lines
-        .iter()
-        .filter(|l| l.thread().starts_with("pool-1-thread-"))
-        .collect();
+    read_folded(&out.folded)
+}
+
+/// Lines' time, in µs.
+fn time_of<'a, 'b: 'a>(lines: impl Iterator<Item = &'a &'b Line>) -> u64 {
+    lines.map(|l| l.count).sum()
+}
+
+/// The pool threads on the CPU: whole stacks, the handler's frames named and chained. Their
+/// time with a stack, of it whole, of it under the handler (µs).
+fn check_pool_on_cpu(pool: &[&Line]) -> (u64, u64, u64) {
     // Time with a stack: on the CPU between samples, switching in and the profiler's own
     // overhead have none.
     let stacked = |l: &&&Line| {
@@ -319,22 +362,22 @@ fn a_java_service_under_load_has_whole_stacks() {
             .iter()
             .any(|f| f.starts_with("[on-cpu") || f == "[profiler overhead]")
     };
-    let sum = |ls: &mut dyn Iterator<Item = &&Line>| ls.map(|l| l.count).sum::<u64>();
     let on: Vec<&Line> = pool
         .iter()
         .copied()
         .filter(|l| l.state().is_none())
         .filter(|l| stacked(&l))
         .collect();
-    let on_us = sum(&mut on.iter());
+    let on_us = time_of(on.iter());
     assert!(
         on_us > 100_000,
         "pool threads: only {on_us} µs on the CPU with a stack: {:#?}",
-        top(&pool)
+        top(pool)
     );
-    let whole = sum(&mut on
-        .iter()
-        .filter(|l| l.frames.iter().any(|f| f == "start_thread")));
+    let whole = time_of(
+        on.iter()
+            .filter(|l| l.frames.iter().any(|f| f == "start_thread")),
+    );
     // Whole for 92–100 % of it over repeated runs (8 s into the load): what is left is code
     // C2 compiled since the last read of the code cache, and StubRoutines stubs that build no
     // rbp frame; `--unwind fp` on this JVM reaches start_thread for 44 %.
@@ -347,7 +390,7 @@ fn a_java_service_under_load_has_whole_stacks() {
             .filter(|l| !l.frames.iter().any(|f| f == "start_thread"))
             .collect::<Vec<_>>())
     );
-    let handler = sum(&mut on.iter().filter(|l| {
+    let handler = time_of(on.iter().filter(|l| {
         has_with_gaps_containing(
             l,
             &[
@@ -366,15 +409,21 @@ fn a_java_service_under_load_has_whole_stacks() {
         "pool threads: {handler} of {on_us} µs on the CPU under runWorker → handle → render: {:#?}",
         top(&on)
     );
+    (on_us, whole, handler)
+}
+
+/// The pool threads off the CPU: whole stacks. Their time, of it whole (µs).
+fn check_pool_off_cpu(pool: &[&Line]) -> (u64, u64) {
     let off: Vec<&Line> = pool
         .iter()
         .copied()
         .filter(|l| l.state().is_some())
         .collect();
-    let off_us = sum(&mut off.iter());
-    let off_whole = sum(&mut off
-        .iter()
-        .filter(|l| l.frames.iter().any(|f| f == "start_thread")));
+    let off_us = time_of(off.iter());
+    let off_whole = time_of(
+        off.iter()
+            .filter(|l| l.frames.iter().any(|f| f == "start_thread")),
+    );
     assert!(
         off_whole as f64 >= 0.99 * off_us as f64,
         "pool threads: {off_whole} of {off_us} µs off the CPU reach start_thread: {:#?}",
@@ -384,17 +433,5 @@ fn a_java_service_under_load_has_whole_stacks() {
             .filter(|l| !l.frames.iter().any(|f| f == "start_thread"))
             .collect::<Vec<_>>())
     );
-    // The measure: of all the pool threads' time with a stack, on and off the CPU.
-    let all_whole = (whole + off_whole) as f64 / (on_us + off_us) as f64;
-    assert!(
-        all_whole >= 0.9,
-        "pool threads: {:.1} % of their time reaches start_thread",
-        100.0 * all_whole
-    );
-    eprintln!(
-        "pool threads: on the CPU {on_us} µs with a stack, {:.1} % whole, {:.1} % under the handler; off it {off_us} µs, {:.1} % whole",
-        100.0 * whole as f64 / on_us as f64,
-        100.0 * handler as f64 / on_us as f64,
-        100.0 * off_whole as f64 / off_us.max(1) as f64
-    );
+    (off_us, off_whole)
 }

@@ -120,8 +120,29 @@ fn check(home: &str, version_prefix: &str) {
     println!("{home}: version {version}");
     assert!(version.starts_with(version_prefix), "version {version}");
     assert_eq!(jvm.interpreter_method_offset_words(), -3);
+    let interpreter = check_interpreter(&jvm, pid);
+    check_compiled(&mut jvm, pid, interpreter);
+    time_reads(home, &mut jvm);
+    let after = check_against_perf_map(home, &mut jvm, pid);
 
-    // The interpreter lies in the code cache: anonymous executable memory.
+    // Method names through a fresh reader (no cache), and a Method* that is not one.
+    let mut fresh = Jvm::attach(pid).expect("attach").expect("a JVM");
+    for b in &after {
+        if let BlobKind::Nmethod { method } = b.kind
+            && b.name.starts_with("JitWork.")
+        {
+            assert_eq!(fresh.method_name(method).expect("name a Method*"), b.name);
+        }
+    }
+    assert!(
+        fresh.method_name(interpreter.0).is_err(),
+        "the interpreter's code named as a method"
+    );
+    assert!(fresh.method_name(8).is_err(), "address 8 named as a method");
+}
+
+/// The interpreter's range, which lies in the code cache: anonymous executable memory.
+fn check_interpreter(jvm: &Jvm, pid: u32) -> (u64, u64) {
     let (istart, iend) = jvm.interpreter();
     assert!(
         istart < iend,
@@ -135,8 +156,12 @@ fn check(home: &str, version_prefix: &str) {
         matches!(&holder, Some(m) if matches!(&m.kind, MappingKind::Anon { name } if name.is_empty())),
         "interpreter {istart:#x}..{iend:#x} not inside one anonymous r-x mapping: {holder:?}"
     );
+    (istart, iend)
+}
 
-    // leaf() and middle() compiled: retried while the JIT works.
+/// leaf() and middle() compiled (retried while the JIT works), each building the frame it
+/// says; the interpreter among the blobs, spanning `interpreter`.
+fn check_compiled(jvm: &mut Jvm, pid: u32, (istart, iend): (u64, u64)) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let blobs = loop {
         let blobs = jvm.code_blobs().expect("walk the code cache");
@@ -182,8 +207,11 @@ fn check(home: &str, version_prefix: &str) {
             .any(|b| b.start == istart && b.end == iend),
         "no interpreter blob spans {istart:#x}..{iend:#x}: {interpreters:x?}"
     );
+}
 
-    // Timing: the profiler walks the code cache about once a second.
+/// What walks of the code cache (about once a second in the profiler) and reads of inlining
+/// cost; every nmethod's debug information read once, then reused.
+fn time_reads(home: &str, jvm: &mut Jvm) {
     let runs = 20;
     let t = Instant::now();
     let mut count = 0;
@@ -194,7 +222,6 @@ fn check(home: &str, version_prefix: &str) {
         "{home}: code_blobs() of {count} blobs: {:?} per call ({runs} calls, names cached)",
         t.elapsed() / runs
     );
-    // Inlining: every nmethod's debug information read once, then reused.
     let mut blobs = jvm.code_blobs().expect("walk the code cache");
     let t = Instant::now();
     let cold = jvm.read_inlining(&mut blobs, Duration::MAX);
@@ -209,8 +236,11 @@ fn check(home: &str, version_prefix: &str) {
         cold.decoded > 0 && cold.failed * 10 <= cold.decoded,
         "{cold:?}"
     );
+}
 
-    // Against the JVM's own perf map: snapshots before and after it, as the JIT runs on.
+/// The code cache against the JVM's own perf map, with snapshots before and after it as the
+/// JIT runs on: the same blobs under the same names. The snapshot after.
+fn check_against_perf_map(home: &str, jvm: &mut Jvm, pid: u32) -> Vec<CodeBlob> {
     let before = jvm.code_blobs().expect("walk the code cache");
     let perf = perf_map(pid);
     let after = jvm.code_blobs().expect("walk the code cache");
@@ -255,21 +285,7 @@ fn check(home: &str, version_prefix: &str) {
         "{home}: {java} Java methods of the perf map matched, {} blobs in all",
         perf.len()
     );
-
-    // Method names through a fresh reader (no cache), and a Method* that is not one.
-    let mut fresh = Jvm::attach(pid).expect("attach").expect("a JVM");
-    for b in &after {
-        if let BlobKind::Nmethod { method } = b.kind
-            && b.name.starts_with("JitWork.")
-        {
-            assert_eq!(fresh.method_name(method).expect("name a Method*"), b.name);
-        }
-    }
-    assert!(
-        fresh.method_name(istart).is_err(),
-        "the interpreter's code named as a method"
-    );
-    assert!(fresh.method_name(8).is_err(), "address 8 named as a method");
+    after
 }
 
 #[test]
@@ -433,28 +449,7 @@ fn check_inlining(home: &str) {
     let mut jvm = Jvm::attach(pid)
         .expect("attach to the JVM")
         .expect("a JVM maps libjvm.so");
-
-    // outer() compiled by C2 (level 4), as jcmd says and as read: retried while the JIT works.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let (mut blobs, at) = loop {
-        let c2: Vec<Compiled> = codelist(home, pid)
-            .into_iter()
-            .filter(|c| c.level == 4 && c.method == "InlineWork.outer(I)J")
-            .collect();
-        let blobs = jvm.code_blobs().expect("walk the code cache");
-        let found = blobs.iter().position(|b| {
-            c2.iter()
-                .any(|c| c.code == b.start && Some(c.id) == b.compile_id())
-        });
-        if let Some(at) = found {
-            break (blobs, at);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no C2 nmethod of InlineWork.outer read within 30 s; jcmd lists {c2:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let (mut blobs, at) = c2_outer(home, &mut jvm, pid);
     let t = Instant::now();
     let read = jvm.read_inlining(&mut blobs, Duration::MAX);
     let cold = t.elapsed();
@@ -466,6 +461,62 @@ fn check_inlining(home: &str) {
     assert!(read.decoded > 0 && read.inlined > 0, "{read:?}");
 
     let outer = &blobs[at];
+    let with_inner = check_outer_chains(home, &mut jvm, outer);
+    // The profiler's follower of the code cache keeps them from its first read.
+    let mut hotspot = HotSpot::attach(pid).expect("the profiler attaches to the JVM");
+    let _ = hotspot.refresh();
+    for (offset, chain) in &with_inner {
+        let ret = outer.start + u64::from(*offset);
+        assert_eq!(
+            hotspot.inlined_at(ret - 1),
+            Some(&chain[..]),
+            "HotSpot::inlined_at before +{offset:#x}"
+        );
+    }
+
+    let (nmethods, inlined_pcs) = check_scopes(home, &mut jvm, &blobs);
+    assert!(nmethods >= 5 && inlined_pcs > 0);
+    let matched = check_compile_ids(home, pid, &blobs);
+
+    // Once read, an nmethod is not read again.
+    let mut again = jvm.code_blobs().expect("walk the code cache");
+    let t = Instant::now();
+    let warm = jvm.read_inlining(&mut again, Duration::MAX);
+    println!(
+        "{home}: read_inlining again: {warm:?} in {:?}, {matched} compile ids matched jcmd's",
+        t.elapsed()
+    );
+    assert!(warm.cached > 0 && warm.decoded < read.decoded, "{warm:?}");
+}
+
+/// The code cache once outer() is compiled by C2 (level 4), as jcmd says and as read
+/// (retried while the JIT works), and that nmethod's index in it.
+fn c2_outer(home: &str, jvm: &mut Jvm, pid: u32) -> (Vec<CodeBlob>, usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c2: Vec<Compiled> = codelist(home, pid)
+            .into_iter()
+            .filter(|c| c.level == 4 && c.method == "InlineWork.outer(I)J")
+            .collect();
+        let blobs = jvm.code_blobs().expect("walk the code cache");
+        let found = blobs.iter().position(|b| {
+            c2.iter()
+                .any(|c| c.code == b.start && Some(c.id) == b.compile_id())
+        });
+        if let Some(at) = found {
+            return (blobs, at);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no C2 nmethod of InlineWork.outer read within 30 s; jcmd lists {c2:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// outer()'s chains: each starts at outer() and is found from a return address at its
+/// PcDesc. The PcDescs with the scopes [outer, inner], and their chains.
+fn check_outer_chains(home: &str, jvm: &mut Jvm, outer: &CodeBlob) -> Vec<(u32, Vec<u64>)> {
     let BlobKind::Nmethod {
         method: outer_method,
     } = outer.kind
@@ -490,7 +541,7 @@ fn check_inlining(home: &str) {
             continue;
         }
         assert_eq!(chain[0], outer_method, "a chain of outer() at +{offset:#x}");
-        let named = names(&mut jvm, chain);
+        let named = names(jvm, chain);
         println!("  +{offset:#x}: {}", named.join(" -> "));
         if named == ["InlineWork.outer", "InlineWork.inner"] {
             with_inner.push((offset, chain.to_vec()));
@@ -508,26 +559,14 @@ fn check_inlining(home: &str) {
         !with_inner.is_empty(),
         "no PcDesc of InlineWork.outer's C2 nmethod has the scopes [outer, inner]"
     );
+    with_inner
+}
 
-    // The profiler's follower of the code cache keeps them from its first read.
-    let mut hotspot = HotSpot::attach(pid).expect("the profiler attaches to the JVM");
-    let _ = hotspot.refresh();
-    for (offset, chain) in &with_inner {
-        let ret = outer.start + u64::from(*offset);
-        assert_eq!(
-            hotspot.inlined_at(ret - 1),
-            Some(&chain[..]),
-            "HotSpot::inlined_at before +{offset:#x}"
-        );
-    }
-
-    let (nmethods, inlined_pcs) = check_scopes(home, &mut jvm, &blobs);
-    assert!(nmethods >= 5 && inlined_pcs > 0);
-
-    // Compile ids as jcmd lists them, by code start.
+/// Our nmethods' compile ids against jcmd's list, by code start; how many matched.
+fn check_compile_ids(home: &str, pid: u32, blobs: &[CodeBlob]) -> usize {
     let listed: HashMap<u64, i32> = codelist(home, pid).iter().map(|c| (c.code, c.id)).collect();
     let (mut ours, mut matched) = (0, 0);
-    for b in &blobs {
+    for b in blobs {
         let Some(id) = b.compile_id() else { continue };
         ours += 1;
         if let Some(&listed) = listed.get(&b.start) {
@@ -540,16 +579,7 @@ fn check_inlining(home: &str) {
         matched >= 5 && matched * 10 >= ours * 9,
         "only {matched} of our {ours} nmethods listed by jcmd"
     );
-
-    // Once read, an nmethod is not read again.
-    let mut again = jvm.code_blobs().expect("walk the code cache");
-    let t = Instant::now();
-    let warm = jvm.read_inlining(&mut again, Duration::MAX);
-    println!(
-        "{home}: read_inlining again: {warm:?} in {:?}, {matched} compile ids matched jcmd's",
-        t.elapsed()
-    );
-    assert!(warm.cached > 0 && warm.decoded < read.decoded, "{warm:?}");
+    matched
 }
 
 #[test]
@@ -627,8 +657,14 @@ fn inlining_cost_on_a_large_code_cache() {
         std::thread::sleep(Duration::from_secs(1));
     }
     println!("{count} blobs");
+    measure_reads(&mut jvm);
+    measure_budgeted_reads(pid);
+    let _ = std::fs::remove_dir_all(&out);
+}
 
-    // Wall time on a busy machine says little: this thread's CPU time too.
+/// Walks of the code cache and reads of every nmethod's inlining, cold and warm: wall time
+/// (which says little on a busy machine) and this thread's CPU time.
+fn measure_reads(jvm: &mut Jvm) {
     let runs = 10;
     let (t, c) = (Instant::now(), cpu_time());
     for _ in 0..runs {
@@ -663,7 +699,7 @@ fn inlining_cost_on_a_large_code_cache() {
         cold.failed * 100 <= cold.decoded,
         "more than 1 % of the nmethods did not decode: {cold:?}"
     );
-    let (nmethods, _) = check_scopes(JDK17, &mut jvm, &blobs);
+    let (nmethods, _) = check_scopes(JDK17, jvm, &blobs);
     assert!(nmethods > 1000, "{nmethods} nmethods");
 
     let (t, c) = (Instant::now(), cpu_time());
@@ -684,9 +720,11 @@ fn inlining_cost_on_a_large_code_cache() {
         t.elapsed(),
         cpu_time() - c
     );
+}
 
-    // As the profiler reads it (hotspot.rs, `INLINING_BUDGET`): a budget per read, a fresh
-    // reader.
+/// Reads as the profiler makes them (hotspot.rs, `INLINING_BUDGET`): a budget per read, a
+/// fresh reader, until nothing is left.
+fn measure_budgeted_reads(pid: u32) {
     let mut fresh = Jvm::attach(pid).expect("attach").expect("a JVM");
     let mut calls = 0;
     let (t, c) = (Instant::now(), cpu_time());
@@ -712,5 +750,4 @@ fn inlining_cost_on_a_large_code_cache() {
         t.elapsed(),
         cpu_time() - c
     );
-    let _ = std::fs::remove_dir_all(&out);
 }

@@ -198,10 +198,16 @@ fn run_queue_delay_shows_on_the_spinners_and_the_markdown_report_reads_well() {
     let (report, out) = capture_report(&workload, "runqueue", &["--mode", "wall"]);
     validate_against_schema(&report);
 
-    // More spinning threads than cores: run-queue delay on the spinners, on their stacks.
-    // The scheduler need not share the wait evenly (with 3 spinners on 2 CPUs the balancer
-    // may leave one alone on a CPU), but together they wait at least one CPU's worth less
-    // what the other threads take; each thread's share must match the kernel's.
+    check_spinners(&report);
+    check_preempted(&report, &read_folded(&out.folded));
+    check_markdown(&workload, &out);
+}
+
+/// More spinning threads than cores: run-queue delay on the spinners, on their stacks.
+/// The scheduler need not share the wait evenly (with 3 spinners on 2 CPUs the balancer may
+/// leave one alone on a CPU), but together they wait at least one CPU's worth less what the
+/// other threads take; each thread's share must match the kernel's.
+fn check_spinners(report: &Value) {
     let mut spinners_runnable = 0.0;
     for t in report["threads"].as_array().expect("threads") {
         if !t["name"].as_str().unwrap_or("").starts_with("spinner-") {
@@ -243,8 +249,11 @@ fn run_queue_delay_shows_on_the_spinners_and_the_markdown_report_reads_well() {
         spinners_runnable > 40.0,
         "spinners together wait {spinners_runnable} % of a window for a CPU"
     );
-    let lines = read_folded(&out.folded);
-    let preempted_in_spin_work = sum(&lines, |l| {
+}
+
+/// Preemptions under the spinners' own frames, and their delay's percentiles in order.
+fn check_preempted(report: &Value, lines: &[Line]) {
+    let preempted_in_spin_work = sum(lines, |l| {
         l.thread().starts_with("spinner-") && l.state() == Some("runqueue") && l.has("spin_work")
     });
     assert!(
@@ -260,8 +269,10 @@ fn run_queue_delay_shows_on_the_spinners_and_the_markdown_report_reads_well() {
     );
     assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{preempted}");
     assert!(report["verdict"].as_str().is_some_and(|v| v.ends_with('.')));
+}
 
-    // The same capture as Markdown.
+/// The same workload as Markdown, with every section, and the summary's verdict.
+fn check_markdown(workload: &Workload, out: &Outputs) {
     let md_path = out.svg.with_extension("md");
     let pid = workload.pid().to_string();
     let result = profile(&[

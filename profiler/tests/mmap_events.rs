@@ -12,7 +12,7 @@ use std::{
 };
 
 use common::{require_root, scratch_dir, serial};
-use profiler::mmap_events::{Config, Event, Mmap2, MmapEvents, Task};
+use profiler::mmap_events::{Config, Event, Mmap2, MmapEvents};
 
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -73,11 +73,56 @@ fn is_exit_of(e: &Event, pid: u32) -> bool {
     matches!(e, Event::Exit(t) if t.pid == pid && t.tid == pid)
 }
 
+/// The executable mappings of the program `exe` (its file: inode and device) and of libc
+/// among the events of process `pid` (`dump`: them all, for the message).
+fn exec_mappings(
+    mine: &[&Event],
+    pid: u32,
+    exe: &Path,
+    dump: &dyn Fn() -> String,
+) -> (Mmap2, Mmap2) {
+    let mapping = |what: &str, keep: &dyn Fn(&Mmap2) -> bool| -> Mmap2 {
+        mine.iter()
+            .find_map(|e| match e {
+                Event::Mmap2(m) if m.is_exec() && keep(m) => Some(m.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no executable mapping of {what} in {pid}: {}", dump()))
+    };
+    let meta = std::fs::metadata(exe).expect("stat the program");
+    let exe_map = mapping("the executable", &|m| m.filename == exe);
+    assert_eq!(exe_map.ino, meta.ino(), "the executable's inode");
+    assert_eq!(
+        (exe_map.maj, exe_map.min),
+        (libc::major(meta.dev()), libc::minor(meta.dev())),
+        "the executable's device"
+    );
+    assert!(exe_map.len > 0 && exe_map.addr > 0);
+    let libc_map = mapping("libc", &|m| {
+        m.filename.to_string_lossy().contains("libc.so")
+    });
+    (exe_map, libc_map)
+}
+
+/// The times, named, in order on CLOCK_MONOTONIC (`dump`: the events, for the message).
+fn assert_in_order(times: &[(&str, u64)], dump: &dyn Fn() -> String) {
+    for pair in times.windows(2) {
+        assert!(
+            pair[0].1 <= pair[1].1,
+            "{} ({}) after {} ({}): times on CLOCK_MONOTONIC out of order\n{}",
+            pair[0].0,
+            pair[0].1,
+            pair[1].0,
+            pair[1].1,
+            dump()
+        );
+    }
+}
+
 /// Runs `program` once and checks that its fork, exec name, executable mapping, libc mapping
 /// and exit all arrived, with times in that order and inside the run.
 fn assert_whole_life_seen(events: &mut MmapEvents, program: &Path) {
     let exe = std::fs::canonicalize(program).expect("canonicalize the program");
-    let meta = std::fs::metadata(&exe).expect("stat the program");
     let name: String = exe
         .file_name()
         .expect("a file name")
@@ -99,74 +144,44 @@ fn assert_whole_life_seen(events: &mut MmapEvents, program: &Path) {
     let mine: Vec<&Event> = all.iter().filter(|e| e.pid() == Some(pid)).collect();
     let dump = || format!("{mine:#?}");
 
-    let fork = mine
-        .iter()
-        .find_map(|e| match e {
-            Event::Fork(t) if t.tid == pid => Some(t),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no fork of {pid}: {}", dump()));
+    let find = |what: &str, pick: &dyn Fn(&Event) -> bool| -> &Event {
+        mine.iter()
+            .copied()
+            .find(|e| pick(e))
+            .unwrap_or_else(|| panic!("no {what} of {pid}: {}", dump()))
+    };
+    let Event::Fork(fork) = find("fork", &|e| matches!(e, Event::Fork(t) if t.tid == pid)) else {
+        unreachable!()
+    };
     assert_eq!(
         fork.ppid,
         std::process::id(),
         "forked by the test: {}",
         dump()
     );
-    let comm = mine
-        .iter()
-        .find_map(|e| match e {
-            Event::Comm(c) if c.exec && c.tid == pid => Some(c),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no exec comm of {pid}: {}", dump()));
-    assert_eq!(comm.name, name);
-    let mapping = |what: &str, keep: &dyn Fn(&Mmap2) -> bool| -> Mmap2 {
-        mine.iter()
-            .find_map(|e| match e {
-                Event::Mmap2(m) if m.is_exec() && keep(m) => Some(m.clone()),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("no executable mapping of {what} in {pid}: {}", dump()))
+    let Event::Comm(comm) = find(
+        "exec comm",
+        &|e| matches!(e, Event::Comm(c) if c.exec && c.tid == pid),
+    ) else {
+        unreachable!()
     };
-    let exe_map = mapping("the executable", &|m| m.filename == exe);
-    assert_eq!(exe_map.ino, meta.ino(), "the executable's inode");
-    assert_eq!(
-        (exe_map.maj, exe_map.min),
-        (libc::major(meta.dev()), libc::minor(meta.dev())),
-        "the executable's device"
+    assert_eq!(comm.name, name);
+    let (exe_map, libc_map) = exec_mappings(&mine, pid, &exe, &dump);
+    let Event::Exit(exit) = find("exit", &|e| matches!(e, Event::Exit(t) if t.tid == pid)) else {
+        unreachable!()
+    };
+    assert_in_order(
+        &[
+            ("start", before),
+            ("fork", fork.time_ns),
+            ("exec comm", comm.time_ns),
+            ("executable mmap", exe_map.time_ns),
+            ("libc mmap", libc_map.time_ns),
+            ("exit", exit.time_ns),
+            ("wait returned", after),
+        ],
+        &dump,
     );
-    assert!(exe_map.len > 0 && exe_map.addr > 0);
-    let libc_map = mapping("libc", &|m| {
-        m.filename.to_string_lossy().contains("libc.so")
-    });
-    let exit: &Task = mine
-        .iter()
-        .find_map(|e| match e {
-            Event::Exit(t) if t.tid == pid => Some(t),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no exit of {pid}: {}", dump()));
-
-    let times = [
-        ("start", before),
-        ("fork", fork.time_ns),
-        ("exec comm", comm.time_ns),
-        ("executable mmap", exe_map.time_ns),
-        ("libc mmap", libc_map.time_ns),
-        ("exit", exit.time_ns),
-        ("wait returned", after),
-    ];
-    for pair in times.windows(2) {
-        assert!(
-            pair[0].1 <= pair[1].1,
-            "{} ({}) after {} ({}): times on CLOCK_MONOTONIC out of order\n{}",
-            pair[0].0,
-            pair[0].1,
-            pair[1].0,
-            pair[1].1,
-            dump()
-        );
-    }
     eprintln!(
         "{}: pid {pid} lived {:.2} ms from exec to exit; {} events of it read, \
          libc at {:#x} from {}",
@@ -355,53 +370,75 @@ const LOOPS: u32 = 2;
 /// Runs the exec loops, with a reader of `reading` kind on its own thread when given one.
 fn exec_storm(exec_loop: &Path, rate: u32, seconds: f64, reading: Option<Reading>) -> Run {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let reader = reading.map(|reading| {
-        let stop = stop.clone();
-        let mut events = MmapEvents::open().expect("open the side-band events");
-        std::thread::spawn(move || {
-            let start = thread_cpu_ns();
-            let (mut reads, mut delivered) = (0u64, 0u64);
-            let mut latency = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                match reading {
-                    Reading::Eager => {
-                        events.wait(Duration::from_millis(100)).expect("poll");
-                    }
-                    Reading::Batched(every) => {
-                        events.wait(Duration::from_millis(100)).expect("poll");
-                        std::thread::sleep(every);
-                    }
-                    Reading::Tick(every) => std::thread::sleep(every),
-                }
-                let now = monotonic_ns();
-                delivered += events.read(&mut |e| {
-                    if let Event::Comm(c) = &e
-                        && c.exec
-                    {
-                        latency.push(now.saturating_sub(c.time_ns));
-                    }
-                    std::hint::black_box(e);
-                }) as u64;
-                reads += 1;
-            }
-            let cpu = thread_cpu_ns() - start;
-            let stats = events.stats();
-            ReaderCost {
-                cpu_s: cpu as f64 / 1e9,
-                reads,
-                events: delivered,
-                records: stats.records,
-                lost: stats.lost,
-                exec_latency_ns: {
-                    latency.sort_unstable();
-                    latency
-                },
-            }
-        })
-    });
+    let reader = reading.map(|reading| spawn_reader(reading, stop.clone()));
     // Let the reader settle into its loop.
     std::thread::sleep(Duration::from_millis(100));
     let started = Instant::now();
+    let (execs, loop_cpu_s) = run_exec_loops(exec_loop, rate, seconds);
+    let elapsed = started.elapsed().as_secs_f64();
+    // Let the reader read the last records.
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    Run {
+        execs,
+        seconds: elapsed,
+        loop_cpu_s,
+        reader: reader.map(|r| r.join().expect("the reader thread")),
+    }
+}
+
+/// A reader of the side-band events on its own thread, waiting as `reading` says, until
+/// `stop`; what it cost.
+fn spawn_reader(
+    reading: Reading,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<ReaderCost> {
+    let mut events = MmapEvents::open().expect("open the side-band events");
+    std::thread::spawn(move || {
+        let start = thread_cpu_ns();
+        let (mut reads, mut delivered) = (0u64, 0u64);
+        let mut latency = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            match reading {
+                Reading::Eager => {
+                    events.wait(Duration::from_millis(100)).expect("poll");
+                }
+                Reading::Batched(every) => {
+                    events.wait(Duration::from_millis(100)).expect("poll");
+                    std::thread::sleep(every);
+                }
+                Reading::Tick(every) => std::thread::sleep(every),
+            }
+            let now = monotonic_ns();
+            delivered += events.read(&mut |e| {
+                if let Event::Comm(c) = &e
+                    && c.exec
+                {
+                    latency.push(now.saturating_sub(c.time_ns));
+                }
+                std::hint::black_box(e);
+            }) as u64;
+            reads += 1;
+        }
+        let cpu = thread_cpu_ns() - start;
+        let stats = events.stats();
+        ReaderCost {
+            cpu_s: cpu as f64 / 1e9,
+            reads,
+            events: delivered,
+            records: stats.records,
+            lost: stats.lost,
+            exec_latency_ns: {
+                latency.sort_unstable();
+                latency
+            },
+        }
+    })
+}
+
+/// The exec loops sharing `rate` execs a second for `seconds`, waited for: the execs they
+/// made, and their CPU time with that of the children they waited for.
+fn run_exec_loops(exec_loop: &Path, rate: u32, seconds: f64) -> (u64, f64) {
     // Several loops share the rate: one fork + exec + wait of /bin/true takes ~1 ms of CPU
     // here, so a single loop cannot reach 1 000 a second.
     let loops: Vec<std::process::Child> = (0..LOOPS)
@@ -434,16 +471,7 @@ fn exec_storm(exec_loop: &Path, rate: u32, seconds: f64, reading: Option<Reading
             .parse::<u64>()
             .expect("the loop prints its count");
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    // Let the reader read the last records.
-    std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    Run {
-        execs,
-        seconds: elapsed,
-        loop_cpu_s,
-        reader: reader.map(|r| r.join().expect("the reader thread")),
-    }
+    (execs, loop_cpu_s)
 }
 
 /// The reader's CPU time while the machine runs `/bin/true` ~1 000 times a second, for each

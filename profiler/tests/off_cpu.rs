@@ -33,8 +33,17 @@ fn wall_mode_accounts_every_thread_for_the_whole_capture() {
     let _serial = serial();
     let lines = capture_mixed("wall-mixed", &["--mode", "wall"]);
 
-    // (b) Every thread alive for the whole capture: on-CPU + off-CPU = capture length ±3 %.
-    let threads = per_thread(&lines);
+    check_whole_window(&lines);
+    check_sleeper(&lines);
+    check_syncer(&lines);
+    check_spinners(&lines);
+    check_blocked(&lines);
+    check_state_frames(&lines);
+}
+
+/// (b) Every thread alive for the whole capture: on-CPU + off-CPU = capture length ±3 %.
+fn check_whole_window(lines: &[Line]) {
+    let threads = per_thread(lines);
     for name in [
         "workload",
         "sleeper",
@@ -49,9 +58,11 @@ fn wall_mode_accounts_every_thread_for_the_whole_capture() {
             .unwrap_or_else(|| panic!("no lines for thread {name}: {threads:?}"));
         assert_close(&format!("on+off of {name}"), us as f64, WINDOW_US, 0.03);
     }
+}
 
-    // (a) The sleeper: ≥ 99 % of its off-CPU time under the function that loops on sleeps.
-    let sleeper = thread_lines(&lines, "sleeper");
+/// (a) The sleeper: ≥ 99 % of its off-CPU time under the function that loops on sleeps.
+fn check_sleeper(lines: &[Line]) {
+    let sleeper = thread_lines(lines, "sleeper");
     let off = total(&sleeper, |l| l.state().is_some());
     let under = total(&sleeper, |l| {
         l.state().is_some() && l.has_chain(&["start_thread", "sleeper", "sleeper_loop"])
@@ -61,12 +72,14 @@ fn wall_mode_accounts_every_thread_for_the_whole_capture() {
         "sleeper: {under} of {off} µs under sleeper_loop"
     );
     assert_close("sleeper off-CPU", off as f64, WINDOW_US, 0.03);
+}
 
-    // (c) write + fsync shows uninterruptible I/O, under fsync. How long a flush takes is
-    // the disk's business (1.5 s of 5 s on one run here, 0.14 s on another, the rest of the
-    // thread's time going to the run queue behind the spinners), so the test asks for a
-    // floor and for the attribution, not for a share of the window.
-    let syncer = thread_lines(&lines, "syncer");
+/// (c) write + fsync shows uninterruptible I/O, under fsync. How long a flush takes is
+/// the disk's business (1.5 s of 5 s on one run here, 0.14 s on another, the rest of the
+/// thread's time going to the run queue behind the spinners), so the test asks for a
+/// floor and for the attribution, not for a share of the window.
+fn check_syncer(lines: &[Line]) {
+    let syncer = thread_lines(lines, "syncer");
     let io_all = total(&syncer, |l| l.state() == Some("io"));
     let io = total(&syncer, |l| {
         l.state() == Some("io") && l.has_chain(&["sync_loop", "write_and_sync", "fsync"])
@@ -80,15 +93,17 @@ fn wall_mode_accounts_every_thread_for_the_whole_capture() {
     );
     assert!(io as f64 > 0.01 * WINDOW_US, "{why}");
     assert!(io as f64 >= 0.9 * io_all as f64, "{why}");
+}
 
-    // (d) More spinners than cores: they wait on the run queue, under their own stacks. How
-    // the wait falls among them is the scheduler's business: three always-runnable threads on
-    // two CPUs often sit 2 + 1 for seconds (CI saw one spinner wait 0.21 s of 5 while the
-    // other two shared a CPU), so the floor is on their sum (the CPUs they lack, about one
-    // window), and each must still have spun for a good part of the window.
+/// (d) More spinners than cores: they wait on the run queue, under their own stacks. How
+/// the wait falls among them is the scheduler's business: three always-runnable threads on
+/// two CPUs often sit 2 + 1 for seconds (CI saw one spinner wait 0.21 s of 5 while the
+/// other two shared a CPU), so the floor is on their sum (the CPUs they lack, about one
+/// window), and each must still have spun for a good part of the window.
+fn check_spinners(lines: &[Line]) {
     let mut runq_all = 0;
     for name in ["spinner-0", "spinner-1", "spinner-2"] {
-        let spinner = thread_lines(&lines, name);
+        let spinner = thread_lines(lines, name);
         let runq = total(&spinner, |l| l.state() == Some("runqueue"));
         let runq_under = total(&spinner, |l| {
             l.state() == Some("runqueue") && l.has_chain(&["start_thread", "spinner"])
@@ -108,9 +123,11 @@ fn wall_mode_accounts_every_thread_for_the_whole_capture() {
         runq_all as f64 > 0.5 * WINDOW_US,
         "the spinners together: only {runq_all} µs on the run queue"
     );
+}
 
-    // (e) Blocked since before the capture: about the whole duration, with its real stack.
-    let blocked = thread_lines(&lines, "blocked");
+/// (e) Blocked since before the capture: about the whole duration, with its real stack.
+fn check_blocked(lines: &[Line]) {
+    let blocked = thread_lines(lines, "blocked");
     let waiting = total(&blocked, |l| {
         l.state() == Some("sleep")
             && l.has_chain(&[
@@ -122,9 +139,11 @@ fn wall_mode_accounts_every_thread_for_the_whole_capture() {
             ])
     });
     assert_close("blocked thread's wait", waiting as f64, WINDOW_US, 0.03);
+}
 
-    // Off-CPU stacks end in exactly one state frame; the profiler's own frames never appear.
-    for l in &lines {
+/// Off-CPU stacks end in exactly one state frame; the profiler's own frames never appear.
+fn check_state_frames(lines: &[Line]) {
+    for l in lines {
         let states = l
             .frames
             .iter()

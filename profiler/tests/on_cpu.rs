@@ -16,26 +16,24 @@ fn on_cpu_samples_match_the_frequency_and_carry_the_call_chain() {
     let workload = Workload::spawn(Build::FramePointers, &["spin"]);
     let out = outputs("on-cpu-spin");
     let pid = workload.pid().to_string();
-    prompt();
-    let capturing = Capturing::start(&[
-        "--pid",
-        &pid,
-        "--secs",
-        &SECS.to_string(),
-        "--freq",
-        &FREQ.to_string(),
-        "--mode",
-        "cpu",
-        "-o",
-        out.svg.to_str().unwrap(),
-        "--folded",
-        out.folded.to_str().unwrap(),
-    ]);
-    let before = schedstat(workload.pid());
-    std::thread::sleep(std::time::Duration::from_secs(SECS));
-    let after = schedstat(workload.pid());
-    let result = capturing.finish();
-    assert_success(&result);
+    let (result, before, after) = capture_with_schedstat(
+        &[
+            "--pid",
+            &pid,
+            "--secs",
+            &SECS.to_string(),
+            "--freq",
+            &FREQ.to_string(),
+            "--mode",
+            "cpu",
+            "-o",
+            out.svg.to_str().unwrap(),
+            "--folded",
+            out.folded.to_str().unwrap(),
+        ],
+        workload.pid(),
+        SECS,
+    );
     let lines = read_folded(&out.folded);
     let total = sum(&lines, |_| true);
 
@@ -67,8 +65,18 @@ fn on_cpu_samples_match_the_frequency_and_carry_the_call_chain() {
     );
     assert!(lines.iter().all(|l| l.frames[0] == "workload"));
 
-    // (c) The SVG is well-formed XML and names those functions.
-    let svg = std::fs::read_to_string(&out.svg).expect("read the SVG");
+    check_svg(&out.svg, &pid);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(
+        stdout.contains("lost     0"),
+        "the summary prints the loss count:\n{stdout}"
+    );
+}
+
+/// The SVG is well-formed XML and names the spinner's functions, its process and the
+/// capture's frequency and losses.
+fn check_svg(path: &std::path::Path, pid: &str) {
+    let svg = std::fs::read_to_string(path).expect("read the SVG");
     let opts = roxmltree::ParsingOptions {
         allow_dtd: true,
         ..roxmltree::ParsingOptions::default()
@@ -83,12 +91,6 @@ fn on_cpu_samples_match_the_frequency_and_carry_the_call_chain() {
     assert!(
         svg.contains(&format!("{FREQ} Hz")) && svg.contains("0 lost"),
         "subtitle"
-    );
-
-    let stdout = String::from_utf8_lossy(&result.stdout);
-    assert!(
-        stdout.contains("lost     0"),
-        "the summary prints the loss count:\n{stdout}"
     );
 }
 

@@ -106,66 +106,13 @@ fn a_process_tree_by_its_parents_pid_with_children_forked_and_execd_during_the_c
     let lines = read_folded(&out.folded);
     let window = report["capture"]["duration_s"].as_f64().unwrap();
     let procs = processes(&report);
-    let named = |name: &str| -> Vec<&Value> {
-        procs
-            .iter()
-            .copied()
-            .filter(|p| p["name"] == name)
-            .collect()
-    };
 
     // The two workers, there from the start: every thread's time covered, the states where
     // the workload puts them, whole stacks.
-    let workers = named("worker");
+    let workers = named(&procs, "worker");
     assert_eq!(workers.len(), 2, "{:#}", report["processes"]);
     for w in &workers {
-        let wpid = w["pid"].as_u64().unwrap();
-        assert_eq!(w["parent"], Value::Null, "{w:#}");
-        let covered = process_secs(&lines, "worker", wpid);
-        assert!(
-            (covered - window).abs() <= 0.03 * window,
-            "worker {wpid}: {covered} s covered of a {window} s window"
-        );
-        let thread = report["threads"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["tid"] == wpid)
-            .expect("the worker's thread");
-        assert_eq!(thread["pid"], wpid);
-        let kernel = thread["schedstat_on_cpu_s"].as_f64().expect("schedstat");
-        let ours = thread["on_cpu_s"].as_f64().unwrap();
-        assert!(
-            (ours - kernel).abs() <= 0.03 * window,
-            "worker {wpid}: on-CPU {ours} s, the kernel says {kernel} s"
-        );
-        let root_name = format!("worker-{wpid}");
-        let of_worker = |l: &Line| root(l) == root_name;
-        for (chain, state, what) in [
-            (
-                &["main", "fork_named", "worker_loop", "worker_burn"][..],
-                None,
-                "burning",
-            ),
-            (
-                &["main", "fork_named", "worker_loop", "worker_nap"][..],
-                Some("sleep"),
-                "napping",
-            ),
-            (
-                &["main", "fork_named", "worker_loop", "write_and_sync"][..],
-                Some("io"),
-                "fsync",
-            ),
-        ] {
-            let t = sum(&lines, |l| {
-                of_worker(l) && l.has_chain(chain) && (state.is_none() || l.state() == state)
-            });
-            assert!(t > 0, "worker {wpid}: no whole {what} stack {chain:?}");
-        }
-        // 4 ms of CPU, then a 10 ms sleep: the sleep is the larger share unless the CPU is
-        // starved, and both are there.
-        assert!(w["sleep_pct"].as_f64().unwrap() > 10.0, "{w:#}");
+        check_worker(w, &report, &lines, window);
     }
 
     // The parent's own wait.
@@ -180,42 +127,110 @@ fn a_process_tree_by_its_parents_pid_with_children_forked_and_execd_during_the_c
         / 1e6;
     assert!(waiting > 0.9 * window, "the parent waited {waiting} s");
 
-    // Forked mid-capture: covered from its fork.
-    let late = named("late");
+    check_forked(&named(&procs, "late"), &report, &lines, workload.pid());
+    check_execd(&named(&procs, "execd"), &report, &lines);
+}
+
+/// The processes of that name.
+fn named<'a>(procs: &[&'a Value], name: &str) -> Vec<&'a Value> {
+    procs
+        .iter()
+        .copied()
+        .filter(|p| p["name"] == name)
+        .collect()
+}
+
+/// A worker there from the start: its time covered, its on-CPU time the kernel's, whole
+/// stacks in each of its states.
+fn check_worker(w: &Value, report: &Value, lines: &[Line], window: f64) {
+    let wpid = w["pid"].as_u64().unwrap();
+    assert_eq!(w["parent"], Value::Null, "{w:#}");
+    let covered = process_secs(lines, "worker", wpid);
+    assert!(
+        (covered - window).abs() <= 0.03 * window,
+        "worker {wpid}: {covered} s covered of a {window} s window"
+    );
+    let thread = report["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == wpid)
+        .expect("the worker's thread");
+    assert_eq!(thread["pid"], wpid);
+    let kernel = thread["schedstat_on_cpu_s"].as_f64().expect("schedstat");
+    let ours = thread["on_cpu_s"].as_f64().unwrap();
+    assert!(
+        (ours - kernel).abs() <= 0.03 * window,
+        "worker {wpid}: on-CPU {ours} s, the kernel says {kernel} s"
+    );
+    let root_name = format!("worker-{wpid}");
+    let of_worker = |l: &Line| root(l) == root_name;
+    for (chain, state, what) in [
+        (
+            &["main", "fork_named", "worker_loop", "worker_burn"][..],
+            None,
+            "burning",
+        ),
+        (
+            &["main", "fork_named", "worker_loop", "worker_nap"][..],
+            Some("sleep"),
+            "napping",
+        ),
+        (
+            &["main", "fork_named", "worker_loop", "write_and_sync"][..],
+            Some("io"),
+            "fsync",
+        ),
+    ] {
+        let t = sum(lines, |l| {
+            of_worker(l) && l.has_chain(chain) && (state.is_none() || l.state() == state)
+        });
+        assert!(t > 0, "worker {wpid}: no whole {what} stack {chain:?}");
+    }
+    // 4 ms of CPU, then a 10 ms sleep: the sleep is the larger share unless the CPU is
+    // starved, and both are there.
+    assert!(w["sleep_pct"].as_f64().unwrap() > 10.0, "{w:#}");
+}
+
+/// Forked mid-capture by `parent`: covered from its fork.
+fn check_forked(late: &[&Value], report: &Value, lines: &[Line], parent: u32) {
+    let window = report["capture"]["duration_s"].as_f64().unwrap();
     assert_eq!(late.len(), 1, "{:#}", report["processes"]);
     let late = late[0];
-    assert_eq!(late["parent"], workload.pid());
+    assert_eq!(late["parent"], parent);
     let forked = late["forked_at_s"]
         .as_f64()
         .expect("forked during the capture");
     assert!((1.0..5.0).contains(&forked), "{late:#}");
-    let covered = process_secs(&lines, "late", late["pid"].as_u64().unwrap());
+    let covered = process_secs(lines, "late", late["pid"].as_u64().unwrap());
     assert!(
         (covered - (window - forked)).abs() <= 0.03 * window,
         "late: {covered} s covered, alive {} s",
         window - forked
     );
+}
 
-    // Exec'd mid-capture: named after the new program, its frames from the new binary.
-    let execd_proc = named("execd");
+/// Exec'd mid-capture: named after the new program, its frames from the new binary.
+fn check_execd(execd_proc: &[&Value], report: &Value, lines: &[Line]) {
+    let window = report["capture"]["duration_s"].as_f64().unwrap();
     assert_eq!(execd_proc.len(), 1, "{:#}", report["processes"]);
     let execd_proc = execd_proc[0];
     assert_eq!(execd_proc["execs"], 1, "{execd_proc:#}");
     let epid = execd_proc["pid"].as_u64().unwrap();
     let eforked = execd_proc["forked_at_s"].as_f64().expect("forked");
-    let ecovered = process_secs(&lines, "execd", epid);
+    let ecovered = process_secs(lines, "execd", epid);
     assert!(
         (ecovered - (window - eforked)).abs() <= 0.03 * window,
         "execd: {ecovered} s covered, alive {} s",
         window - eforked
     );
     let eroot = format!("execd-{epid}");
-    let spinning = sum(&lines, |l| {
+    let spinning = sum(lines, |l| {
         root(l) == eroot && l.has_chain(&["main", "execd_spin"])
     }) as f64
         / 1e6;
     assert!(spinning > 0.0, "no execd_spin stack under {eroot}");
-    let old_frames = sum(&lines, |l| {
+    let old_frames = sum(lines, |l| {
         root(l) == eroot && WORKLOAD_ONLY.iter().any(|f| l.has(f))
     }) as f64
         / 1e6;

@@ -15,7 +15,7 @@
 
 mod common;
 
-use std::{collections::BTreeMap, time::Duration};
+use std::collections::BTreeMap;
 
 use common::*;
 use serde_json::Value;
@@ -61,6 +61,26 @@ fn group<'a>(report: &'a Value, name: &str) -> &'a Value {
 fn the_verdict_names_the_working_threads_wait_and_idle_threads_stand_apart() {
     require_root();
     let _serial = serial();
+    let (report, stdout, (before, after), out) = capture_service();
+    let mut truth = truth(&before, &after);
+    for t in report["threads"].as_array().expect("threads") {
+        let tid = t["tid"].as_u64().expect("tid") as u32;
+        let uncharged = 100.0 * t["uncharged_s"].as_f64().expect("uncharged_s") / WINDOW_S;
+        if let Some(share) = truth.get_mut(&tid) {
+            share.1 -= uncharged;
+        }
+    }
+    let context = format!("{stdout}\nschedstat (cpu %, blocked %): {truth:?}");
+    let (class, tid_of) = check_classes(&report, &truth, &context);
+    check_pool(&report);
+    check_verdict(&report, &truth, &tid_of, &context);
+    check_sites(&report);
+    check_hidden(&out, &class);
+}
+
+/// The `service` workload captured with --hide-idle: the report, the summary, schedstat at
+/// both ends of the window, the outputs.
+fn capture_service() -> (Value, String, (Schedstat, Schedstat), Outputs) {
     let dir = scratch_dir();
     let workload = Workload::spawn(Build::FramePointers, &["service", dir.to_str().unwrap()]);
     let report_path = scratch_dir().join("verdict-service.json");
@@ -75,30 +95,22 @@ fn the_verdict_names_the_working_threads_wait_and_idle_threads_stand_apart() {
         "--report",
         report_path.to_str().unwrap(),
     ]);
-    prompt();
-    let capturing = Capturing::start(&args);
-    let before = schedstat(workload.pid());
-    std::thread::sleep(Duration::from_secs(SECS));
-    let after = schedstat(workload.pid());
-    let result = capturing.finish();
-    assert_success(&result);
+    let (result, before, after) = capture_with_schedstat(&args, workload.pid(), SECS);
     let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&report_path).expect("read the JSON report"))
             .expect("the report is JSON");
     validate_against_schema(&report);
-    let mut truth = truth(&before, &after);
-    for t in report["threads"].as_array().expect("threads") {
-        let tid = t["tid"].as_u64().expect("tid") as u32;
-        let uncharged = 100.0 * t["uncharged_s"].as_f64().expect("uncharged_s") / WINDOW_S;
-        if let Some(share) = truth.get_mut(&tid) {
-            share.1 -= uncharged;
-        }
-    }
-    let context = format!("{stdout}\nschedstat (cpu %, blocked %): {truth:?}");
+    (report, stdout, (before, after), out)
+}
 
-    // Every thread: the class the report gives, and the rule applied to the kernel's figures
-    // where they are clearly on one side of it.
+/// Every thread: the class the report gives, and the rule applied to the kernel's figures
+/// where they are clearly on one side of it.
+fn check_classes<'a>(
+    report: &'a Value,
+    truth: &BTreeMap<u32, (f64, f64)>,
+    context: &str,
+) -> (BTreeMap<String, &'a str>, BTreeMap<String, u32>) {
     let mut class: BTreeMap<String, &str> = BTreeMap::new();
     let mut tid_of: BTreeMap<String, u32> = BTreeMap::new();
     for t in report["threads"].as_array().expect("threads") {
@@ -131,8 +143,11 @@ fn the_verdict_names_the_working_threads_wait_and_idle_threads_stand_apart() {
     for name in ["flusher", "ticker"] {
         assert_eq!(class.get(name), Some(&"active"), "{name}: {context}");
     }
+    (class, tid_of)
+}
 
-    // The pool is one group, all idle; its threads are one idle row, parked in park_worker.
+/// The pool is one group, all idle; its threads are one idle row, parked in park_worker.
+fn check_pool(report: &Value) {
     let pools: Vec<&Value> = report["groups"]
         .as_array()
         .expect("groups")
@@ -159,8 +174,15 @@ fn the_verdict_names_the_working_threads_wait_and_idle_threads_stand_apart() {
         .collect();
     assert_eq!(parked.len(), 1, "{:#}", report["idle_threads"]);
     assert_eq!(parked[0]["thread_count"], 4, "{:#}", parked[0]);
+}
 
-    // The verdict leads with the flusher, its fdatasync and its share of the flusher's time.
+/// The verdict leads with the flusher, its fdatasync and its share of the flusher's time.
+fn check_verdict(
+    report: &Value,
+    truth: &BTreeMap<u32, (f64, f64)>,
+    tid_of: &BTreeMap<String, u32>,
+    context: &str,
+) {
     let verdict = report["verdict"].as_str().expect("verdict");
     assert_eq!(
         report["groups"][0]["name"], "workload (flusher)",
@@ -170,7 +192,7 @@ fn the_verdict_names_the_working_threads_wait_and_idle_threads_stand_apart() {
         verdict.starts_with("workload (flusher) is on the CPU"),
         "{verdict}"
     );
-    let flusher = group(&report, "workload (flusher)");
+    let flusher = group(report, "workload (flusher)");
     let wait = &flusher["dominant_wait"];
     let site = wait["site"].as_str().expect("flusher's wait");
     assert_eq!(site, "fdatasync ← flush_log", "{wait:#}");
@@ -184,18 +206,18 @@ fn the_verdict_names_the_working_threads_wait_and_idle_threads_stand_apart() {
         "flusher in fdatasync",
         share,
         truth[&tid_of["flusher"]].1,
-        &context,
+        context,
     );
 
     // The ticker: its 20 ms sleep, also against schedstat.
-    let ticker = group(&report, "workload (ticker)");
+    let ticker = group(report, "workload (ticker)");
     let wait = &ticker["dominant_wait"];
     assert_eq!(wait["site"], "__clock_nanosleep ← tick_sleep", "{wait:#}");
     assert_share(
         "ticker in its 20 ms sleep",
         wait["share_pct"].as_f64().expect("share"),
         truth[&tid_of["ticker"]].1,
-        &context,
+        context,
     );
     let idle_count: u64 = report["idle_threads"]
         .as_array()
@@ -205,8 +227,10 @@ fn the_verdict_names_the_working_threads_wait_and_idle_threads_stand_apart() {
         .sum();
     assert_eq!(idle_count, 6, "{:#}", report["idle_threads"]);
     assert!(verdict.contains("6 of 8 threads were idle"), "{verdict}");
+}
 
-    // Sites: ranked by active threads' time; sites only idle threads wait at come last.
+/// Sites: ranked by active threads' time; sites only idle threads wait at come last.
+fn check_sites(report: &Value) {
     let sites = report["top_blocking_sites"].as_array().expect("sites");
     let first_idle_only = sites
         .iter()
@@ -219,9 +243,11 @@ fn the_verdict_names_the_working_threads_wait_and_idle_threads_stand_apart() {
         "{sites:#?}"
     );
     assert!(first_idle_only >= 2, "{sites:#?}");
+}
 
-    // --hide-idle: no idle thread's sleep in the graph, the subtitle says how much is hidden;
-    // the working threads are all there.
+/// --hide-idle: no idle thread's sleep in the graph, the subtitle says how much is hidden;
+/// the working threads are all there.
+fn check_hidden(out: &Outputs, class: &BTreeMap<String, &str>) {
     let lines = read_folded(&out.folded);
     let idle_sleep: Vec<&Line> = lines
         .iter()

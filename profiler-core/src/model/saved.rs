@@ -210,6 +210,24 @@ impl SavedCapture {
 }
 
 #[cfg(test)]
+impl SavedCapture {
+    /// A capture of the process `app` (PID 1), for tests.
+    pub(crate) fn of_app(profile: Profile, names: StackNames, timeline: Option<Timeline>) -> Self {
+        SavedCapture {
+            format: SAVED_FORMAT,
+            meta: CaptureMeta {
+                target: "app".into(),
+                pid: 1,
+                ..CaptureMeta::default()
+            },
+            profile,
+            names,
+            timeline,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

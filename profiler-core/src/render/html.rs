@@ -217,40 +217,34 @@ fn threads(r: &Report, out: &mut impl Write) -> io::Result<()> {
 
 /// One row of the thread table.
 fn thread_row(t: &ThreadRow, many: bool, out: &mut impl Write) -> io::Result<()> {
-    let shares = t.shares.columns();
     let rq = t.run_queue_delay.as_ref().map_or("-".into(), |l| {
         format!("{} × {:.3} / {:.2} ms", l.count, l.mean_ms, l.max_ms)
     });
-    let process = if many {
-        format!("<td class=\"n\">{}</td>", t.pid)
-    } else {
-        String::new()
-    };
-    writeln!(
-        out,
-        "<tr><td class=\"mono\">{}-{}</td>{process}<td class=\"bar\">{}</td>{}<td class=\"n\">{rq}</td></tr>",
-        esc(&t.name),
-        t.tid,
-        state_bar(&shares),
-        state_cells(&shares)
-    )
+    let name = format!("{}-{}", esc(&t.name), t.tid);
+    threads_row(&name, many.then_some(t.pid), &t.shares.columns(), &rq, out)
 }
 
 /// One row for a group's short-lived threads, summed.
 fn short_lived_row(g: &ShortLivedRow, many: bool, out: &mut impl Write) -> io::Result<()> {
-    let shares = g.shares.columns();
-    let process = if many {
-        format!("<td class=\"n\">{}</td>", g.pid)
-    } else {
-        String::new()
-    };
+    let name = format!("{}: {}", esc(&g.group), g.lives());
+    threads_row(&name, many.then_some(g.pid), &g.shares.columns(), "-", out)
+}
+
+/// A row of the thread table: its name (escaped), its process where the table has the
+/// column, its states as a bar and as shares, its run-queue waits.
+fn threads_row(
+    name: &str,
+    pid: Option<u32>,
+    shares: &[f64; 6],
+    run_queue: &str,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let process = pid.map_or(String::new(), |pid| format!("<td class=\"n\">{pid}</td>"));
     writeln!(
         out,
-        "<tr><td class=\"mono\">{}: {}</td>{process}<td class=\"bar\">{}</td>{}<td class=\"n\">-</td></tr>",
-        esc(&g.group),
-        g.lives(),
-        state_bar(&shares),
-        state_cells(&shares)
+        "<tr><td class=\"mono\">{name}</td>{process}<td class=\"bar\">{}</td>{}<td class=\"n\">{run_queue}</td></tr>",
+        state_bar(shares),
+        state_cells(shares)
     )
 }
 

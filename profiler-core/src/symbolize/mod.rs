@@ -73,33 +73,8 @@ enum Space {
 /// Names every stack the profile refers to (samples, waits and wakers).
 pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
     let started = std::time::Instant::now();
-    // Each user stack with a process it was seen in.
-    let mut user_ids: HashMap<u64, u32> = HashMap::new();
-    // Kernel stacks by id, and whether a wait refers to it (see Symbolizer::kernel_stacks).
-    let mut kernel_ids: HashMap<u64, bool> = HashMap::new();
-    for e in &profile.entries {
-        user_ids.entry(e.user_stack).or_insert(e.pid);
-        *kernel_ids.entry(e.kernel_stack).or_default() |= matches!(e.kind, Kind::Off(_));
-    }
-    for w in &profile.wakers {
-        let wakee = profile.threads.get(&w.tid).map_or(0, |t| t.pid);
-        user_ids.entry(w.user_stack).or_insert(wakee);
-        user_ids.entry(w.waker_user_stack).or_insert(w.waker_pid);
-        kernel_ids.insert(w.kernel_stack, true);
-        kernel_ids.entry(w.waker_kernel_stack).or_default();
-    }
-    // By process too: a layout's gaps are filled from that process's own mappings.
-    let mut groups: HashMap<(Space, u32), Vec<u64>> = HashMap::new();
-    for (&id, &pid) in &user_ids {
-        if !profile.stacks.contains_key(&id) {
-            continue;
-        }
-        let space = match profile.stack_generations.get(&id) {
-            Some(g) if spaces.layouts.contains_key(g) => Space::Layout(*g),
-            _ => Space::Process(pid),
-        };
-        groups.entry((space, pid)).or_default().push(id);
-    }
+    let (user_ids, kernel_ids) = stack_ids(profile);
+    let groups = user_groups(profile, spaces, &user_ids);
     let none = ProcessMaps::default();
     let perf_maps: Vec<PerfMap> = groups
         .keys()
@@ -158,6 +133,47 @@ pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
         started.elapsed().as_secs_f64()
     );
     names
+}
+
+/// The stacks the profile refers to: each user stack with a process it was seen in, and each
+/// kernel stack with whether a wait refers to it (see `Symbolizer::kernel_stacks`).
+fn stack_ids(profile: &Profile) -> (HashMap<u64, u32>, HashMap<u64, bool>) {
+    let mut user_ids: HashMap<u64, u32> = HashMap::new();
+    let mut kernel_ids: HashMap<u64, bool> = HashMap::new();
+    for e in &profile.entries {
+        user_ids.entry(e.user_stack).or_insert(e.pid);
+        *kernel_ids.entry(e.kernel_stack).or_default() |= matches!(e.kind, Kind::Off(_));
+    }
+    for w in &profile.wakers {
+        let wakee = profile.threads.get(&w.tid).map_or(0, |t| t.pid);
+        user_ids.entry(w.user_stack).or_insert(wakee);
+        user_ids.entry(w.waker_user_stack).or_insert(w.waker_pid);
+        kernel_ids.insert(w.kernel_stack, true);
+        kernel_ids.entry(w.waker_kernel_stack).or_default();
+    }
+    (user_ids, kernel_ids)
+}
+
+/// The user stacks recorded, by the address space they were unwound in (a published layout,
+/// else the process's mappings) and by process too: a layout's gaps are filled from that
+/// process's own mappings.
+fn user_groups(
+    profile: &Profile,
+    spaces: &Spaces<'_>,
+    user_ids: &HashMap<u64, u32>,
+) -> HashMap<(Space, u32), Vec<u64>> {
+    let mut groups: HashMap<(Space, u32), Vec<u64>> = HashMap::new();
+    for (&id, &pid) in user_ids {
+        if !profile.stacks.contains_key(&id) {
+            continue;
+        }
+        let space = match profile.stack_generations.get(&id) {
+            Some(g) if spaces.layouts.contains_key(g) => Space::Layout(*g),
+            _ => Space::Process(pid),
+        };
+        groups.entry((space, pid)).or_default().push(id);
+    }
+    groups
 }
 
 /// One process's user stacks to name: the mappings they were unwound under, and its JIT names.

@@ -8,8 +8,8 @@ use profiler_common::{TimelineSample, TimelineWait, WaitState, timeline_kind};
 
 use super::{build, bursts, range::slice, state_bins};
 use crate::model::{
-    CaptureMeta, Entry, Kind, Mode, Profile, RawTimeline, SavedCapture, StackNames, StateTimes,
-    ThreadTime, Window, saved::SAVED_FORMAT,
+    Entry, Kind, Mode, Profile, RawTimeline, SavedCapture, StackNames, StateTimes, ThreadTime,
+    Window,
 };
 
 const S: u64 = 1_000_000_000;
@@ -112,17 +112,7 @@ fn saved() -> SavedCapture {
     names
         .kernel
         .insert(SLEEP.1, vec!["do_nanosleep_[k]".into()]);
-    SavedCapture {
-        format: SAVED_FORMAT,
-        meta: CaptureMeta {
-            target: "app".into(),
-            pid: 1,
-            ..CaptureMeta::default()
-        },
-        profile,
-        names,
-        timeline,
-    }
+    SavedCapture::of_app(profile, names, timeline)
 }
 
 #[test]

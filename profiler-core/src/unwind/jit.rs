@@ -60,7 +60,6 @@ pub fn jit_rows(code: &[JitCode]) -> (u64, u64, Vec<UnwindRow>) {
     if end - base > u64::from(u32::MAX) {
         return (0, 0, Vec::new());
     }
-    let pc = |addr: u64| (addr - base) as u32;
     let mut rows = Vec::with_capacity(code.len() * 3);
     let mut covered_to = base;
     for c in code {
@@ -68,66 +67,73 @@ pub fn jit_rows(code: &[JitCode]) -> (u64, u64, Vec<UnwindRow>) {
             // Overlaps the previous piece: the cache changed while it was read.
             continue;
         }
-        match c.frame {
-            JitFrame::Interpreter {
-                method_offset,
-                sender_sp_offset,
-            } => rows.push(UnwindRow {
-                pc: pc(c.start),
-                cfa_offset: method_offset,
-                rbp_offset: sender_sp_offset,
-                cfa_kind: cfa_kind::HOTSPOT_INTERPRETER,
-                rbp_kind: rbp_kind::UNCHANGED,
-            }),
-            JitFrame::Fixed {
-                complete,
-                size_words,
-            } => {
-                // Frames beyond 2 GiB or without the two words of linkage are not frames.
-                let Ok(size) = i32::try_from(u64::from(size_words) * 8) else {
-                    continue;
-                };
-                if size < 16 {
-                    continue;
-                }
-                if complete > c.start {
-                    rows.push(UnwindRow {
-                        pc: pc(c.start),
-                        cfa_offset: 8,
-                        rbp_offset: 0,
-                        cfa_kind: cfa_kind::RSP,
-                        rbp_kind: rbp_kind::UNCHANGED,
-                    });
-                }
-                if complete < c.end {
-                    rows.push(UnwindRow {
-                        pc: pc(complete.max(c.start)),
-                        cfa_offset: size,
-                        rbp_offset: -16,
-                        cfa_kind: cfa_kind::RSP,
-                        rbp_kind: rbp_kind::AT_CFA_OFFSET,
-                    });
-                }
-            }
-            JitFrame::Frameless => rows.push(UnwindRow {
-                pc: pc(c.start),
-                cfa_offset: 8,
-                rbp_offset: 0,
-                cfa_kind: cfa_kind::RSP,
-                rbp_kind: rbp_kind::UNCHANGED,
-            }),
-            JitFrame::FramePointer => continue,
+        if piece_rows(c, base, &mut rows) {
+            covered_to = c.end;
         }
-        rows.push(UnwindRow {
-            pc: pc(c.end),
-            cfa_offset: 0,
-            rbp_offset: 0,
-            cfa_kind: cfa_kind::NO_INFO,
-            rbp_kind: rbp_kind::UNCHANGED,
-        });
-        covered_to = c.end;
     }
     (base, end, rows)
+}
+
+/// Pushes the rows of one piece (pcs relative to `base`), ending with `NO_INFO` at its end;
+/// false, and nothing pushed, for a piece without a rule.
+fn piece_rows(c: &JitCode, base: u64, rows: &mut Vec<UnwindRow>) -> bool {
+    let pc = |addr: u64| (addr - base) as u32;
+    match c.frame {
+        JitFrame::Interpreter {
+            method_offset,
+            sender_sp_offset,
+        } => rows.push(row(
+            pc(c.start),
+            (cfa_kind::HOTSPOT_INTERPRETER, method_offset),
+            (rbp_kind::UNCHANGED, sender_sp_offset),
+        )),
+        JitFrame::Fixed {
+            complete,
+            size_words,
+        } => {
+            // Frames beyond 2 GiB or without the two words of linkage are not frames.
+            let Ok(size) = i32::try_from(u64::from(size_words) * 8) else {
+                return false;
+            };
+            if size < 16 {
+                return false;
+            }
+            if complete > c.start {
+                rows.push(return_address_at_rsp(pc(c.start)));
+            }
+            if complete < c.end {
+                rows.push(row(
+                    pc(complete.max(c.start)),
+                    (cfa_kind::RSP, size),
+                    (rbp_kind::AT_CFA_OFFSET, -16),
+                ));
+            }
+        }
+        JitFrame::Frameless => rows.push(return_address_at_rsp(pc(c.start))),
+        JitFrame::FramePointer => return false,
+    }
+    rows.push(row(
+        pc(c.end),
+        (cfa_kind::NO_INFO, 0),
+        (rbp_kind::UNCHANGED, 0),
+    ));
+    true
+}
+
+/// A row from `pc` on: its CFA rule and offset, its rbp rule and offset.
+fn row(pc: u32, (cfa_kind, cfa_offset): (u8, i32), (rbp_kind, rbp_offset): (u8, i16)) -> UnwindRow {
+    UnwindRow {
+        pc,
+        cfa_offset,
+        rbp_offset,
+        cfa_kind,
+        rbp_kind,
+    }
+}
+
+/// No frame (yet): the return address at rsp, rbp the caller's.
+fn return_address_at_rsp(pc: u32) -> UnwindRow {
+    row(pc, (cfa_kind::RSP, 8), (rbp_kind::UNCHANGED, 0))
 }
 
 #[cfg(test)]

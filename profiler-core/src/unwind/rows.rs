@@ -713,6 +713,14 @@ fn evaluate(
         )?;
     }
 
+    Ok(UnwindTable {
+        base,
+        rows: sorted_and_merged(rows),
+    })
+}
+
+/// The rows in pc order, one per pc, neighbours with one rule merged.
+fn sorted_and_merged(mut rows: Vec<UnwindRow>) -> Vec<UnwindRow> {
     // Stable: rows sharing a pc stay in push order, and the last one pushed wins — a later row
     // of the same FDE, the first row of an FDE over the end marker of the one before it.
     // Nested FDEs (never in linked output) end up with NO_INFO after the inner one's end.
@@ -726,7 +734,7 @@ fn evaluate(
     }
     // Replacing above can leave two neighbours with one rule; merge only now.
     out.dedup_by(|next, kept| same_rule(next, kept));
-    Ok(UnwindTable { base, rows: out })
+    out
 }
 
 fn push(rows: &mut Vec<UnwindRow>, pc: u32, row: UnwindRow) -> Result<(), UnwindError> {
@@ -1165,8 +1173,7 @@ mod tests {
 
     #[test]
     fn system_libc_signal_trampoline_and_common_functions() {
-        let Ok(elf) = std::fs::read(LIBC) else {
-            eprintln!("skipping: no {LIBC}");
+        let Some(elf) = system_libc() else {
             return;
         };
         let started = Instant::now();
@@ -1243,8 +1250,7 @@ mod tests {
 
     #[test]
     fn the_parent_inside_clones_syscall_keeps_its_frame() {
-        let Ok(elf) = std::fs::read(LIBC) else {
-            eprintln!("skipping: no {LIBC}");
+        let Some(elf) = system_libc() else {
             return;
         };
         let table = build_rows(&elf).expect("build libc rows");
@@ -1279,8 +1285,7 @@ mod tests {
 
     #[test]
     fn files_without_section_headers_use_pt_gnu_eh_frame() {
-        let Ok(mut elf) = std::fs::read(LIBC) else {
-            eprintln!("skipping: no {LIBC}");
+        let Some(mut elf) = system_libc() else {
             return;
         };
         let with_sections = build_rows(&elf).expect("build libc rows");
@@ -1546,7 +1551,7 @@ mod tests {
     }
 
     #[test]
-    fn go_assembly_that_clobbers_bp_gets_rsp_rows_and_go_stacks_end_at_their_roots() {
+    fn go_assembly_that_clobbers_bp_gets_rsp_rows() {
         let elf = go_fixture();
         let file = ElfFile64::<ElfEndian>::parse(elf).expect("parse ELF");
         assert!(file.section_by_name(".eh_frame").is_none());
@@ -1590,6 +1595,12 @@ mod tests {
                 .iter()
                 .any(|r| r.1 == cfa::RSP && r.2 > 8)
         );
+    }
+
+    #[test]
+    fn go_stacks_end_at_their_roots_and_its_signal_return_is_a_signal_frame() {
+        let elf = go_fixture();
+        let table = build_rows(elf).expect("build rows");
         for name in [
             "runtime.goexit.abi0",
             "runtime.mstart.abi0",
@@ -1668,28 +1679,7 @@ mod tests {
     #[test]
     fn garbage_debug_frame_sections() {
         let elf = objcopy(go_fixture(), "--decompress-debug-sections");
-        let range = file_range(&elf, ".debug_frame");
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        let (mut ok, mut err) = (0, 0);
-        for round in 0..1000 {
-            let mut broken = elf.clone();
-            if round % 10 == 0 {
-                let garbage = rng.bytes(range.len());
-                broken[range.clone()].copy_from_slice(&garbage);
-            } else {
-                for _ in 0..1 + rng.next() % 4 {
-                    let at = range.start + (rng.next() as usize) % range.len();
-                    broken[at] = rng.next() as u8;
-                }
-            }
-            match build_rows(&broken) {
-                Ok(table) => {
-                    assert_sorted_and_merged(&table);
-                    ok += 1;
-                }
-                Err(_) => err += 1,
-            }
-        }
+        let (ok, _, err) = build_damaged(&elf, ".debug_frame", 0x9e37_79b9_7f4a_7c15, 1000);
         eprintln!("garbage .debug_frame: {ok} tables, {err} errors");
     }
 
@@ -2094,12 +2084,24 @@ mod tests {
         }
     }
 
-    #[test]
-    fn empty_random_and_truncated_input() {
-        let elf_error = |input: &[u8], what: &str| match build_rows(input) {
+    /// The system's libc; None, said, where there is none (the tests that read it skip).
+    fn system_libc() -> Option<Vec<u8>> {
+        let libc = std::fs::read(LIBC);
+        if libc.is_err() {
+            eprintln!("skipping: no {LIBC}");
+        }
+        libc.ok()
+    }
+
+    fn elf_error(input: &[u8], what: &str) {
+        match build_rows(input) {
             Err(UnwindError::Elf(_)) => {}
             other => panic!("{what}: expected an ELF error, got {other:?}"),
-        };
+        }
+    }
+
+    #[test]
+    fn empty_and_random_input() {
         elf_error(&[], "empty input");
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         for len in [1, 4, 16, 63, 64, 65, 200, 4096, 65536] {
@@ -2114,20 +2116,19 @@ mod tests {
                 &format!("an ELF identification and {len} random bytes"),
             );
         }
-        let Ok(libc) = std::fs::read(LIBC) else {
-            eprintln!("skipping the truncated libc part: no {LIBC}");
-            return;
-        };
-        let whole = build_rows(&libc).expect("build libc rows");
-        // Where the cuts change the outcome: the end of the program headers, and the end of
-        // the file bytes of the segment `.eh_frame` (and `.eh_frame_hdr`) lie in.
-        let file = ElfFile64::<ElfEndian>::parse(&*libc).expect("parse libc");
+    }
+
+    /// Where cuts of `elf` change the outcome: the end of the program headers, the start of
+    /// `.eh_frame`, and the end of the file bytes of the segment `.eh_frame` (and
+    /// `.eh_frame_hdr`) lie in.
+    fn cut_points(elf: &[u8]) -> (usize, std::ops::Range<usize>, usize) {
+        let file = ElfFile64::<ElfEndian>::parse(elf).expect("parse the ELF file");
         let endian = file.endian();
         let header = file.elf_header();
         let headers_end = header.e_phoff(endian) as usize
             + usize::from(header.e_phnum(endian)) * usize::from(header.e_phentsize(endian));
-        let eh_frame = file_range(&libc, ".eh_frame");
-        let eh_frame_hdr = file_range(&libc, ".eh_frame_hdr");
+        let eh_frame = file_range(elf, ".eh_frame");
+        let eh_frame_hdr = file_range(elf, ".eh_frame_hdr");
         let segment_end = file
             .elf_program_headers()
             .iter()
@@ -2140,7 +2141,17 @@ mod tests {
             .expect("a segment holds .eh_frame")
             .end
             .max(eh_frame_hdr.end);
-        assert!(headers_end < eh_frame_hdr.start && segment_end < libc.len());
+        assert!(headers_end < eh_frame_hdr.start && segment_end < elf.len());
+        (headers_end, eh_frame, segment_end)
+    }
+
+    #[test]
+    fn truncated_input() {
+        let Some(libc) = system_libc() else {
+            return;
+        };
+        let whole = build_rows(&libc).expect("build libc rows");
+        let (headers_end, eh_frame, segment_end) = cut_points(&libc);
         for len in [
             0,
             4,
@@ -2178,22 +2189,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn garbage_eh_frame_sections() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let elf = test_exe(dir.path(), &[]);
-        let range = file_range(&elf, ".eh_frame");
-        let original = build_rows(&elf).expect("build rows");
-        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-        let rounds = 3000;
+    /// Builds rows `rounds` times from `elf` with its section `section` damaged: every tenth
+    /// round all of it random bytes, the others a few bytes flipped (which keeps most of the
+    /// structure and reaches deeper code). Every table built must be sorted and merged.
+    /// Returns the tables built, those unlike the undamaged file's, and the errors.
+    fn build_damaged(elf: &[u8], section: &str, seed: u64, rounds: usize) -> (usize, usize, usize) {
+        let range = file_range(elf, section);
+        let original = build_rows(elf).expect("build rows");
+        let mut rng = Rng(seed);
         let (mut ok, mut changed, mut err) = (0, 0, 0);
         for round in 0..rounds {
-            let mut broken = elf.clone();
+            let mut broken = elf.to_vec();
             if round % 10 == 0 {
                 let garbage = rng.bytes(range.len());
                 broken[range.clone()].copy_from_slice(&garbage);
             } else {
-                // A few flipped bytes keep most of the structure, which reaches deeper code.
                 for _ in 0..1 + rng.next() % 4 {
                     let at = range.start + (rng.next() as usize) % range.len();
                     broken[at] = rng.next() as u8;
@@ -2203,13 +2213,20 @@ mod tests {
                 Ok(table) => {
                     assert_sorted_and_merged(&table);
                     ok += 1;
-                    if table != original {
-                        changed += 1;
-                    }
+                    changed += usize::from(table != original);
                 }
                 Err(_) => err += 1,
             }
         }
+        (ok, changed, err)
+    }
+
+    #[test]
+    fn garbage_eh_frame_sections() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let elf = test_exe(dir.path(), &[]);
+        let rounds = 3000;
+        let (ok, changed, err) = build_damaged(&elf, ".eh_frame", 0x2545_f491_4f6c_dd1d, rounds);
         eprintln!("garbage .eh_frame: {ok} tables ({changed} changed), {err} errors");
         // Both outcomes, each often: a parser that refused every damaged section (or accepted
         // every one) would pass the loop above, and the sorted-and-merged check would never

@@ -5,7 +5,7 @@
 
 use profiler_common::{
     MAX_STACK_DEPTH,
-    unwind::{ProcMappings, cfa_kind, java_method_frame, rbp_kind},
+    unwind::{ProcMappings, UnwindRow, cfa_kind, java_method_frame, rbp_kind},
 };
 
 use super::{
@@ -27,92 +27,110 @@ pub fn walk(
     tables: Option<(&UnwindTables, &ProcMappings)>,
     read: impl Fn(u64) -> Option<u64>,
 ) -> Vec<u64> {
-    let Regs {
-        mut ip,
-        mut sp,
-        mut bp,
-    } = regs;
     let mut frames = Vec::new();
-    if ip == 0 {
+    if regs.ip == 0 {
         return frames;
     }
+    let mut regs = regs;
     while frames.len() < MAX_STACK_DEPTH {
-        frames.push(ip);
-        let lookup = if frames.len() == 1 { ip } else { ip - 1 };
+        frames.push(regs.ip);
+        let lookup = if frames.len() == 1 {
+            regs.ip
+        } else {
+            regs.ip - 1
+        };
         let row = tables.and_then(|(t, m)| t.find_row(m, lookup));
-        let cfa = match row.map(|r| (r.cfa_kind, r)) {
-            Some((cfa_kind::END_OF_STACK, _)) => break,
-            Some((cfa_kind::RSP, r)) => sp.wrapping_add(r.cfa_offset as i64 as u64),
-            Some((cfa_kind::RBP, r)) => bp.wrapping_add(r.cfa_offset as i64 as u64),
-            Some((cfa_kind::PLT, r)) => {
-                sp + 8
-                    + if (ip & 15) >= r.cfa_offset as u64 {
-                        8
-                    } else {
-                        0
-                    }
-            }
-            Some((cfa_kind::SIGNAL_FRAME, _)) => {
-                let uc = sp;
-                let (Some(i), Some(s), Some(b)) = (
-                    read(uc.wrapping_add(UC_RIP)),
-                    read(uc.wrapping_add(UC_RSP)),
-                    read(uc.wrapping_add(UC_RBP)),
-                ) else {
-                    break;
-                };
-                if i == 0 {
-                    break;
-                }
-                (ip, sp, bp) = (i, s, b);
-                continue;
-            }
-            other => {
+        let caller = match row.map(|r| (r.cfa_kind, r)) {
+            Some((cfa_kind::END_OF_STACK, _)) => None,
+            Some((cfa_kind::RSP | cfa_kind::RBP | cfa_kind::PLT, r)) => by_cfa(regs, r, &read),
+            Some((cfa_kind::SIGNAL_FRAME, _)) => signal_frame(regs.sp, &read),
+            Some((cfa_kind::HOTSPOT_INTERPRETER, r)) => {
                 // An interpreted Java frame is recorded as its method, as the kernel does,
                 // and its caller's stack pointer is the sender sp it saved.
-                let mut sender_sp = None;
-                if let Some((cfa_kind::HOTSPOT_INTERPRETER, r)) = other {
-                    if let Some(method) = read(bp.wrapping_add(r.cfa_offset as i64 as u64))
-                        && method != 0
-                        && let Some(last) = frames.last_mut()
-                    {
-                        *last = java_method_frame(method);
-                    }
-                    if r.rbp_offset != 0 {
-                        sender_sp = read(bp.wrapping_add(r.rbp_offset as i64 as u64))
-                            .filter(|&s| s >= bp + 16 && s - bp < 1 << 20);
-                    }
+                if let Some(method) = read(regs.bp.wrapping_add(r.cfa_offset as i64 as u64))
+                    && method != 0
+                    && let Some(last) = frames.last_mut()
+                {
+                    *last = java_method_frame(method);
                 }
-                // Frame pointers: [rbp] is the caller's rbp, [rbp + 8] the return address.
-                if bp == 0 || bp & 7 != 0 || bp < sp {
-                    break;
-                }
-                let (Some(next_bp), Some(ra)) = (read(bp), read(bp + 8)) else {
-                    break;
-                };
-                if ra == 0 {
-                    break;
-                }
-                (ip, sp, bp) = (ra, sender_sp.unwrap_or(bp + 16), next_bp);
-                continue;
+                by_frame_pointer(regs, sender_sp(regs.bp, r, &read), &read)
             }
+            _ => by_frame_pointer(regs, None, &read),
         };
-        let Some(r) = row else { break };
-        let Some(ra) = read(cfa.wrapping_sub(8)) else {
-            break;
-        };
-        if r.rbp_kind == rbp_kind::AT_CFA_OFFSET {
-            match read(cfa.wrapping_add(r.rbp_offset as i64 as u64)) {
-                Some(b) => bp = b,
-                None => break,
-            }
+        match caller {
+            Some(caller) => regs = caller,
+            None => break,
         }
-        if ra == 0 || cfa <= sp {
-            break;
-        }
-        (ip, sp) = (ra, cfa);
     }
     frames
+}
+
+/// The caller's registers by a CFI row: the CFA from rsp, rbp or the PLT rule, the return
+/// address just below it, rbp saved at an offset from it or left as it is. None where the
+/// walk ends: a word that cannot be read, a return address of 0, a CFA that does not move
+/// up the stack.
+fn by_cfa(regs: Regs, r: UnwindRow, read: &impl Fn(u64) -> Option<u64>) -> Option<Regs> {
+    let Regs { ip, sp, mut bp } = regs;
+    let cfa = match r.cfa_kind {
+        cfa_kind::RSP => sp.wrapping_add(r.cfa_offset as i64 as u64),
+        cfa_kind::RBP => bp.wrapping_add(r.cfa_offset as i64 as u64),
+        cfa_kind::PLT => {
+            sp + 8
+                + if (ip & 15) >= r.cfa_offset as u64 {
+                    8
+                } else {
+                    0
+                }
+        }
+        _ => return None,
+    };
+    let ra = read(cfa.wrapping_sub(8))?;
+    if r.rbp_kind == rbp_kind::AT_CFA_OFFSET {
+        bp = read(cfa.wrapping_add(r.rbp_offset as i64 as u64))?;
+    }
+    (ra != 0 && cfa > sp).then_some(Regs {
+        ip: ra,
+        sp: cfa,
+        bp,
+    })
+}
+
+/// The registers a signal handler's frame saved in its `ucontext` at `uc` (the handler's
+/// stack pointer): where the interrupted code was. None if unreadable or with ip 0.
+fn signal_frame(uc: u64, read: &impl Fn(u64) -> Option<u64>) -> Option<Regs> {
+    let ip = read(uc.wrapping_add(UC_RIP))?;
+    let sp = read(uc.wrapping_add(UC_RSP))?;
+    let bp = read(uc.wrapping_add(UC_RBP))?;
+    (ip != 0).then_some(Regs { ip, sp, bp })
+}
+
+/// The stack pointer an interpreted frame (rbp `bp`) saved for its caller, where its row
+/// says it keeps one and the value is plausible (above the frame, within 1 MiB).
+fn sender_sp(bp: u64, r: UnwindRow, read: &impl Fn(u64) -> Option<u64>) -> Option<u64> {
+    if r.rbp_offset == 0 {
+        return None;
+    }
+    read(bp.wrapping_add(r.rbp_offset as i64 as u64)).filter(|&s| s >= bp + 16 && s - bp < 1 << 20)
+}
+
+/// The caller's registers by frame pointers: [rbp] is the caller's rbp, [rbp + 8] the
+/// return address, and the caller's sp `sender_sp` or else just above them.
+fn by_frame_pointer(
+    regs: Regs,
+    sender_sp: Option<u64>,
+    read: &impl Fn(u64) -> Option<u64>,
+) -> Option<Regs> {
+    let Regs { sp, bp, .. } = regs;
+    if bp == 0 || bp & 7 != 0 || bp < sp {
+        return None;
+    }
+    let next_bp = read(bp)?;
+    let ra = read(bp + 8)?;
+    (ra != 0).then_some(Regs {
+        ip: ra,
+        sp: sender_sp.unwrap_or(bp + 16),
+        bp: next_bp,
+    })
 }
 
 #[cfg(test)]

@@ -403,7 +403,11 @@ pub fn machine_steal_s() -> f64 {
     steal / 100.0
 }
 
-pub fn schedstat(pid: u32) -> BTreeMap<u32, (f64, f64)> {
+/// Each thread's schedstat figures by tid: its CPU time and its time waiting for a CPU, in
+/// seconds.
+pub type Schedstat = BTreeMap<u32, (f64, f64)>;
+
+pub fn schedstat(pid: u32) -> Schedstat {
     let mut out = BTreeMap::new();
     let dir = format!("/proc/{pid}/task");
     for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("read {dir}: {e}")) {
@@ -423,6 +427,24 @@ pub fn schedstat(pid: u32) -> BTreeMap<u32, (f64, f64)> {
         }
     }
     out
+}
+
+/// Captures with `args` while reading the schedstat of `pid`'s threads (`prompt`ly) as the
+/// window opens and `secs` later: the profiler's output, checked successful, and both
+/// readings.
+pub fn capture_with_schedstat(
+    args: &[&str],
+    pid: u32,
+    secs: u64,
+) -> (Output, Schedstat, Schedstat) {
+    prompt();
+    let capturing = Capturing::start(args);
+    let before = schedstat(pid);
+    std::thread::sleep(Duration::from_secs(secs));
+    let after = schedstat(pid);
+    let result = capturing.finish();
+    assert_success(&result);
+    (result, before, after)
 }
 
 /// Runs the calling thread at a real-time priority (SCHED_FIFO; children and threads it starts
