@@ -25,24 +25,22 @@ use serde_json::Value;
 const TOLERANCE_S: f64 = 0.005;
 const STALLS: usize = 3;
 
+/// How the C fixtures of this file are built: frame pointers and no inlining, so that
+/// their functions are the frames the tests look for.
+const FIXTURE_FLAGS: &[&str] = &[
+    "-O1",
+    "-g",
+    "-fno-omit-frame-pointer",
+    "-fno-inline",
+    "-pthread",
+    "-Wall",
+];
+
 /// Builds tests/fixtures/stalls.c once per test binary.
 fn stalls_binary() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            build_fixture(
-                "stalls.c",
-                "stalls",
-                &[
-                    "-O1",
-                    "-g",
-                    "-fno-omit-frame-pointer",
-                    "-fno-inline",
-                    "-pthread",
-                    "-Wall",
-                ],
-            )
-        })
+        .get_or_init(|| build_fixture("stalls.c", "stalls", FIXTURE_FLAGS))
         .clone()
 }
 
@@ -650,20 +648,7 @@ fn html_heatmap(r: &Run, window_start: u64) {
 fn wakeups_binary() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            build_fixture(
-                "wakeups.c",
-                "wakeups",
-                &[
-                    "-O1",
-                    "-g",
-                    "-fno-omit-frame-pointer",
-                    "-fno-inline",
-                    "-pthread",
-                    "-Wall",
-                ],
-            )
-        })
+        .get_or_init(|| build_fixture("wakeups.c", "wakeups", FIXTURE_FLAGS))
         .clone()
 }
 
