@@ -48,16 +48,51 @@ const MAX_CSTR: usize = 512;
 const MAX_SYMBOL: usize = 4096;
 const PAGE: u64 = 4096;
 
-/// The target's memory, read through `/proc/<pid>/mem`.
-struct Memory {
+/// Where a JVM's memory is read from: the live process ([`LiveMemory`]), or, in a unit test,
+/// a recorded image of the parts the parser reads.
+trait TargetMemory: Send + Sync {
+    fn read_at(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()>;
+
+    /// Reads each `(address, length)` into consecutive parts of `buf`; whether each part was
+    /// read. One by one, unless the source has a faster way.
+    fn read_ranges(&self, ranges: &[(u64, usize)], buf: &mut Vec<u8>) -> Vec<bool> {
+        buf.clear();
+        buf.resize(ranges.iter().map(|r| r.1).sum(), 0);
+        let mut offset = 0;
+        ranges
+            .iter()
+            .map(|&(addr, len)| {
+                let ok = self.read_at(addr, &mut buf[offset..offset + len]).is_ok();
+                offset += len;
+                ok
+            })
+            .collect()
+    }
+}
+
+/// A live process's memory: `/proc/<pid>/mem`, and `process_vm_readv` for many ranges.
+struct LiveMemory {
     pid: u32,
     file: File,
 }
 
+/// The target's memory as the parser reads it, with the pid its errors name.
+struct Memory {
+    pid: u32,
+    source: Box<dyn TargetMemory>,
+}
+
 impl Memory {
+    fn live(pid: u32, file: File) -> Self {
+        Self {
+            pid,
+            source: Box::new(LiveMemory { pid, file }),
+        }
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), JvmError> {
-        self.file
-            .read_exact_at(buf, addr)
+        self.source
+            .read_at(addr, buf)
             .map_err(|source| JvmError::Io {
                 pid: self.pid,
                 what: format!("reading {} bytes at {addr:#x}", buf.len()),
@@ -100,9 +135,20 @@ impl Memory {
         }
     }
 
-    /// Reads each `(address, length)` into consecutive parts of `buf` with
-    /// `process_vm_readv` (up to 1024 parts a call); a part it did not read is read alone
-    /// through `/proc/PID/mem`. Whether each part was read.
+    /// Reads each `(address, length)` into consecutive parts of `buf`; whether each part was
+    /// read.
+    fn read_ranges(&self, ranges: &[(u64, usize)], buf: &mut Vec<u8>) -> Vec<bool> {
+        self.source.read_ranges(ranges, buf)
+    }
+}
+
+impl TargetMemory for LiveMemory {
+    fn read_at(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.file.read_exact_at(buf, addr)
+    }
+
+    /// With `process_vm_readv` (up to 1024 parts a call); a part it did not read is read
+    /// alone through `/proc/PID/mem`.
     fn read_ranges(&self, ranges: &[(u64, usize)], buf: &mut Vec<u8>) -> Vec<bool> {
         const IOV_MAX: usize = 1024;
         let total: usize = ranges.iter().map(|r| r.1).sum();
@@ -137,7 +183,7 @@ impl Memory {
             }
             if done < batch.len() {
                 let (addr, len) = batch[done];
-                ok[first + done] = self.read(addr, &mut buf[offset..offset + len]).is_ok();
+                ok[first + done] = self.read_at(addr, &mut buf[offset..offset + len]).is_ok();
                 offset += len;
                 done += 1;
             }
@@ -1592,7 +1638,7 @@ impl Jvm {
             what: "opening /proc/PID/mem".into(),
             source,
         })?;
-        let mem = Memory { pid, file };
+        let mem = Memory::live(pid, file);
         let vm = VmStructs::read(&mem, &lib)?;
         let layout = Layout::resolve(pid, &vm, major_version(&mem, &vm))?;
         let mut jvm = Jvm {
@@ -2709,12 +2755,167 @@ mod tests {
         );
     }
 
+    /// A recorded image of a target's memory: (address, bytes) pieces.
+    struct Image(Vec<(u64, Vec<u8>)>);
+
+    impl TargetMemory for Image {
+        fn read_at(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            let piece = self.0.iter().find_map(|(start, bytes)| {
+                let at = usize::try_from(addr.checked_sub(*start)?).ok()?;
+                bytes.get(at..at.checked_add(buf.len())?)
+            });
+            let piece = piece.ok_or(std::io::ErrorKind::UnexpectedEof)?;
+            buf.copy_from_slice(piece);
+            Ok(())
+        }
+    }
+
+    /// Lays out libjvm's exported variables, tables and strings in one piece of memory.
+    struct ImageWriter {
+        base: u64,
+        bytes: Vec<u8>,
+        symbols: HashMap<String, u64>,
+    }
+
+    impl ImageWriter {
+        fn alloc(&mut self, len: usize) -> u64 {
+            self.bytes
+                .resize(self.bytes.len().next_multiple_of(8) + len, 0);
+            self.base + (self.bytes.len() - len) as u64
+        }
+
+        fn put(&mut self, addr: u64, value: u64, width: usize) {
+            let at = (addr - self.base) as usize;
+            self.bytes[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
+        }
+
+        fn string(&mut self, s: &str) -> u64 {
+            let at = self.alloc(s.len() + 1);
+            self.bytes[(at - self.base) as usize..][..s.len()].copy_from_slice(s.as_bytes());
+            at
+        }
+
+        fn var(&mut self, name: &str, value: u64) {
+            let at = self.alloc(8);
+            self.put(at, value, 8);
+            self.symbols.insert(name.into(), at);
+        }
+    }
+
+    /// libjvm's tables as a JDK lays them out: two vmStructs fields (one static), two
+    /// vmTypes, one int constant, no long constant.
+    fn recorded_tables() -> ImageWriter {
+        let mut w = ImageWriter {
+            base: 0x7f00_0000_0000,
+            bytes: Vec::new(),
+            symbols: HashMap::new(),
+        };
+        let s = |w: &mut ImageWriter, text: &str| w.string(text);
+        let (klass, name, symbol) = (s(&mut w, "Klass"), s(&mut w, "_name"), s(&mut w, "Symbol*"));
+        let (universe, heap, heap_t) = (
+            s(&mut w, "Universe"),
+            s(&mut w, "_collectedHeap"),
+            s(&mut w, "CollectedHeap*"),
+        );
+        let (u2, native) = (s(&mut w, "u2"), s(&mut w, "Method::_native"));
+        // vmStructs: type name 0, field name 8, type string 16, is static 24, offset 32,
+        // address 40.
+        let structs = w.alloc(48 * 3);
+        for (i, e) in [
+            [klass, name, symbol, 0, 16, 0],
+            [universe, heap, heap_t, 1, 0, 0x1234],
+        ]
+        .iter()
+        .enumerate()
+        {
+            for (k, &v) in e.iter().enumerate() {
+                let width = if k == 3 { 4 } else { 8 };
+                w.put(structs + i as u64 * 48 + k as u64 * 8, v, width);
+            }
+        }
+        w.var("gHotSpotVMStructs", structs);
+        for (var, v) in [
+            ("ArrayStride", 48),
+            ("TypeNameOffset", 0),
+            ("FieldNameOffset", 8),
+            ("TypeStringOffset", 16),
+            ("IsStaticOffset", 24),
+            ("OffsetOffset", 32),
+            ("AddressOffset", 40),
+        ] {
+            w.var(&format!("gHotSpotVMStructEntry{var}"), v);
+        }
+        // vmTypes: name 0, size 16, is unsigned 24; int constants: name 0, value 8 (4 bytes).
+        let types_table = w.alloc(32 * 3);
+        w.var("gHotSpotVMTypes", types_table);
+        for (i, (n, size, unsigned)) in [(klass, 200, 0), (u2, 2, 1)].into_iter().enumerate() {
+            let e = types_table + i as u64 * 32;
+            w.put(e, n, 8);
+            w.put(e + 16, size, 8);
+            w.put(e + 24, unsigned, 4);
+        }
+        for (var, v) in [
+            ("ArrayStride", 32),
+            ("TypeNameOffset", 0),
+            ("SizeOffset", 16),
+        ] {
+            w.var(&format!("gHotSpotVMTypeEntry{var}"), v);
+        }
+        w.var("gHotSpotVMTypeEntryIsUnsignedOffset", 24);
+        let ints = w.alloc(16 * 2);
+        w.put(ints, native, 8);
+        w.put(ints + 8, (-5i32) as u32 as u64, 4);
+        w.var("gHotSpotVMIntConstants", ints);
+        let longs = w.alloc(16);
+        w.var("gHotSpotVMLongConstants", longs);
+        for kind in ["Int", "Long"] {
+            w.var(&format!("gHotSpotVM{kind}ConstantEntryArrayStride"), 16);
+            w.var(&format!("gHotSpotVM{kind}ConstantEntryNameOffset"), 0);
+            w.var(&format!("gHotSpotVM{kind}ConstantEntryValueOffset"), 8);
+        }
+
+        w
+    }
+
+    #[test]
+    fn vm_structs_are_read_from_a_recorded_image() {
+        let w = recorded_tables();
+        let lib = Libjvm {
+            symbols: w.symbols.clone(),
+        };
+        let mem = Memory {
+            pid: 4242,
+            source: Box::new(Image(vec![(w.base, w.bytes.clone())])),
+        };
+        let vm = VmStructs::read(&mem, &lib).expect("read the recorded tables");
+        let field = &vm.fields[&("Klass".to_string(), "_name".to_string())];
+        assert_eq!((field.offset, field.type_string.as_str()), (16, "Symbol*"));
+        assert!(!field.is_static);
+        let heap = &vm.fields[&("Universe".to_string(), "_collectedHeap".to_string())];
+        assert!(heap.is_static);
+        assert_eq!(heap.address, 0x1234);
+        assert_eq!(vm.types["Klass"], (200, false));
+        assert_eq!(vm.types["u2"], (2, true));
+        assert_eq!(vm.int_constants["Method::_native"], -5);
+
+        // An image without one exported variable names it, and nothing panics.
+        let mut symbols = w.symbols.clone();
+        symbols.remove("gHotSpotVMTypeEntrySizeOffset");
+        let Err(err) = VmStructs::read(&mem, &Libjvm { symbols }) else {
+            panic!("tables without gHotSpotVMTypeEntrySizeOffset were read");
+        };
+        assert!(
+            err.to_string().contains("gHotSpotVMTypeEntrySizeOffset"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn ranges_are_read_around_one_that_cannot_be() {
-        let mem = Memory {
-            pid: std::process::id(),
-            file: File::open("/proc/self/mem").expect("open our own memory"),
-        };
+        let mem = Memory::live(
+            std::process::id(),
+            File::open("/proc/self/mem").expect("open our own memory"),
+        );
         let data: Vec<u8> = (0..=255).collect();
         let at = |i: usize| data.as_ptr() as u64 + i as u64;
         // Address 8 is never mapped.
