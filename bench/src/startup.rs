@@ -136,7 +136,7 @@ pub fn measure(binary: &Path, dir: &Path, quiet: &RefCell<Quiet>, runs: usize) -
             })?;
             say(&format!(
                 "start-up {}/{runs}, {}: CPU to the window {:.3} s (load {:.3} s), wall to the \
-                 window {:.3} s",
+                 window {:.3} s; other work took {:.0} % of the CPUs",
                 i + 1,
                 if busy {
                     format!("{BUSY_THREADS} busy threads")
@@ -145,7 +145,8 @@ pub fn measure(binary: &Path, dir: &Path, quiet: &RefCell<Quiet>, runs: usize) -
                 },
                 run.logged.cpu,
                 run.logged.load,
-                run.wall_to_window
+                run.wall_to_window,
+                run.foreign * 100.0
             ));
             if busy {
                 startup.busy.push(run);
