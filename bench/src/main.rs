@@ -12,6 +12,9 @@
 //! 2. **BPF cost per event** (`cost.rs`), from bpf_stats, on each workload.
 //! 3. **Post-processing and memory** (`post.rs`), nginx.
 //!
+//! Before them, **start-up** (`startup.rs`): CPU and wall time from the command to the capture
+//! window's opening, on an idle machine and with 8 busy threads (`--workloads startup` alone).
+//!
 //! Ours runs as one instance on the service (nginx's master, PostgreSQL's postmaster),
 //! following its children; offcputime and perf take one PID and run one instance per
 //! process. Each run first waits for a quiet machine and is repeated when other work
@@ -27,10 +30,12 @@ mod postgres;
 mod process;
 mod quiet;
 mod report;
+mod startup;
 mod throughput;
 mod tools;
 
 use std::{
+    cell::RefCell,
     env, fs,
     path::{Path, PathBuf},
     process::ExitCode,
@@ -41,11 +46,13 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Args, Parser};
 
 use crate::{
-    cost::Workload,
+    cost::{Costs, Workload},
     nginx::{Layout, NGINX_WORKERS, Nginx, Scratch, run_wrk},
+    post::Post,
     process::say,
+    quiet::Quiet,
     report::{Machine, Report, Setup},
-    throughput::PgSides,
+    throughput::{PgSides, Throughput},
     tools::{Bench, Condition, PACKAGES},
 };
 
@@ -67,7 +74,7 @@ enum Cli {
 
 #[derive(Args, Debug)]
 struct Options {
-    /// Rounds of the throughput and BPF-cost phases.
+    /// Rounds of the throughput and BPF-cost phases; runs of each start-up case.
     // Twelve, not the five the issue asks for: the default layout's noise floor is ~1.5 % per
     // run and the goal is 2 %; twelve rounds put its standard error near 0.4 %.
     #[arg(long, default_value_t = 12, value_name = "N",
@@ -93,8 +100,14 @@ struct Options {
         value_name = "wall,wall-no-timeline,wall-each,cpu,offcputime,perf"
     )]
     only: Vec<Condition>,
-    /// Only these workloads (default: all).
-    #[arg(long, value_delimiter = ',', value_name = "nginx,postgres,fsync")]
+    /// Only these workloads (default: all). `startup`: the profiler's start-up on an idle
+    /// `sleep`, on an idle machine and with 8 busy threads, `--rounds` runs of each (alone,
+    /// it needs no nginx nor PostgreSQL).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "nginx,postgres,fsync,startup"
+    )]
     workloads: Vec<WorkloadName>,
     /// On a machine other work keeps busy: start every run at once instead of waiting for
     /// quiet CPUs, never repeat a disturbed run, and report how busy other work kept the CPUs.
@@ -120,6 +133,17 @@ enum WorkloadName {
     Nginx,
     Postgres,
     Fsync,
+    /// Not a service: the profiler's start-up (`startup.rs`).
+    Startup,
+}
+
+impl WorkloadName {
+    /// The workloads of the overhead phases, which need the services.
+    const SERVICES: [WorkloadName; 3] = [
+        WorkloadName::Nginx,
+        WorkloadName::Postgres,
+        WorkloadName::Fsync,
+    ];
 }
 
 /// Conditions of the PostgreSQL throughput runs (perf and cpu mode are nginx's only).
@@ -157,6 +181,18 @@ impl Options {
 
     fn runs(&self, workload: WorkloadName) -> bool {
         self.workloads.is_empty() || self.workloads.contains(&workload)
+    }
+
+    /// Whether the start-up phase runs: not with the A/B comparisons, which run nothing else.
+    fn runs_startup(&self) -> bool {
+        self.runs(WorkloadName::Startup) && self.against.is_none() && !self.timeline_ab
+    }
+
+    /// Whether nginx is started and the overhead phases (or an A/B comparison) run.
+    fn runs_services(&self) -> bool {
+        self.against.is_some()
+            || self.timeline_ab
+            || WorkloadName::SERVICES.into_iter().any(|w| self.runs(w))
     }
 
     /// The post-processing capture: 20 s as in the goal, shortened with `--quick`.
@@ -197,120 +233,51 @@ fn bench(root: &Path, opts: &Options) -> Result<()> {
         );
     }
     let started = Instant::now();
-    xtask::packages::ensure(PACKAGES)?;
+    if opts.runs_services() {
+        xtask::packages::ensure(PACKAGES)?;
+    }
     let binary = xtask::build(root, false)?;
-
     let scratch = Scratch::create()?;
-    let nginx = Nginx::start(&scratch.0, NGINX_WORKERS)?;
-    let bench = Bench {
-        binary,
-        dir: scratch.0.clone(),
-        port: nginx.port,
-        nginx: nginx.target()?,
-        quiet: Default::default(),
+    let quiet = RefCell::new(Quiet {
+        under_load: opts.under_load,
+        ..Quiet::default()
+    });
+    // First, before nginx and the clusters exist: the idle case wants an idle machine.
+    let startup = if opts.runs_startup() {
+        Some(startup::measure(
+            &binary,
+            &scratch.0,
+            &quiet,
+            opts.rounds(),
+        )?)
+    } else {
+        None
     };
-    bench.quiet.borrow_mut().under_load = opts.under_load;
-    say(&format!(
-        "nginx (master {}, workers {:?}) serves http://127.0.0.1:{}/; {} round(s) of {} s",
-        bench.nginx.service,
-        bench.nginx.processes,
-        bench.port,
-        opts.rounds(),
-        opts.secs()
-    ));
-    // Warm-up: first requests fault in nginx's pages and fill the page cache.
-    run_wrk(bench.port, if opts.quick { 1 } else { 3 })?;
-    if let Some(other) = &opts.against {
-        let this = compare::Side::plain("this build", &bench.binary);
-        let other = compare::Side::plain(other.display().to_string(), other);
-        return compare::run(&bench, &this, &other, opts.rounds(), opts.secs());
-    }
-    if opts.timeline_ab {
-        let (on, off) = compare::timeline_sides(&bench.binary);
-        return compare::run(&bench, &on, &off, opts.rounds(), opts.secs());
-    }
-
-    let conditions = opts.conditions();
-    let (rounds, secs) = (opts.rounds(), opts.secs());
-    let mut costs = Vec::new();
-    let mut nginx_throughput = None;
-    let mut post = None;
-    if opts.runs(WorkloadName::Nginx) {
-        let sides = throughput::Sides::start(&scratch.0, opts.layout())?;
-        say(&format!("throughput: {}", sides.describe()));
-        let tp_conditions: Vec<Condition> = conditions
-            .iter()
-            .copied()
-            .filter(|c| c.in_throughput())
-            .collect();
-        nginx_throughput = Some(throughput::rounds(
-            &bench,
-            &tp_conditions,
-            rounds,
-            "requests/s",
-            |cond, side| throughput::nginx_run(&bench, &sides, cond, side, secs),
-        )?);
-        drop(sides);
-        costs.push(cost::bpf_costs(
-            &bench,
-            &Workload::Nginx,
-            &conditions,
-            rounds,
-            secs,
-        )?);
-        post = Some(post::post_processing(&bench, opts.post_secs())?);
-    }
-    drop(nginx);
-    let mut pg_throughput = None;
-    if opts.runs(WorkloadName::Postgres) {
-        say("PostgreSQL: two private clusters, pgbench tables at scale 10");
-        let pg = PgSides::start(&scratch.0)?;
-        let pg_conditions: Vec<Condition> = PG_CONDITIONS
-            .into_iter()
-            .filter(|c| conditions.contains(c))
-            .collect();
-        pg_throughput = Some(throughput::rounds(
-            &bench,
-            &pg_conditions,
-            rounds,
-            "transactions/s",
-            |cond, side| throughput::postgres_run(&bench, &pg, cond, side, secs),
-        )?);
-        let workload = Workload::Postgres(pg.first());
-        costs.push(cost::bpf_costs(
-            &bench,
-            &workload,
-            &conditions,
-            rounds,
-            secs,
-        )?);
-    }
-    if opts.runs(WorkloadName::Fsync) {
-        let workload = cost::build_workload(root, &scratch.0)?;
-        let workload = Workload::Fsync(&workload);
-        costs.push(cost::bpf_costs(
-            &bench,
-            &workload,
-            &conditions,
-            rounds,
-            secs,
-        )?);
-    }
+    let (overhead, quiet) = if opts.runs_services() {
+        match overhead(root, opts, binary, &scratch, quiet)? {
+            Some(done) => done,
+            // An A/B comparison printed its own result.
+            None => return Ok(()),
+        }
+    } else {
+        (Overhead::default(), quiet.into_inner())
+    };
 
     let setup = Setup {
         command: typed_command(env::args().skip(1)),
-        rounds,
-        secs,
+        rounds: opts.rounds(),
+        secs: opts.secs(),
         layout: opts.layout(),
     };
     let report = Report {
         setup: &setup,
         machine: Machine::describe(root),
-        nginx: nginx_throughput.as_ref(),
-        postgres: pg_throughput.as_ref(),
-        costs: &costs,
-        post: post.as_ref(),
-        quiet: &bench.quiet.borrow(),
+        nginx: overhead.nginx.as_ref(),
+        postgres: overhead.postgres.as_ref(),
+        costs: &overhead.costs,
+        post: overhead.post.as_ref(),
+        startup: startup.as_ref(),
+        quiet: &quiet,
         took: started.elapsed(),
     }
     .markdown();
@@ -328,6 +295,134 @@ fn bench(root: &Path, opts: &Options) -> Result<()> {
     let fuzz_secs = if opts.quick { 10 } else { BENCH_FUZZ_SECS };
     say(&format!("fuzzing each target for {fuzz_secs} s"));
     xtask::fuzz::run(root, fuzz_secs)
+}
+
+/// nginx's throughput, BPF cost and post-processing phases.
+fn nginx_phases(
+    bench: &Bench,
+    opts: &Options,
+    scratch: &Scratch,
+    done: &mut Overhead,
+) -> Result<()> {
+    let conditions = opts.conditions();
+    let (rounds, secs) = (opts.rounds(), opts.secs());
+    let sides = throughput::Sides::start(&scratch.0, opts.layout())?;
+    say(&format!("throughput: {}", sides.describe()));
+    let tp_conditions: Vec<Condition> = conditions
+        .iter()
+        .copied()
+        .filter(|c| c.in_throughput())
+        .collect();
+    done.nginx = Some(throughput::rounds(
+        bench,
+        &tp_conditions,
+        rounds,
+        "requests/s",
+        |cond, side| throughput::nginx_run(bench, &sides, cond, side, secs),
+    )?);
+    drop(sides);
+    done.costs.push(cost::bpf_costs(
+        bench,
+        &Workload::Nginx,
+        &conditions,
+        rounds,
+        secs,
+    )?);
+    done.post = Some(post::post_processing(bench, opts.post_secs())?);
+    Ok(())
+}
+
+/// What the overhead phases measured, where they ran.
+#[derive(Default)]
+struct Overhead {
+    nginx: Option<Throughput>,
+    postgres: Option<Throughput>,
+    costs: Vec<Costs>,
+    post: Option<Post>,
+}
+
+/// The overhead phases (throughput, BPF cost, post-processing) on the workloads asked for,
+/// or an A/B comparison (`--against`, `--timeline-ab`: printed here, `None` returned). Also
+/// returns what the quiet gate saw.
+fn overhead(
+    root: &Path,
+    opts: &Options,
+    binary: PathBuf,
+    scratch: &Scratch,
+    quiet: RefCell<Quiet>,
+) -> Result<Option<(Overhead, Quiet)>> {
+    let nginx = Nginx::start(&scratch.0, NGINX_WORKERS)?;
+    let bench = Bench {
+        binary,
+        dir: scratch.0.clone(),
+        port: nginx.port,
+        nginx: nginx.target()?,
+        quiet,
+    };
+    say(&format!(
+        "nginx (master {}, workers {:?}) serves http://127.0.0.1:{}/; {} round(s) of {} s",
+        bench.nginx.service,
+        bench.nginx.processes,
+        bench.port,
+        opts.rounds(),
+        opts.secs()
+    ));
+    // Warm-up: first requests fault in nginx's pages and fill the page cache.
+    run_wrk(bench.port, if opts.quick { 1 } else { 3 })?;
+    if let Some(other) = &opts.against {
+        let this = compare::Side::plain("this build", &bench.binary);
+        let other = compare::Side::plain(other.display().to_string(), other);
+        compare::run(&bench, &this, &other, opts.rounds(), opts.secs())?;
+        return Ok(None);
+    }
+    if opts.timeline_ab {
+        let (on, off) = compare::timeline_sides(&bench.binary);
+        compare::run(&bench, &on, &off, opts.rounds(), opts.secs())?;
+        return Ok(None);
+    }
+
+    let conditions = opts.conditions();
+    let (rounds, secs) = (opts.rounds(), opts.secs());
+    let mut done = Overhead::default();
+    if opts.runs(WorkloadName::Nginx) {
+        nginx_phases(&bench, opts, scratch, &mut done)?;
+    }
+    drop(nginx);
+    if opts.runs(WorkloadName::Postgres) {
+        say("PostgreSQL: two private clusters, pgbench tables at scale 10");
+        let pg = PgSides::start(&scratch.0)?;
+        let pg_conditions: Vec<Condition> = PG_CONDITIONS
+            .into_iter()
+            .filter(|c| conditions.contains(c))
+            .collect();
+        done.postgres = Some(throughput::rounds(
+            &bench,
+            &pg_conditions,
+            rounds,
+            "transactions/s",
+            |cond, side| throughput::postgres_run(&bench, &pg, cond, side, secs),
+        )?);
+        let workload = Workload::Postgres(pg.first());
+        done.costs.push(cost::bpf_costs(
+            &bench,
+            &workload,
+            &conditions,
+            rounds,
+            secs,
+        )?);
+    }
+    if opts.runs(WorkloadName::Fsync) {
+        let workload = cost::build_workload(root, &scratch.0)?;
+        let workload = Workload::Fsync(&workload);
+        done.costs.push(cost::bpf_costs(
+            &bench,
+            &workload,
+            &conditions,
+            rounds,
+            secs,
+        )?);
+    }
+    Ok(Some((done, bench.quiet.into_inner())))
 }
 
 #[cfg(test)]
@@ -379,6 +474,17 @@ mod tests {
         let o = bench(&["--against", "/tmp/old-profiler"]).unwrap();
         assert_eq!(o.against, Some(PathBuf::from("/tmp/old-profiler")));
         assert!(bench(&["--timeline-ab"]).unwrap().timeline_ab);
+        let o = bench(&["--workloads", "startup"]).unwrap();
+        assert!(o.runs_startup() && !o.runs_services());
+        let o = bench(&["--workloads", "fsync,startup"]).unwrap();
+        assert!(o.runs_startup() && o.runs_services() && !o.runs(WorkloadName::Nginx));
+        let o = bench(&[]).unwrap();
+        assert!(o.runs_startup() && o.runs_services());
+        assert!(!bench(&["--workloads", "nginx"]).unwrap().runs_startup());
+        for ab in [&["--timeline-ab"][..], &["--against", "/tmp/old-profiler"]] {
+            let o = bench(ab).unwrap();
+            assert!(!o.runs_startup() && o.runs_services());
+        }
         assert!(bench(&["--timeline-ab", "--against", "/tmp/old-profiler"]).is_err());
         assert!(bench(&["--rounds"]).is_err());
         assert!(bench(&["--rounds", "0"]).is_err());
