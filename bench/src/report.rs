@@ -969,6 +969,82 @@ mod tests {
     }
 
     #[test]
+    fn the_start_up_alone_has_its_own_title_and_beside_the_overhead_its_own_table() {
+        use crate::startup::Logged;
+        let run = StartupRun {
+            logged: Logged {
+                load: 0.3,
+                attach: 0.004,
+                snapshot: 0.001,
+                cpu: 0.35,
+                user: 0.05,
+                system: 0.3,
+            },
+            wall_to_window: 0.36,
+            cpu_in_all: 0.5,
+            foreign: 0.0,
+        };
+        let startup = Startup {
+            idle: vec![run],
+            busy: vec![run],
+            nice: 0,
+        };
+        let setup = Setup {
+            command: "cargo xtask bench --workloads startup".to_string(),
+            rounds: 1,
+            secs: 6,
+            layout: Layout::Spread,
+        };
+        let machine = || Machine {
+            kernel: "6.18".to_string(),
+            cpus: 2,
+            cpu_model: "AMD EPYC".to_string(),
+            memory_gib: 23.5,
+            versions: "nginx 1".to_string(),
+            revision: "abc1234".to_string(),
+        };
+        let quiet = Quiet::default();
+        let costs = [Costs {
+            workload: "fsync",
+            ..Costs::default()
+        }];
+        let report = |costs: &[Costs]| {
+            Report {
+                setup: &setup,
+                machine: machine(),
+                nginx: None,
+                postgres: None,
+                costs,
+                post: None,
+                startup: Some(&startup),
+                quiet: &quiet,
+                took: Duration::from_secs(61),
+            }
+            .markdown()
+        };
+        let alone = report(&[]);
+        assert!(
+            alone.starts_with("### Start-up (`cargo xtask bench --workloads startup`)\n\n")
+                && alone.contains(
+                    " · Linux 6.18 · 2 CPUs (AMD EPYC) · 23.5 GiB RAM · profiler at abc1234\n"
+                )
+                && !alone.contains("Overhead")
+                && alone.contains("\n#### Start-up\n")
+                && alone.contains("- Only 1 start-up run(s) per case: a smoke test"),
+            "{alone}"
+        );
+        let both = report(&costs);
+        assert!(
+            both.starts_with("### Overhead next to the anchors")
+                && both.contains("2 CPUs (AMD EPYC)")
+                && both.contains("\n#### fsync-heavy")
+                && both.contains("\n#### Start-up\n")
+                && both.contains("- Only 1 round(s) of 6 s: a smoke test"),
+            "{both}"
+        );
+    }
+
+    #[test]
     fn paired_verdict_needs_a_significant_loss() {
         assert!((sign_test_p(0, 5) - 1.0 / 32.0).abs() < 1e-12);
         assert!((sign_test_p(1, 5) - 6.0 / 32.0).abs() < 1e-12);
