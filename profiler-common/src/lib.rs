@@ -1092,6 +1092,11 @@ pub mod unwind {
         /// [`super::java_method_frame`] of that `Method*` instead of its pc, so user space can
         /// name the Java method.
         pub const HOTSPOT_INTERPRETER: u8 = 7;
+        /// Code cache space that held no code when the JVM's cache was last read: code
+        /// compiled since. Frame pointers, as `NO_INFO`, but counted
+        /// ([`crate::Counter::JitGapFrames`]) so user space reads the cache again now
+        /// instead of at its usual pace: a compiled frame without its row hides its caller.
+        pub const JIT_GAP: u8 = 8;
     }
 
     /// Top 16 bits of a user frame that is a HotSpot `Method*`, not a pc (an interpreted
@@ -1257,6 +1262,9 @@ pub enum Counter {
     TimelineRingFull,
     /// Set by user space: timeline records read beyond `--timeline-max-records` and dropped.
     TimelineDropped,
+    /// Frames in a JVM's code cache where the last read of the cache found no code (JIT
+    /// code compiled since, unwound by frame pointers until its rows are in).
+    JitGapFrames,
 }
 
 /// What a counter counts: something lost (the user must see it, with the flag that avoids it)
@@ -1268,7 +1276,7 @@ pub enum CounterKind {
 }
 
 impl Counter {
-    pub const COUNT: u32 = 30;
+    pub const COUNT: u32 = 31;
 
     /// Every counter is one or the other: the match has no wildcard, so a new counter must be
     /// classified before it compiles.
@@ -1282,7 +1290,7 @@ impl Counter {
             Samples | SwitchesOut | Waits | WaitsFiltered | MissedSwitchIns | Wakeups
             | UnwindMemoHits | UnwindMemoMisses | UnwindFrames | RowCacheMisses
             | KernelMemoHits | KernelMemoMisses | MemoDisagreements | KernelMemoryBytes
-            | Drains | TimelineRecords => CounterKind::Event,
+            | Drains | TimelineRecords | JitGapFrames => CounterKind::Event,
         }
     }
 
@@ -1320,6 +1328,7 @@ impl Counter {
             TimelineRecords => "timeline_records",
             TimelineRingFull => "timeline_ring_full",
             TimelineDropped => "timeline_dropped",
+            JitGapFrames => "jit_gap_frames",
         }
     }
 
@@ -1389,6 +1398,7 @@ impl Counter {
         Counter::TimelineRecords,
         Counter::TimelineRingFull,
         Counter::TimelineDropped,
+        Counter::JitGapFrames,
     ];
 }
 

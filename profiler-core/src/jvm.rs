@@ -1598,6 +1598,8 @@ pub struct Jvm {
     /// Buffers kept between calls to `code_blobs` (segment map; block headers or heap span).
     segmap: Vec<u8>,
     heap: Vec<u8>,
+    /// The lowest and highest committed addresses of the code heaps at the last walk.
+    heaps: (u64, u64),
     /// Inlining read per nmethod, by (code start, compile id): an installed nmethod's
     /// debug information never changes, so it is read once.
     inlining: HashMap<(u64, i32), ReadInlining>,
@@ -1650,6 +1652,7 @@ impl Jvm {
             blob_names: HashMap::new(),
             segmap: Vec::new(),
             heap: Vec::new(),
+            heaps: (0, 0),
             inlining: HashMap::new(),
             inlining_calls: 0,
         };
@@ -1738,6 +1741,7 @@ impl Jvm {
         }
         let mut heaps = vec![0u8; len as usize * 8];
         self.mem.read(data, &mut heaps)?;
+        self.heaps = (u64::MAX, 0);
         let mut blobs = Vec::new();
         for heap in heaps.chunks_exact(8) {
             let heap = le(heap, 0, 8).unwrap_or(0);
@@ -1746,6 +1750,17 @@ impl Jvm {
             }
         }
         Ok(blobs)
+    }
+
+    /// Where the code heaps lay at the last `code_blobs` (their lowest and highest committed
+    /// addresses): all the space the JIT can put code in until the next walk. `(0, 0)`
+    /// before a walk found any.
+    pub fn code_heaps(&self) -> (u64, u64) {
+        if self.heaps.1 > self.heaps.0 {
+            self.heaps
+        } else {
+            (0, 0)
+        }
     }
 
     /// The used blocks of one CodeHeap. Its segment map (a byte per segment) says where
@@ -1801,6 +1816,7 @@ impl Jvm {
         if !(4..=16).contains(&log2) || high < low || high - low > MAX_HEAP || map_high < map_low {
             return Err(bad("implausible bounds"));
         }
+        self.heaps = (self.heaps.0.min(low), self.heaps.1.max(high));
         let segments = ((high - low) >> log2).min(map_high - map_low) as usize;
         self.segmap.resize(segments, 0);
         self.mem.read(map_low, &mut self.segmap)?;

@@ -418,6 +418,10 @@ fn frame(walk: &mut Walk, frames: &mut [u64; MAX_STACK_DEPTH], slot: u64) -> i64
             cfa_kind::HOTSPOT_INTERPRETER => {
                 return interpreted_frame(walk, out, hash_before, &row);
             }
+            cfa_kind::JIT_GAP => {
+                crate::maps::count(profiler_common::Counter::JitGapFrames);
+                return frame_pointer_step(walk);
+            }
             _ => return frame_pointer_step(walk),
         },
         None => return frame_pointer_step(walk),

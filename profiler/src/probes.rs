@@ -353,26 +353,28 @@ impl Probes {
 
     /// Sums the per-CPU counters.
     pub fn counters(&self) -> Result<Counters, ProbeError> {
+        let array = self.counter_array()?;
+        let mut counters = Counters::default();
+        for counter in Counter::ALL {
+            counters.set(counter, sum_counter(&array, counter)?);
+        }
+        Ok(counters)
+    }
+
+    /// One counter, summed over the CPUs.
+    pub fn counter(&self, counter: Counter) -> Result<u64, ProbeError> {
+        sum_counter(&self.counter_array()?, counter)
+    }
+
+    fn counter_array(&self) -> Result<PerCpuArray<&MapData, u64>, ProbeError> {
         let map = self
             .ebpf
             .map(names::MAP_COUNTERS)
             .ok_or(ProbeError::MissingMap(names::MAP_COUNTERS))?;
-        let array: PerCpuArray<&MapData, u64> =
-            PerCpuArray::try_from(map).map_err(|source| ProbeError::Map {
-                name: names::MAP_COUNTERS,
-                source,
-            })?;
-        let mut counters = Counters::default();
-        for counter in Counter::ALL {
-            let values = array
-                .get(&(counter as u32), 0)
-                .map_err(|source| ProbeError::Map {
-                    name: names::MAP_COUNTERS,
-                    source,
-                })?;
-            counters.set(counter, values.iter().sum());
-        }
-        Ok(counters)
+        PerCpuArray::try_from(map).map_err(|source| ProbeError::Map {
+            name: names::MAP_COUNTERS,
+            source,
+        })
     }
 
     /// Runs the task iterator once: the state and stacks of every target thread right now.
@@ -623,6 +625,16 @@ impl WindowSwitch {
         self.now = control;
         Ok(())
     }
+}
+
+fn sum_counter(array: &PerCpuArray<&MapData, u64>, counter: Counter) -> Result<u64, ProbeError> {
+    let values = array
+        .get(&(counter as u32), 0)
+        .map_err(|source| ProbeError::Map {
+            name: names::MAP_COUNTERS,
+            source,
+        })?;
+    Ok(values.iter().sum())
 }
 
 /// Kernel memory held by the BPF maps this process has open: the sum of their `memlock` in

@@ -20,6 +20,7 @@ use crate::{
     probes::{ProbeError, Probes},
     uploads::Uploads,
 };
+use profiler_common::Counter;
 use profiler_core::{
     model::{CaptureNote, Kind, PartialTime, ProcessInfo, Profile},
     perfmap::PerfMap,
@@ -87,11 +88,11 @@ impl Target {
     /// After its mappings were (re)read: a JVM is found; a JVM's code cache is read again
     /// when due (for its names even with `--unwind fp`). Whether its JIT rows changed (its
     /// mapping table must be uploaded).
-    fn follow_jit(&mut self, uploads: &mut Uploads, mappings_read: bool) -> bool {
+    fn follow_jit(&mut self, uploads: &mut Uploads, mappings_read: bool, gaps_met: bool) -> bool {
         if mappings_read && self.hotspot.is_none() && self.maps.mappings().iter().any(is_libjvm) {
             self.hotspot = HotSpot::attach(self.pid);
         }
-        match self.hotspot.as_mut().and_then(HotSpot::refresh) {
+        match self.hotspot.as_mut().and_then(|h| h.refresh(gaps_met)) {
             Some(update) => uploads.set_jit(self.pid, update.base, update.end, &update.rows),
             None => false,
         }
@@ -125,6 +126,8 @@ pub struct TargetSet {
     events: Option<MmapEvents>,
     /// Mapping records the kernel dropped (its ring was full before it was read).
     pub mapping_records_lost: u64,
+    /// The kernel's count of frames met in JIT code newer than its rows, at the last tick.
+    jit_gap_frames: u64,
 }
 
 impl TargetSet {
@@ -173,6 +176,7 @@ impl TargetSet {
             next_refresh: 0,
             events: None,
             mapping_records_lost: 0,
+            jit_gap_frames: 0,
         })
     }
 
@@ -186,6 +190,7 @@ impl TargetSet {
             next_refresh: 0,
             events: None,
             mapping_records_lost: 0,
+            jit_gap_frames: 0,
         }
     }
 
@@ -206,7 +211,7 @@ impl TargetSet {
         self.uploads = Uploads::new(Some(tables));
         for target in self.processes.values_mut() {
             self.uploads.rows_for(&target.maps, std::iter::empty());
-            target.follow_jit(&mut self.uploads, true);
+            target.follow_jit(&mut self.uploads, true, false);
         }
     }
 
@@ -441,12 +446,27 @@ impl TargetSet {
                 .is_some_and(|t| t.maps.refresh().is_ok())
         });
         // JVMs' code caches: new code unwinds once its rows are in, named from then on.
+        let gaps_met = self.jit_gaps_met(probes);
         for target in self.processes.values_mut().filter(|t| !t.gone) {
-            if target.follow_jit(&mut self.uploads, reload.contains(&target.pid)) {
+            if target.follow_jit(&mut self.uploads, reload.contains(&target.pid), gaps_met) {
                 reload.insert(target.pid);
             }
         }
         self.publish(probes, &reload);
+    }
+
+    /// Whether the kernel met frames in a JVM's code compiled since its cache was last read,
+    /// since the last tick (the count is over all JVMs: each reads sooner).
+    fn jit_gaps_met(&mut self, probes: &Probes) -> bool {
+        if self.processes.values().all(|t| t.hotspot.is_none()) {
+            return false;
+        }
+        let Ok(frames) = probes.counter(Counter::JitGapFrames) else {
+            return false;
+        };
+        let met = frames > self.jit_gap_frames;
+        self.jit_gap_frames = frames;
+        met
     }
 
     /// Names read again for processes seen (or exec'd) in the last ticks.
@@ -509,9 +529,10 @@ impl TargetSet {
                 let hotspot = t.hotspot.as_mut()?;
                 let names = hotspot.names(methods.remove(&pid).unwrap_or_default());
                 log::info!(
-                    "JVM {pid}: code cache read {} times ({:.3} s), {} code ranges reused{}",
+                    "JVM {pid}: code cache read {} times ({:.3} s; {} sooner for frames in new code), {} code ranges reused{}",
                     hotspot.reads,
                     hotspot.read_secs,
+                    hotspot.chased,
                     hotspot.reused,
                     hotspot
                         .error

@@ -44,40 +44,77 @@ pub enum JitFrame {
     FramePointer,
 }
 
-/// Rows for `code` (any order; overlapping pieces are dropped), relative to the returned base
-/// (the lowest start), covering `[base, end)` with `NO_INFO` everywhere between pieces.
-/// Empty when nothing has a rule or the cache spans more than a row's 32-bit pc.
-pub fn jit_rows(code: &[JitCode]) -> (u64, u64, Vec<UnwindRow>) {
-    let mut code: Vec<&JitCode> = code
-        .iter()
-        .filter(|c| c.end > c.start && c.frame != JitFrame::FramePointer)
-        .collect();
+/// Rows for `code` (any order; overlapping pieces are dropped), relative to the returned base,
+/// covering `[base, end)`: the pieces and, where the cache's heaps are known (`heaps`: their
+/// lowest and highest committed addresses, `(0, 0)` if not) and fit a row's pc, all of them. Space between
+/// pieces is `JIT_GAP` (code the JIT compiles there after this read: the kernel counts the
+/// frames it meets there, so the cache is read again soon); a piece without a rule is
+/// `NO_INFO` (frame pointers, not counted). Empty when nothing has a rule or the span
+/// exceeds a row's 32-bit pc.
+pub fn jit_rows(code: &[JitCode], heaps: (u64, u64)) -> (u64, u64, Vec<UnwindRow>) {
+    let mut code: Vec<&JitCode> = code.iter().filter(|c| c.end > c.start).collect();
     code.sort_by_key(|c| c.start);
-    let (Some(first), Some(end)) = (code.first(), code.iter().map(|c| c.end).max()) else {
-        return (0, 0, Vec::new());
-    };
-    let base = first.start;
-    if end - base > u64::from(u32::MAX) {
+    if !code.iter().any(|c| has_rule(c)) {
         return (0, 0, Vec::new());
     }
-    let mut rows = Vec::with_capacity(code.len() * 3);
+    let (Some(first), Some(last)) = (code.first(), code.iter().map(|c| c.end).max()) else {
+        return (0, 0, Vec::new());
+    };
+    let fits = |(base, end): (u64, u64)| end - base <= u64::from(u32::MAX);
+    let with_heaps = (first.start.min(heaps.0), last.max(heaps.1));
+    let (base, end) = if heaps.1 > heaps.0 && fits(with_heaps) {
+        with_heaps
+    } else if fits((first.start, last)) {
+        (first.start, last)
+    } else {
+        return (0, 0, Vec::new());
+    };
+    let mut rows = Vec::with_capacity(code.len() * 3 + 1);
+    if base < first.start {
+        rows.push(gap(0));
+    }
     let mut covered_to = base;
     for c in code {
         if c.start < covered_to {
             // Overlaps the previous piece: the cache changed while it was read.
             continue;
         }
-        if piece_rows(c, base, &mut rows) {
-            covered_to = c.end;
-        }
+        piece_rows(c, base, &mut rows);
+        covered_to = c.end;
     }
     (base, end, rows)
 }
 
-/// Pushes the rows of one piece (pcs relative to `base`), ending with `NO_INFO` at its end;
-/// false, and nothing pushed, for a piece without a rule.
-fn piece_rows(c: &JitCode, base: u64, rows: &mut Vec<UnwindRow>) -> bool {
+/// Whether a piece unwinds by a rule of its own (else by frame pointers).
+fn has_rule(c: &JitCode) -> bool {
+    match c.frame {
+        JitFrame::Interpreter { .. } | JitFrame::Frameless => true,
+        JitFrame::Fixed { size_words, .. } => frame_bytes(size_words).is_some(),
+        JitFrame::FramePointer => false,
+    }
+}
+
+/// A fixed frame's size in bytes: None beyond 2 GiB or without the two words of linkage
+/// (not a frame).
+fn frame_bytes(size_words: u32) -> Option<i32> {
+    i32::try_from(u64::from(size_words) * 8)
+        .ok()
+        .filter(|&size| size >= 16)
+}
+
+/// Space the last read found no code in, from `pc` on.
+fn gap(pc: u32) -> UnwindRow {
+    row(pc, (cfa_kind::JIT_GAP, 0), (rbp_kind::UNCHANGED, 0))
+}
+
+/// Pushes the rows of one piece (pcs relative to `base`), ending with a gap at its end.
+fn piece_rows(c: &JitCode, base: u64, rows: &mut Vec<UnwindRow>) {
     let pc = |addr: u64| (addr - base) as u32;
+    let frame_pointers = row(
+        pc(c.start),
+        (cfa_kind::NO_INFO, 0),
+        (rbp_kind::UNCHANGED, 0),
+    );
     match c.frame {
         JitFrame::Interpreter {
             method_offset,
@@ -90,34 +127,25 @@ fn piece_rows(c: &JitCode, base: u64, rows: &mut Vec<UnwindRow>) -> bool {
         JitFrame::Fixed {
             complete,
             size_words,
-        } => {
-            // Frames beyond 2 GiB or without the two words of linkage are not frames.
-            let Ok(size) = i32::try_from(u64::from(size_words) * 8) else {
-                return false;
-            };
-            if size < 16 {
-                return false;
+        } => match frame_bytes(size_words) {
+            Some(size) => {
+                if complete > c.start {
+                    rows.push(return_address_at_rsp(pc(c.start)));
+                }
+                if complete < c.end {
+                    rows.push(row(
+                        pc(complete.max(c.start)),
+                        (cfa_kind::RSP, size),
+                        (rbp_kind::AT_CFA_OFFSET, -16),
+                    ));
+                }
             }
-            if complete > c.start {
-                rows.push(return_address_at_rsp(pc(c.start)));
-            }
-            if complete < c.end {
-                rows.push(row(
-                    pc(complete.max(c.start)),
-                    (cfa_kind::RSP, size),
-                    (rbp_kind::AT_CFA_OFFSET, -16),
-                ));
-            }
-        }
+            None => rows.push(frame_pointers),
+        },
         JitFrame::Frameless => rows.push(return_address_at_rsp(pc(c.start))),
-        JitFrame::FramePointer => return false,
+        JitFrame::FramePointer => rows.push(frame_pointers),
     }
-    rows.push(row(
-        pc(c.end),
-        (cfa_kind::NO_INFO, 0),
-        (rbp_kind::UNCHANGED, 0),
-    ));
-    true
+    rows.push(gap(pc(c.end)));
 }
 
 /// A row from `pc` on: its CFA rule and offset, its rbp rule and offset.
@@ -166,7 +194,7 @@ mod tests {
                 frame: JitFrame::FramePointer,
             },
         ];
-        let (base, end, rows) = jit_rows(&code);
+        let (base, end, rows) = jit_rows(&code, (0, 0));
         assert_eq!((base, end), (0x1000, 0x2100));
         let at = |addr: u64| *find_row(&rows, (addr - base) as u32).expect("row");
         assert_eq!(
@@ -179,8 +207,18 @@ mod tests {
             (body.rbp_kind, body.rbp_offset),
             (rbp_kind::AT_CFA_OFFSET, -16)
         );
-        assert_eq!(at(0x1080).cfa_kind, cfa_kind::NO_INFO);
+        // Between pieces: space the JIT may fill before the next read; a piece without a
+        // rule: frame pointers.
+        assert_eq!(at(0x1080).cfa_kind, cfa_kind::JIT_GAP);
         assert_eq!(at(0x1150).cfa_kind, cfa_kind::NO_INFO);
+        assert_eq!(at(0x1200).cfa_kind, cfa_kind::JIT_GAP);
+        // The heaps known: the rows cover all of them, gaps at both ends.
+        let (base, end, rows) = jit_rows(&code, (0x800, 0x4000));
+        assert_eq!((base, end), (0x800, 0x4000));
+        let at = |addr: u64| *find_row(&rows, (addr - base) as u32).expect("row");
+        assert_eq!(at(0x900).cfa_kind, cfa_kind::JIT_GAP);
+        assert_eq!(at(0x1040).cfa_offset, 48);
+        assert_eq!(at(0x3000).cfa_kind, cfa_kind::JIT_GAP);
         let interp = at(0x20f0);
         assert_eq!(
             (interp.cfa_kind, interp.cfa_offset, interp.rbp_offset),
@@ -198,11 +236,18 @@ mod tests {
                 size_words,
             },
         };
-        let (_, _, rows) = jit_rows(&[fixed(0x1000, 0x1100, 4), fixed(0x1080, 0x1200, 4)]);
+        let none = (0, 0);
+        let (_, _, rows) = jit_rows(&[fixed(0x1000, 0x1100, 4), fixed(0x1080, 0x1200, 4)], none);
         assert_eq!(rows.len(), 2, "{rows:?}");
-        let (_, _, rows) = jit_rows(&[fixed(0x1000, 0x1100, 1)]);
+        let (_, _, rows) = jit_rows(&[fixed(0x1000, 0x1100, 1)], none);
         assert!(rows.is_empty());
-        let (_, _, rows) = jit_rows(&[fixed(0x1000, 0x1000 + (1 << 33), 4), fixed(0, 8, 4)]);
+        let (_, _, rows) = jit_rows(
+            &[fixed(0x1000, 0x1000 + (1 << 33), 4), fixed(0, 8, 4)],
+            none,
+        );
         assert!(rows.is_empty());
+        // Heaps too large for a row's pc: the pieces alone.
+        let (base, end, _) = jit_rows(&[fixed(0x1000, 0x1100, 4)], (0x1000, 1 << 34));
+        assert_eq!((base, end), (0x1000, 0x1100));
     }
 }

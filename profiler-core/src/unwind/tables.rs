@@ -548,14 +548,17 @@ mod tests {
         let mut tables = UnwindTables::default();
         let maps = ProcessMaps::new(4242);
         let code = |size_words| {
-            jit_rows(&[JitCode {
-                start: 0x7000_0000,
-                end: 0x7000_0100,
-                frame: JitFrame::Fixed {
-                    complete: 0x7000_0010,
-                    size_words,
-                },
-            }])
+            jit_rows(
+                &[JitCode {
+                    start: 0x7000_0000,
+                    end: 0x7000_0100,
+                    frame: JitFrame::Fixed {
+                        complete: 0x7000_0010,
+                        size_words,
+                    },
+                }],
+                (0, 0),
+            )
         };
         let (base, end, rows) = code(4);
         assert!(tables.set_jit(4242, base, end, &rows));
