@@ -213,6 +213,24 @@ impl Ratio {
         (o / n, t / n)
     }
 
+    /// What attaching second does to each side, geometric mean over the pairs: (ours
+    /// attached second ÷ ours attached first, theirs second ÷ theirs first). Below 1: the
+    /// second runs cheaper, as the geometric mean of both orders assumes it may.
+    pub fn order_effect(&self) -> Option<(f64, f64)> {
+        let pairs: Vec<(f64, f64)> = self
+            .runs
+            .chunks_exact(2)
+            .map(|p| ((p[1].0 / p[0].0).ln(), (p[0].1 / p[1].1).ln()))
+            .collect();
+        let n = pairs.len() as f64;
+        (!pairs.is_empty()).then(|| {
+            let (o, t) = pairs
+                .iter()
+                .fold((0.0, 0.0), |(so, st), (o, t)| (so + o, st + t));
+            ((o / n).exp(), (t / n).exp())
+        })
+    }
+
     /// A table cell: "**0.57** (0.55–0.60, ± 0.01; 377 ÷ 662 ns) ✅" (the check against
     /// `goal` where there is one).
     pub fn cell(&self, goal: Option<f64>) -> String {
@@ -532,6 +550,21 @@ pub fn section(md: &mut String, results: &[SideBySide], host: &str) {
             );
         }
     }
+    md.push('\n');
+    for result in results {
+        for row in &result.rows {
+            let Some((ours, theirs)) = row.sched_switch.order_effect() else {
+                continue;
+            };
+            let _ = writeln!(
+                md,
+                "- Attach order, {}, ours {}: `sched_switch` ns/event attached second ÷ \
+                 attached first, ours {ours:.3}, offcputime {theirs:.3} (the geometric mean \
+                 of both orders cancels such a difference).",
+                result.workload, row.ours
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -587,6 +620,10 @@ mod tests {
         assert!((mean - 0.5).abs() < 1e-12, "{mean}");
         assert!(se.abs() < 1e-12, "{se}");
         assert_eq!(ratio.range(), (0.4, 0.625));
+        // Ours: 400 second ÷ 500 first; theirs: 800 second ÷ 1000 first.
+        let (ours, theirs) = ratio.order_effect().unwrap();
+        assert!((ours - 0.8).abs() < 1e-12 && (theirs - 0.8).abs() < 1e-12);
+        assert!(Ratio::default().order_effect().is_none());
         assert_eq!(ratio.means(), (450.0, 900.0));
         let one_pair = Ratio {
             runs: vec![(600.0, 1000.0), (300.0, 1200.0)],
@@ -676,6 +713,14 @@ mod tests {
         assert!(
             rows[3].starts_with("| fsync-heavy | `--mode wall` | **0.600**")
                 && rows[3].contains("❌"),
+            "{md}"
+        );
+        let notes: Vec<&str> = md.lines().filter(|l| l.starts_with("- ")).collect();
+        assert_eq!(notes.len(), 3, "{md}");
+        assert!(
+            notes[0]
+                .starts_with("- Attach order, nginx + wrk: one of 2 workers, ours `--mode wall`: ")
+                && notes[0].contains("ours 1.000, offcputime 1.000"),
             "{md}"
         );
         let mut empty = String::new();
