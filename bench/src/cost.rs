@@ -223,12 +223,12 @@ pub fn bpf_costs(
 }
 
 /// The test workload in `mixed` mode, killed when dropped.
-struct FsyncWorkload {
+pub struct FsyncWorkload {
     child: Child,
 }
 
 impl FsyncWorkload {
-    fn start(binary: &Path, dir: &Path) -> Result<Self> {
+    pub fn start(binary: &Path, dir: &Path) -> Result<Self> {
         let mut child = Command::new(binary)
             .arg("mixed")
             .arg(dir)
@@ -247,7 +247,7 @@ impl FsyncWorkload {
         Ok(workload)
     }
 
-    fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.id()
     }
 }

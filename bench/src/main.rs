@@ -11,6 +11,9 @@
 //!    two clock reads per program run would tax the BPF tools.
 //! 2. **BPF cost per event** (`cost.rs`), from bpf_stats, on each workload.
 //! 3. **Post-processing and memory** (`post.rs`), nginx.
+//! 4. **Side by side** (`sidebyside.rs`), on each workload: ours and the anchors (offcputime;
+//!    offcputime + wakeuptime as one side) attached to one process at once, in both attach
+//!    orders, their BPF cost compared run by run (`--side-by-side` alone).
 //!
 //! Before them, **start-up** (`startup.rs`): CPU and wall time from the command to the capture
 //! window's opening, on an idle machine and with 8 busy threads (`--workloads startup` alone).
@@ -30,6 +33,7 @@ mod postgres;
 mod process;
 mod quiet;
 mod report;
+mod sidebyside;
 mod startup;
 mod throughput;
 mod tools;
@@ -49,9 +53,11 @@ use crate::{
     cost::{Costs, Workload},
     nginx::{Layout, NGINX_WORKERS, Nginx, Scratch, run_wrk},
     post::Post,
+    postgres::Cluster,
     process::say,
     quiet::Quiet,
     report::{Machine, Report, Setup},
+    sidebyside::SideBySide,
     throughput::{PgSides, Throughput},
     tools::{Bench, Condition, PACKAGES},
 };
@@ -59,8 +65,10 @@ use crate::{
 #[derive(Parser, Debug)]
 #[command(name = "cargo xtask", bin_name = "cargo xtask")]
 enum Cli {
-    /// What the profiler costs next to offcputime and perf on nginx under wrk, then a fuzz run
-    /// of each parser; as root, installs what it needs; writes target/bench/latest.md.
+    /// What the profiler costs next to offcputime and perf on nginx under wrk, PostgreSQL
+    /// under pgbench and an fsync-heavy load (throughput, BPF cost, and side by side with
+    /// the anchors attached at once), then a fuzz run of each parser; as root, installs what
+    /// it needs; writes target/bench/latest.md.
     Bench(Options),
     /// Profile a real service under load, next to the anchors (the README's write-ups;
     /// outputs in target/demo/).
@@ -74,7 +82,8 @@ enum Cli {
 
 #[derive(Args, Debug)]
 struct Options {
-    /// Rounds of the throughput and BPF-cost phases; runs of each start-up case.
+    /// Rounds of the throughput and BPF-cost phases; pairs of runs (both attach orders) of
+    /// each side-by-side comparison; runs of each start-up case.
     // Twelve, not the five the issue asks for: the default layout's noise floor is ~1.5 % per
     // run and the goal is 2 %; twelve rounds put its standard error near 0.4 %.
     #[arg(long, default_value_t = 12, value_name = "N",
@@ -93,7 +102,8 @@ struct Options {
     #[arg(long)]
     one_cpu: bool,
     /// Only these conditions next to the baseline (default: all). Fewer conditions per round
-    /// put each one closer in time to its baseline.
+    /// put each one closer in time to its baseline. The side-by-side phase runs when both
+    /// `wall` and `offcputime` are named (or `--only` is not given).
     #[arg(
         long,
         value_delimiter = ',',
@@ -113,6 +123,13 @@ struct Options {
     /// quiet CPUs, never repeat a disturbed run, and report how busy other work kept the CPUs.
     #[arg(long)]
     under_load: bool,
+    /// Only the side-by-side phase on the workloads `--workloads` names (default: nginx,
+    /// postgres, fsync): ours and the anchors (offcputime; offcputime + wakeuptime as one
+    /// side) attached to one process at once, `--rounds` pairs of `--secs` s runs in both
+    /// attach orders, their BPF cost per event and per context switch compared (a full bench
+    /// runs it too, after each workload's other phases).
+    #[arg(long, conflicts_with_all = ["against", "timeline_ab"])]
+    side_by_side: bool,
     /// Skip the fuzz runs at the end.
     #[arg(long)]
     no_fuzz: bool,
@@ -183,9 +200,23 @@ impl Options {
         self.workloads.is_empty() || self.workloads.contains(&workload)
     }
 
-    /// Whether the start-up phase runs: not with the A/B comparisons, which run nothing else.
+    /// Whether the start-up phase runs: not with the A/B comparisons nor `--side-by-side`,
+    /// which run nothing else.
     fn runs_startup(&self) -> bool {
-        self.runs(WorkloadName::Startup) && self.against.is_none() && !self.timeline_ab
+        self.runs(WorkloadName::Startup)
+            && self.against.is_none()
+            && !self.timeline_ab
+            && !self.side_by_side
+    }
+
+    /// Whether the side-by-side phase runs (on each workload that runs): ours in wall mode
+    /// against offcputime, so not when `--only` leaves either out.
+    fn runs_side_by_side(&self) -> bool {
+        self.side_by_side
+            || self.only.is_empty()
+            || [Condition::Wall, Condition::Offcputime]
+                .iter()
+                .all(|c| self.only.contains(c))
     }
 
     /// Whether nginx is started and the overhead phases (or an A/B comparison) run.
@@ -262,7 +293,6 @@ fn bench(root: &Path, opts: &Options) -> Result<()> {
     } else {
         (Overhead::default(), quiet.into_inner())
     };
-
     let setup = Setup {
         command: typed_command(env::args().skip(1)),
         rounds: opts.rounds(),
@@ -277,6 +307,7 @@ fn bench(root: &Path, opts: &Options) -> Result<()> {
         costs: &overhead.costs,
         post: overhead.post.as_ref(),
         startup: startup.as_ref(),
+        side_by_side: &overhead.side_by_side,
         quiet: &quiet,
         took: started.elapsed(),
     }
@@ -297,13 +328,16 @@ fn bench(root: &Path, opts: &Options) -> Result<()> {
     xtask::fuzz::run(root, fuzz_secs)
 }
 
-/// nginx's throughput, BPF cost and post-processing phases.
+/// nginx's throughput, BPF cost, post-processing and side-by-side phases.
 fn nginx_phases(
     bench: &Bench,
     opts: &Options,
     scratch: &Scratch,
     done: &mut Overhead,
 ) -> Result<()> {
+    if opts.side_by_side {
+        return side_by_side(bench, opts, &Workload::Nginx, done);
+    }
     let conditions = opts.conditions();
     let (rounds, secs) = (opts.rounds(), opts.secs());
     let sides = throughput::Sides::start(&scratch.0, opts.layout())?;
@@ -329,6 +363,82 @@ fn nginx_phases(
         secs,
     )?);
     done.post = Some(post::post_processing(bench, opts.post_secs())?);
+    side_by_side(bench, opts, &Workload::Nginx, done)
+}
+
+/// PostgreSQL's throughput, BPF cost and side-by-side phases; with `--side-by-side` only the
+/// last, on one cluster.
+fn postgres_phases(
+    bench: &Bench,
+    opts: &Options,
+    scratch: &Scratch,
+    done: &mut Overhead,
+) -> Result<()> {
+    if opts.side_by_side {
+        say("PostgreSQL: a private cluster, pgbench tables at scale 10");
+        let cluster = Cluster::start(&scratch.0.join("pg-a"))?;
+        cluster.init_tables()?;
+        return side_by_side(bench, opts, &Workload::Postgres(&cluster), done);
+    }
+    let conditions = opts.conditions();
+    let (rounds, secs) = (opts.rounds(), opts.secs());
+    say("PostgreSQL: two private clusters, pgbench tables at scale 10");
+    let pg = PgSides::start(&scratch.0)?;
+    let pg_conditions: Vec<Condition> = PG_CONDITIONS
+        .into_iter()
+        .filter(|c| conditions.contains(c))
+        .collect();
+    done.postgres = Some(throughput::rounds(
+        bench,
+        &pg_conditions,
+        rounds,
+        "transactions/s",
+        |cond, side| throughput::postgres_run(bench, &pg, cond, side, secs),
+    )?);
+    let workload = Workload::Postgres(pg.first());
+    done.costs.push(cost::bpf_costs(
+        bench,
+        &workload,
+        &conditions,
+        rounds,
+        secs,
+    )?);
+    side_by_side(bench, opts, &workload, done)
+}
+
+/// The fsync-heavy workload's BPF cost and side-by-side phases.
+fn fsync_phases(root: &Path, bench: &Bench, opts: &Options, done: &mut Overhead) -> Result<()> {
+    let workload = cost::build_workload(root, &bench.dir)?;
+    let workload = Workload::Fsync(&workload);
+    if !opts.side_by_side {
+        done.costs.push(cost::bpf_costs(
+            bench,
+            &workload,
+            &opts.conditions(),
+            opts.rounds(),
+            opts.secs(),
+        )?);
+    }
+    side_by_side(bench, opts, &workload, done)
+}
+
+/// The side-by-side phase on `workload`, where it runs (see [`Options::runs_side_by_side`]).
+fn side_by_side(
+    bench: &Bench,
+    opts: &Options,
+    workload: &Workload,
+    done: &mut Overhead,
+) -> Result<()> {
+    if opts.runs_side_by_side() {
+        let sides = sidebyside::ours_sides(&bench.binary);
+        done.side_by_side.push(sidebyside::run(
+            bench,
+            workload,
+            &sides,
+            opts.rounds(),
+            opts.secs(),
+        )?);
+    }
     Ok(())
 }
 
@@ -339,9 +449,11 @@ struct Overhead {
     postgres: Option<Throughput>,
     costs: Vec<Costs>,
     post: Option<Post>,
+    side_by_side: Vec<SideBySide>,
 }
 
-/// The overhead phases (throughput, BPF cost, post-processing) on the workloads asked for,
+/// The overhead phases (throughput, BPF cost, post-processing, side by side) on the
+/// workloads asked for,
 /// or an A/B comparison (`--against`, `--timeline-ab`: printed here, `None` returned). Also
 /// returns what the quiet gate saw.
 fn overhead(
@@ -381,46 +493,16 @@ fn overhead(
         return Ok(None);
     }
 
-    let conditions = opts.conditions();
-    let (rounds, secs) = (opts.rounds(), opts.secs());
     let mut done = Overhead::default();
     if opts.runs(WorkloadName::Nginx) {
         nginx_phases(&bench, opts, scratch, &mut done)?;
     }
     drop(nginx);
     if opts.runs(WorkloadName::Postgres) {
-        say("PostgreSQL: two private clusters, pgbench tables at scale 10");
-        let pg = PgSides::start(&scratch.0)?;
-        let pg_conditions: Vec<Condition> = PG_CONDITIONS
-            .into_iter()
-            .filter(|c| conditions.contains(c))
-            .collect();
-        done.postgres = Some(throughput::rounds(
-            &bench,
-            &pg_conditions,
-            rounds,
-            "transactions/s",
-            |cond, side| throughput::postgres_run(&bench, &pg, cond, side, secs),
-        )?);
-        let workload = Workload::Postgres(pg.first());
-        done.costs.push(cost::bpf_costs(
-            &bench,
-            &workload,
-            &conditions,
-            rounds,
-            secs,
-        )?);
+        postgres_phases(&bench, opts, scratch, &mut done)?;
     }
     if opts.runs(WorkloadName::Fsync) {
-        let workload = cost::build_workload(root, &scratch.0)?;
-        let workload = Workload::Fsync(&workload);
-        done.costs.push(cost::bpf_costs(
-            &bench,
-            &workload,
-            &conditions,
-            rounds,
-            secs,
-        )?);
+        fsync_phases(root, &bench, opts, &mut done)?;
     }
     Ok(Some((done, bench.quiet.into_inner())))
 }
@@ -491,6 +573,24 @@ mod tests {
         assert!(bench(&["--only", "baseline"]).is_err());
         assert!(bench(&["--only", "frob"]).is_err());
         assert!(bench(&["--frobnicate"]).is_err());
+    }
+
+    #[test]
+    fn the_side_by_side_phase_runs_by_default_and_alone() {
+        let o = bench(&[]).unwrap();
+        assert!(o.runs_side_by_side() && !o.side_by_side && o.runs_startup());
+        let o = bench(&["--only", "wall,offcputime"]).unwrap();
+        assert!(o.runs_side_by_side());
+        for only in ["wall", "offcputime,perf", "cpu"] {
+            assert!(!bench(&["--only", only]).unwrap().runs_side_by_side());
+        }
+        let o = bench(&["--side-by-side", "--workloads", "postgres,fsync"]).unwrap();
+        assert!(o.runs_side_by_side() && o.runs_services() && !o.runs_startup());
+        assert!(!o.runs(WorkloadName::Nginx) && o.runs(WorkloadName::Fsync));
+        let o = bench(&["--side-by-side", "--only", "cpu", "--under-load"]).unwrap();
+        assert!(o.runs_side_by_side() && o.under_load);
+        assert!(bench(&["--side-by-side", "--timeline-ab"]).is_err());
+        assert!(bench(&["--side-by-side", "--against", "/tmp/old-profiler"]).is_err());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::{
     post::Post,
     postgres,
     quiet::{FOREIGN_MAX, QUIET_BUSY, Quiet},
+    sidebyside::{self, SideBySide},
     startup::{
         BUSY_THREADS, CAPTURE_SECS, GOAL_BUSY_WALL_S, GOAL_IDLE_CPU_S, Run as StartupRun, Startup,
     },
@@ -87,6 +88,14 @@ impl Machine {
             ),
         }
     }
+
+    /// "2 CPUs, AMD EPYC 7B13, Linux 6.18.44": what the side-by-side ratios hold for.
+    pub fn host(&self) -> String {
+        format!(
+            "{} CPUs, {}, Linux {}",
+            self.cpus, self.cpu_model, self.kernel
+        )
+    }
 }
 
 pub struct Report<'a> {
@@ -99,6 +108,8 @@ pub struct Report<'a> {
     pub costs: &'a [Costs],
     pub post: Option<&'a Post>,
     pub startup: Option<&'a Startup>,
+    /// One per workload the side-by-side phase ran on.
+    pub side_by_side: &'a [SideBySide],
     pub quiet: &'a Quiet,
     pub took: Duration,
 }
@@ -109,16 +120,7 @@ const TABLE_HEAD: &str =
 impl Report<'_> {
     pub fn markdown(&self) -> String {
         let mut md = String::new();
-        if self.overhead_ran() {
-            self.header(&mut md);
-        } else {
-            let _ = writeln!(
-                md,
-                "### Start-up (`{}`)\n\n{}",
-                self.setup.command,
-                self.machine_line()
-            );
-        }
+        self.title(&mut md);
         let costs = |name: &str| self.costs.iter().find(|c| c.workload == name);
         if self.nginx.is_some() || costs("nginx").is_some() {
             md.push_str("\n#### nginx + wrk\n\n");
@@ -148,6 +150,7 @@ impl Report<'_> {
             md.push_str(TABLE_HEAD);
             cost_rows(&mut md, c);
         }
+        sidebyside::section(&mut md, self.side_by_side, &self.machine.host());
         if let Some(s) = self.startup {
             startup_section(&mut md, s);
         }
@@ -157,7 +160,30 @@ impl Report<'_> {
 
     /// Whether any phase but the start-up ran.
     fn overhead_ran(&self) -> bool {
+        self.phases_ran() || !self.side_by_side.is_empty()
+    }
+
+    /// Whether the throughput or BPF cost phases ran, which the full header describes.
+    fn phases_ran(&self) -> bool {
         self.nginx.is_some() || self.postgres.is_some() || !self.costs.is_empty()
+    }
+
+    /// The full header, or a title for the one phase that ran alone (start-up, side by side).
+    fn title(&self, md: &mut String) {
+        if self.phases_ran() {
+            return self.header(md);
+        }
+        let what = if self.side_by_side.is_empty() {
+            "Start-up"
+        } else {
+            "Side by side with the anchors"
+        };
+        let _ = writeln!(
+            md,
+            "### {what} (`{}`)\n\n{}",
+            self.setup.command,
+            self.machine_line()
+        );
     }
 
     /// Date, kernel, CPUs and their model, memory, the profiler's revision.
@@ -1017,6 +1043,7 @@ mod tests {
                 costs,
                 post: None,
                 startup: Some(&startup),
+                side_by_side: &[],
                 quiet: &quiet,
                 took: Duration::from_secs(61),
             }
@@ -1041,6 +1068,51 @@ mod tests {
                 && both.contains("\n#### Start-up\n")
                 && both.contains("- Only 1 round(s) of 6 s: a smoke test"),
             "{both}"
+        );
+    }
+
+    #[test]
+    fn the_side_by_side_phase_alone_has_its_own_title_and_the_host_beside_its_table() {
+        let setup = Setup {
+            command: "cargo xtask bench --side-by-side".to_string(),
+            rounds: 1,
+            secs: 6,
+            layout: Layout::Spread,
+        };
+        let machine = Machine {
+            kernel: "6.18".to_string(),
+            cpus: 2,
+            cpu_model: "AMD EPYC".to_string(),
+            memory_gib: 23.5,
+            versions: "nginx 1".to_string(),
+            revision: "abc1234".to_string(),
+        };
+        let quiet = Quiet::default();
+        let sbs = [crate::sidebyside::SideBySide {
+            workload: "fsync-heavy".to_string(),
+            pairs: 1,
+            secs: 3,
+            rows: Vec::new(),
+        }];
+        let side_by_side = Report {
+            setup: &setup,
+            machine,
+            nginx: None,
+            postgres: None,
+            costs: &[],
+            post: None,
+            startup: None,
+            side_by_side: &sbs,
+            quiet: &quiet,
+            took: Duration::from_secs(61),
+        }
+        .markdown();
+        assert!(
+            side_by_side.starts_with(
+                "### Side by side with the anchors (`cargo xtask bench --side-by-side`)"
+            ) && side_by_side.contains("Host: **2 CPUs, AMD EPYC, Linux 6.18**")
+                && side_by_side.contains("- Only 1 round(s) of 6 s: a smoke test"),
+            "{side_by_side}"
         );
     }
 
