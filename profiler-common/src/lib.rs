@@ -110,6 +110,9 @@ pub mod names {
     /// `RingBuf`: the timeline's records ([`super::TimelineWait`], [`super::TimelineSample`]),
     /// read by user space while the capture runs.
     pub const MAP_TIMELINE: &str = "TIMELINE";
+    /// `RingBuf`: on-CPU samples of processes without a mapping table yet
+    /// ([`super::LateSample`]), read by user space every tick.
+    pub const MAP_LATE_SAMPLES: &str = "LATE_SAMPLES";
     /// tp_btf programs that keep the target set: a target's new process joins it
     /// (`sched_process_fork`), an exec or exit is noted for user space.
     pub const PROG_FORK: &str = "sched_process_fork";
@@ -1044,6 +1047,31 @@ pub struct TimelineSample {
     pub kernel_stack: u64,
 }
 
+/// Words of user stack a [`LateSample`] carries (4 KiB: a process's first moments, the
+/// dynamic loader and `main`'s first calls, are shallow).
+pub const LATE_STACK_WORDS: usize = 512;
+
+/// An on-CPU sample of a process the kernel has no mapping table for yet (an exec moments
+/// ago), written whole to [`names::MAP_LATE_SAMPLES`] instead of aggregated: its registers and
+/// the top of its stack, unwound by user space with the same rows once the table exists.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LateSample {
+    pub tid: u32,
+    pub tgid: u32,
+    /// When it was taken (CLOCK_MONOTONIC): user space unwinds it only with mapping records
+    /// read after that.
+    pub time_ns: u64,
+    pub kernel_stack: u64,
+    pub period_ns: u64,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Bytes of `stack` copied from `sp` (0: none could be read).
+    pub len: u64,
+    pub stack: [u64; LATE_STACK_WORDS],
+}
+
 /// Wire types of the in-kernel `.eh_frame` unwinder (x86_64).
 ///
 /// User space turns each executable file's `.eh_frame` into sorted [`UnwindRow`]s: from a row's
@@ -1265,6 +1293,11 @@ pub enum Counter {
     /// Frames in a JVM's code cache where the last read of the cache found no code (JIT
     /// code compiled since, unwound by frame pointers until its rows are in).
     JitGapFrames,
+    /// On-CPU samples written whole for user space to unwind (their process had no mapping
+    /// table yet: an exec moments ago).
+    LateSamples,
+    /// Such samples the ring had no room for: unwound by frame pointers in the kernel.
+    LateRingFull,
 }
 
 /// What a counter counts: something lost (the user must see it, with the flag that avoids it)
@@ -1276,7 +1309,7 @@ pub enum CounterKind {
 }
 
 impl Counter {
-    pub const COUNT: u32 = 31;
+    pub const COUNT: u32 = 33;
 
     /// Every counter is one or the other: the match has no wildcard, so a new counter must be
     /// classified before it compiles.
@@ -1290,7 +1323,9 @@ impl Counter {
             Samples | SwitchesOut | Waits | WaitsFiltered | MissedSwitchIns | Wakeups
             | UnwindMemoHits | UnwindMemoMisses | UnwindFrames | RowCacheMisses
             | KernelMemoHits | KernelMemoMisses | MemoDisagreements | KernelMemoryBytes
-            | Drains | TimelineRecords | JitGapFrames => CounterKind::Event,
+            | Drains | TimelineRecords | JitGapFrames | LateSamples | LateRingFull => {
+                CounterKind::Event
+            }
         }
     }
 
@@ -1329,6 +1364,8 @@ impl Counter {
             TimelineRingFull => "timeline_ring_full",
             TimelineDropped => "timeline_dropped",
             JitGapFrames => "jit_gap_frames",
+            LateSamples => "late_samples",
+            LateRingFull => "late_ring_full",
         }
     }
 
@@ -1399,6 +1436,8 @@ impl Counter {
         Counter::TimelineRingFull,
         Counter::TimelineDropped,
         Counter::JitGapFrames,
+        Counter::LateSamples,
+        Counter::LateRingFull,
     ];
 }
 

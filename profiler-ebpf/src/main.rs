@@ -30,6 +30,7 @@
 #![allow(internal_features)]
 
 mod kstack;
+mod late;
 mod maps;
 mod sample;
 mod snapshot;

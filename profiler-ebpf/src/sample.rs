@@ -12,11 +12,11 @@ use profiler_common::{
 };
 
 use crate::{
-    config,
+    config, late,
     maps::{SAMPLES, Scratch, THREADS, capture_start, count, opaque, parity},
     stack,
     targets::is_target,
-    timeline,
+    timeline, unwind,
 };
 
 #[perf_event]
@@ -33,6 +33,7 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
     // SAFETY: no preconditions.
     let started = unsafe { bpf_ktime_get_ns() };
     let tid = pid_tgid as u32;
+    let tgid = (pid_tgid >> 32) as u32;
     if count(Counter::Samples) == 0 {
         debug!(
             &ctx,
@@ -45,14 +46,24 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
     } else {
         stack_id::EMPTY
     };
+    // SAFETY: `ctx` points at the kernel's `bpf_perf_event_data`; `sample_period` is a plain
+    // field the verifier lets perf_event programs read.
+    let period_ns = unsafe { (*ctx.ctx).sample_period };
+    // A process exec'd moments ago: its stack goes to user space whole, to be unwound once its
+    // table is in.
+    let late = config_flags::USER_STACKS | config_flags::DWARF_UNWIND;
+    if cfg.flags & late == late
+        && !unwind::has_table()
+        && late::record(&ctx, tid, tgid, kernel_stack, period_ns)
+    {
+        remember_thread(cfg.flags, tid, tgid, started);
+        return 0;
+    }
     let user_stack = if cfg.flags & config_flags::USER_STACKS != 0 {
         sample_user_stack(&ctx)
     } else {
         stack_id::EMPTY
     };
-    // SAFETY: `ctx` points at the kernel's `bpf_perf_event_data`; `sample_period` is a plain
-    // field the verifier lets perf_event programs read.
-    let period_ns = unsafe { (*ctx.ctx).sample_period };
 
     let key = SampleKey {
         tid,
@@ -83,7 +94,7 @@ pub fn on_cpu_sample(ctx: PerfEventContext) -> u32 {
     if cfg.flags & config_flags::TIMELINE != 0 {
         timeline::record_sample(tid, started, user_stack, kernel_stack);
     }
-    remember_thread(cfg.flags, tid, (pid_tgid >> 32) as u32, started);
+    remember_thread(cfg.flags, tid, tgid, started);
     0
 }
 

@@ -49,6 +49,12 @@ pub fn current_generation() -> u32 {
     current_mappings().map_or(0, |m| m.generation)
 }
 
+/// Whether the current process has a mapping table (none yet right after an exec).
+#[inline(always)]
+pub fn has_table() -> bool {
+    current_mappings().is_some()
+}
+
 /// The mappings of the current task's process (the one whose stack is walked).
 #[inline(always)]
 fn current_mappings() -> Option<&'static ProcMappings> {

@@ -17,6 +17,7 @@ use crate::{
     cli::{Args, Cli, Command, DiffArgs, OutputArgs, RangeArgs, ReplayArgs, Unwind},
     drain::{self, Drainer},
     kernel::{self, TaskOffsets},
+    late::LateSamples,
     launch,
     preflight::{self, Output, PreflightError, Target},
     probes::{self, ProbeConfig, Probes},
@@ -568,6 +569,12 @@ async fn wait_out(
         .map(|ns| TimelineReader::new(&mut probes, ns, args.timeline_max_records))
         .transpose()?;
     let draining = Drainer::new(&mut probes, Arc::clone(&window), timeline)?.start();
+    if config.dwarf_chunks.is_some() {
+        match LateSamples::new(&mut probes) {
+            Ok(late) => prepared.targets.late = Some(late),
+            Err(e) => log::warn!("samples of processes just exec'd stay partial: {e}"),
+        }
+    }
     let state = (
         probes,
         std::mem::replace(&mut prepared.targets, TargetSet::empty()),
@@ -583,12 +590,22 @@ async fn wait_out(
         .await;
     prepared.targets = targets;
     let stop_ns = stop_ns?;
-    let drained = drain_all(
+    let mut drained = drain_all(
         &probes,
         draining.stop(),
         &prepared.targets,
         open.sched_at_start,
     )?;
+    if let Some(((samples, stacks), without_table)) = prepared.targets.finish_late() {
+        log::info!(
+            "{} samples of processes just exec'd unwound in user space ({without_table} without a table for their pc)",
+            drained.counters.get(profiler_common::Counter::LateSamples)
+        );
+        drained.samples.extend(samples);
+        for (id, frames) in stacks {
+            drained.stacks.entry(id).or_insert(frames);
+        }
+    }
     Ok((reason, stop_ns, drained, probes))
 }
 

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod drain;
 pub mod hotspot;
 pub mod kernel;
+pub mod late;
 pub mod launch;
 pub mod mmap_events;
 pub mod preflight;

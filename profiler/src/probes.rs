@@ -73,6 +73,9 @@ pub enum ProbeError {
 
 /// The timeline ring when the timeline is off: a page, the least a ring buffer can be.
 const TIMELINE_RING_OFF_BYTES: u32 = 4096;
+/// Samples of processes without a table yet (`late.rs`): 64 of 4 KiB, read every tick and 2 ms
+/// after each mapping record; a process needs it only until its table is in.
+const LATE_RING_BYTES: u32 = 256 << 10;
 
 /// Everything the programs need to know before they load.
 #[derive(Clone, Debug)]
@@ -482,6 +485,15 @@ fn size_maps(loader: &mut EbpfLoader<'_>, cfg: &ProbeConfig) {
         .map_max_entries(names::MAP_TARGETS, cfg.target_words.max(1))
         .map_max_entries(names::MAP_PROCS, sizes.processes)
         .map_max_entries(names::MAP_PROC_MAPPINGS, sizes.processes)
+        // Samples are written there only when the kernel unwinds by rows.
+        .map_max_entries(
+            names::MAP_LATE_SAMPLES,
+            if cfg.dwarf_chunks.is_some() {
+                LATE_RING_BYTES
+            } else {
+                TIMELINE_RING_OFF_BYTES
+            },
+        )
         // One page when the timeline is off: nothing is written to it.
         .map_max_entries(
             names::MAP_TIMELINE,

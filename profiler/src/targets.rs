@@ -15,12 +15,13 @@ use std::{
 
 use crate::{
     hotspot::HotSpot,
+    late::{self, LateSamples, LateUnwound},
     mmap_events::{Event, MmapEvents},
     preflight::{self, PreflightError},
     probes::{ProbeError, Probes},
     uploads::Uploads,
 };
-use profiler_common::Counter;
+use profiler_common::{Counter, unwind::ProcMappings};
 use profiler_core::{
     model::{CaptureNote, Kind, PartialTime, ProcessInfo, Profile},
     perfmap::PerfMap,
@@ -128,6 +129,26 @@ pub struct TargetSet {
     pub mapping_records_lost: u64,
     /// The kernel's count of frames met in JIT code newer than its rows, at the last tick.
     jit_gap_frames: u64,
+    /// Samples of processes the kernel had no table for, unwound here (with `--unwind
+    /// dwarf`, once the capture runs).
+    pub late: Option<LateSamples>,
+}
+
+/// What `late.rs` unwinds with: each process's mapping table as the kernel would get it.
+struct TargetTables<'a> {
+    processes: &'a BTreeMap<u32, Target>,
+    uploads: &'a mut Uploads,
+}
+
+impl late::Tables for TargetTables<'_> {
+    fn table(&mut self, pid: u32) -> Option<Box<ProcMappings>> {
+        let target = self.processes.get(&pid)?;
+        self.uploads.table_of(&target.maps)
+    }
+
+    fn unwind_tables(&self) -> Option<&UnwindTables> {
+        self.uploads.tables()
+    }
 }
 
 impl TargetSet {
@@ -177,6 +198,7 @@ impl TargetSet {
             events: None,
             mapping_records_lost: 0,
             jit_gap_frames: 0,
+            late: None,
         })
     }
 
@@ -191,6 +213,7 @@ impl TargetSet {
             events: None,
             mapping_records_lost: 0,
             jit_gap_frames: 0,
+            late: None,
         }
     }
 
@@ -238,6 +261,32 @@ impl TargetSet {
     /// executable mapping is added; then the rows and mapping tables that changed go to the
     /// kernel. Cheap enough to run within milliseconds of every exec.
     pub fn follow_mappings(&mut self, probes: &mut Probes) {
+        let read_ns = crate::probes::monotonic_ns();
+        self.apply_mapping_records(probes);
+        if let Some(mut late) = self.late.take() {
+            late.unwind(&mut self.tables(), read_ns, false);
+            self.late = Some(late);
+        }
+    }
+
+    /// Samples the kernel left to user space (`late.rs`), unwound after the window, and how
+    /// many of them had no table covering their pc.
+    pub fn finish_late(&mut self) -> Option<(LateUnwound, u64)> {
+        let mut late = self.late.take()?;
+        late.unwind(&mut self.tables(), u64::MAX, true);
+        let without_table = late.without_table;
+        Some((late.finish(), without_table))
+    }
+
+    fn tables(&mut self) -> TargetTables<'_> {
+        TargetTables {
+            processes: &self.processes,
+            uploads: &mut self.uploads,
+        }
+    }
+
+    /// The kernel's mapping records since the last read: new processes, execs, mappings.
+    fn apply_mapping_records(&mut self, probes: &mut Probes) {
         let Some(events) = self.events.as_mut() else {
             return;
         };

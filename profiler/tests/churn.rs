@@ -281,13 +281,11 @@ fn a_process_that_lives_40_ms_is_named_from_its_first_sample() {
         .collect();
     let (total, named) = named_share(&lines);
     assert!(total > 0, "no sample of the short-lived process");
-    // At most three samples (~1 ms periods at 997 Hz) unnamed: the process's first
-    // milliseconds (ld.so's `__tunables_init`, then `main`, `cpu_leaf`) can come before its
-    // rows are uploaded (the light tick runs ~2 ms after the mapping record), and the
-    // frame-pointer fallback then reads a caller that is no address at all ([unmapped]); the
-    // full suite saw 1 and 2 such samples on 2026-12-02. Issue 23 asks for none: open.
+    // Every sample named: those the kernel took before the process's table was in (its
+    // first milliseconds: ld.so, then `main`) came to user space whole and were unwound
+    // there with the same rows (`late.rs`). Before that, 1-3 of them had [unmapped] callers.
     assert!(
-        total - named <= 3_100,
+        total == named,
         "{} µs of samples with [unmapped] frames: {lines:#?}",
         total - named
     );

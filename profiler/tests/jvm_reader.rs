@@ -464,7 +464,7 @@ fn check_inlining(home: &str) {
     let with_inner = check_outer_chains(home, &mut jvm, outer);
     // The profiler's follower of the code cache keeps them from its first read.
     let mut hotspot = HotSpot::attach(pid).expect("the profiler attaches to the JVM");
-    let _ = hotspot.refresh();
+    let _ = hotspot.refresh(false);
     for (offset, chain) in &with_inner {
         let ret = outer.start + u64::from(*offset);
         assert_eq!(

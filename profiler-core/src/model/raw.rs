@@ -23,9 +23,17 @@ impl Window {
 }
 
 /// Counter totals over all CPUs, indexed by `profiler_common::Counter`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Counters {
     values: [u64; Counter::COUNT as usize],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            values: [0; Counter::COUNT as usize],
+        }
+    }
 }
 
 impl Counters {
