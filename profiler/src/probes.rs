@@ -729,3 +729,22 @@ fn start_ebpf_logger(ebpf: &mut Ebpf) {
         Err(e) => log::warn!("eBPF log reader unavailable: {e}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_wakers_sched_waking_is_neither_loaded_nor_attached() {
+        let with = switch_programs(true);
+        let without = switch_programs(false);
+        for needed in [names::PROG_SWITCH, names::PROG_WAKEUP_NEW] {
+            assert!(
+                with.contains(&needed) && without.contains(&needed),
+                "{needed}"
+            );
+        }
+        assert!(with.contains(&names::PROG_WAKEUP));
+        assert!(!without.contains(&names::PROG_WAKEUP));
+    }
+}
