@@ -8,7 +8,11 @@ summary is the geometric mean of B/A over all runs.
 usage (root): ab_postgres.py BIN_A BIN_B PAIRS SECS [extra profiler args...]
   BIN_A/BIN_B: profiler binaries, or a path ending in `offcputime` or `wakeuptime`
   (libbpf-tools, -p PID), or several joined by `+` (e.g. offcputime+wakeuptime: the pair of
-  anchors that together do what ours does; their programs' times are summed).
+  anchors that together do what ours does; their programs' times are summed). A profiler
+  binary may carry its own arguments, quoted as one word: 'target/release/profiler
+  --no-wakers' against offcputime measures ours without wakers side by side. The extra
+  profiler args after SECS go to every profiler of both sides.
+  env A_ARGS / B_ARGS: more arguments for that side's profiler (shell words), the same thing.
   env B_TARGET=PID: B profiles that process instead (e.g. an idle `sleep`: B's filter floor).
   env ALL_TARGET=PID: both do.
 Needs a cluster at /tmp/wc-pg, port 55432 (initdb -A trust; pg_ctl -o "-p 55432 -k /tmp/wc-pg
@@ -16,7 +20,7 @@ Needs a cluster at /tmp/wc-pg, port 55432 (initdb -A trust; pg_ctl -o "-p 55432 
 `pgbench -c 4 -j 2` and profiles its first backend. "TOTAL/switch" is all of a tool's
 programs' time per context switch on the machine (its sched_switch count).
 """
-import json, os, signal, subprocess, sys, time, math
+import json, os, shlex, signal, subprocess, sys, time, math
 A, B, pairs, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 extra = sys.argv[5:]
 D = "/tmp/wc-pg"
@@ -51,16 +55,19 @@ try:
                 t, c = r.get((owners[p["id"]], p["name"]), (0, 0))
                 r[(owners[p["id"]], p["name"])] = (t + p.get("run_time_ns", 0), max(c, p.get("run_cnt", 0)))
         return r
-    def start(binary, i):
-        if "+" in binary:
-            return [start(b, i) for b in binary.split("+")]
+    os.makedirs("/tmp/wc", exist_ok=True)
+    def start(side, spec, i):
+        if "+" in spec:
+            return [start(side, b, i) for b in spec.split("+")]
+        binary, *own = shlex.split(spec)
         if binary.endswith("offcputime") or binary.endswith("wakeuptime"):
             p = subprocess.Popen([binary, "-p", str(backend), "3600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(3)
             return p
-        tgt = os.environ.get("B_TARGET") if binary == B and os.environ.get("B_TARGET") else str(backend)
+        tgt = os.environ.get("B_TARGET") if side == "B" and os.environ.get("B_TARGET") else str(backend)
         if os.environ.get("ALL_TARGET"): tgt = os.environ["ALL_TARGET"]
-        p = subprocess.Popen([binary, "--pid", tgt, "--secs", "3600", "-o", f"/tmp/wc/ab-{i}.svg"] + extra,
+        own += shlex.split(os.environ.get(f"{side}_ARGS", ""))
+        p = subprocess.Popen([binary, "--pid", tgt, "--secs", "3600", "-o", f"/tmp/wc/ab-{i}.svg"] + own + extra,
                              stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         for line in p.stderr:
             if "capturing" in line: break
@@ -72,7 +79,7 @@ try:
             order = [("A", A), ("B", B)] if a_first else [("B", B), ("A", A)]
             procs = {}
             for i, (k, b) in enumerate(order):
-                procs[k] = start(b, i)
+                procs[k] = start(k, b, i)
             time.sleep(1)
             owners.clear()
             for k, p in procs.items():

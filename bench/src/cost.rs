@@ -55,18 +55,21 @@ impl Workload<'_> {
 
     /// The conditions measured on it: one instance per process only differs from ours on
     /// the service where there are several processes. Ours without the timeline runs right
-    /// after (or, in odd rounds, before) ours with it, so the two see about the same load.
+    /// after (or, in odd rounds, before) ours with it, so the two see about the same load;
+    /// ours without wakers next, our lowest cost beside them.
     fn conditions(&self) -> &'static [Condition] {
         match self {
             Workload::Nginx => &[
                 Condition::Wall,
                 Condition::WallNoTimeline,
+                Condition::WallNoWakers,
                 Condition::WallEach,
                 Condition::Offcputime,
             ],
             _ => &[
                 Condition::Wall,
                 Condition::WallNoTimeline,
+                Condition::WallNoWakers,
                 Condition::Offcputime,
             ],
         }

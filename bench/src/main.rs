@@ -107,7 +107,7 @@ struct Options {
     #[arg(
         long,
         value_delimiter = ',',
-        value_name = "wall,wall-no-timeline,wall-each,cpu,offcputime,perf"
+        value_name = "wall,wall-no-timeline,wall-no-wakers,wall-each,cpu,offcputime,perf"
     )]
     only: Vec<Condition>,
     /// Only these workloads (default: all). `startup`: the profiler's start-up on an idle
@@ -549,6 +549,16 @@ mod tests {
             ]
         );
         assert!(!Condition::WallNoTimeline.in_throughput() && Condition::Wall.in_throughput());
+        let o = bench(&["--only", "wall,wall-no-wakers"]).unwrap();
+        assert_eq!(
+            o.conditions(),
+            [
+                Condition::Baseline,
+                Condition::Wall,
+                Condition::WallNoWakers
+            ]
+        );
+        assert!(!Condition::WallNoWakers.in_throughput());
         let o = bench(&["--workloads", "postgres,fsync", "--under-load", "--no-fuzz"]).unwrap();
         assert!(!o.runs(WorkloadName::Nginx) && o.runs(WorkloadName::Postgres));
         assert!(o.under_load && o.no_fuzz);

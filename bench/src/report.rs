@@ -18,7 +18,7 @@ use crate::{
         BUSY_THREADS, CAPTURE_SECS, GOAL_BUSY_WALL_S, GOAL_IDLE_CPU_S, Run as StartupRun, Startup,
     },
     throughput::Throughput,
-    tools::{Condition, NO_TIMELINE_OWNER, PACKAGES},
+    tools::{Condition, NO_TIMELINE_OWNER, NO_WAKERS_OWNER, PACKAGES},
 };
 
 /// Goals shown next to the numbers.
@@ -460,6 +460,10 @@ fn cost_rows(md: &mut String, costs: &Costs) {
             ("ours, one per process, sched_switch", _, Some(one)) => {
                 (format!("≥ one instance's ({one:.0} ns)"), check(one <= mid))
             }
+            // Without wakers: our lowest cost, its ratio said beside it, no goal of its own.
+            (k, Some(theirs), _) if k == format!("{NO_WAKERS_OWNER} sched_switch") => {
+                (format!("{:.2} × offcputime's", mid / theirs), "")
+            }
             _ => (String::new(), ""),
         };
         let _ = writeln!(
@@ -498,6 +502,7 @@ fn cost_rows(md: &mut String, costs: &Costs) {
                 ),
                 check(mid <= GOAL_COST_FACTOR * theirs),
             ),
+            (NO_WAKERS_OWNER, Some(theirs)) => (format!("{:.2} × offcputime's", mid / theirs), ""),
             _ => (String::new(), ""),
         };
         let _ = writeln!(

@@ -88,6 +88,9 @@ pub enum Condition {
     /// Ours in wall mode without the timeline (`--no-timeline`): next to `Wall` (which records
     /// it, as its `--report` asks), what the timeline costs. BPF cost phase only.
     WallNoTimeline,
+    /// Ours in wall mode without wakers (`--no-wakers`, `--report` as `Wall`): our lowest
+    /// cost per context switch, in the same cost table. BPF cost phase only.
+    WallNoWakers,
     /// Ours in wall mode, one instance per process of the target (as before it followed
     /// children).
     WallEach,
@@ -97,10 +100,11 @@ pub enum Condition {
 }
 
 impl Condition {
-    pub const ALL: [Condition; 7] = [
+    pub const ALL: [Condition; 8] = [
         Condition::Baseline,
         Condition::Wall,
         Condition::WallNoTimeline,
+        Condition::WallNoWakers,
         Condition::WallEach,
         Condition::Cpu,
         Condition::Offcputime,
@@ -113,6 +117,7 @@ impl Condition {
             Condition::Baseline => "baseline (no profiler)",
             Condition::Wall => "ours `--mode wall`",
             Condition::WallNoTimeline => "ours `--mode wall --no-timeline`",
+            Condition::WallNoWakers => "ours `--mode wall --no-wakers`",
             Condition::WallEach => "ours `--mode wall`, one instance per process",
             Condition::Cpu => "ours `--mode cpu`",
             Condition::Offcputime => "offcputime (libbpf-tools)",
@@ -126,6 +131,7 @@ impl Condition {
             Condition::Baseline => "nothing",
             Condition::Wall => "profiler --mode wall",
             Condition::WallNoTimeline => "profiler --mode wall --no-timeline",
+            Condition::WallNoWakers => "profiler --mode wall --no-wakers",
             Condition::WallEach => "profiler --mode wall (one per process)",
             Condition::Cpu => "profiler --mode cpu",
             Condition::Offcputime => "offcputime",
@@ -139,16 +145,17 @@ impl Condition {
             Condition::Offcputime => "offcputime",
             Condition::WallEach => "ours, one per process,",
             Condition::WallNoTimeline => NO_TIMELINE_OWNER,
+            Condition::WallNoWakers => NO_WAKERS_OWNER,
             Condition::Perf => "perf",
             _ => "ours",
         }
     }
 
-    /// Whether the throughput phase runs it. Not the timeline's switch: it costs a few ns of
-    /// a sched_switch that takes hundreds, far below what a throughput ratio resolves
-    /// (~1.5 % per run); bpf_stats measures it.
+    /// Whether the throughput phase runs it. Not the timeline's switch nor the wakers' one:
+    /// each costs a few ns of a context switch, far below what a throughput ratio resolves
+    /// (~1.5 % per run); bpf_stats measures them.
     pub fn in_throughput(self) -> bool {
-        self != Condition::WallNoTimeline
+        !matches!(self, Condition::WallNoTimeline | Condition::WallNoWakers)
     }
 
     /// The instances that profile `target`, each with what it profiles: ours one on the
@@ -180,6 +187,11 @@ impl Condition {
                 cmd.arg("--no-timeline");
                 service(cmd)
             }
+            Condition::WallNoWakers => {
+                let mut cmd = ours("wall", target.service);
+                cmd.arg("--no-wakers");
+                service(cmd)
+            }
             Condition::Cpu => service(ours("cpu", target.service)),
             Condition::WallEach => each(&|pid| ours("wall", pid)),
             Condition::Offcputime => each(&|pid| {
@@ -201,9 +213,11 @@ impl Condition {
 
     fn ready(self) -> Ready {
         match self {
-            Condition::Wall | Condition::WallNoTimeline | Condition::WallEach | Condition::Cpu => {
-                Ready::StderrLine("profiler: capturing")
-            }
+            Condition::Wall
+            | Condition::WallNoTimeline
+            | Condition::WallNoWakers
+            | Condition::WallEach
+            | Condition::Cpu => Ready::StderrLine("profiler: capturing"),
             // The baseline starts no tool, so this is never asked.
             Condition::Offcputime | Condition::Baseline => Ready::BpfLink,
             Condition::Perf => Ready::ChildExec("sleep"),
@@ -222,6 +236,8 @@ impl Condition {
 
 /// The owner of ours without the timeline in the cost tables (`ours` is ours with it).
 pub const NO_TIMELINE_OWNER: &str = "ours, no timeline,";
+/// The owner of ours without wakers (`--no-wakers`) in the cost tables.
+pub const NO_WAKERS_OWNER: &str = "ours, no wakers,";
 
 /// What a tool profiles: a service and the processes that do its work.
 #[derive(Clone, Debug)]

@@ -199,6 +199,10 @@ pub mod config_flags {
     /// sample, with its time, to [`super::names::MAP_TIMELINE`] (when `--timeline`, `--save` or
     /// `--report` asks for it, not with `--no-timeline`).
     pub const TIMELINE: u32 = 1 << 8;
+    /// Wakers are not recorded (`--no-wakers`): `sched_waking` is neither loaded nor
+    /// attached, `sched_switch` credits no waker and `sched_wakeup_new` (still attached: it
+    /// starts a new thread's first cycle) names none. `WAKERS` is one entry.
+    pub const NO_WAKERS: u32 = 1 << 9;
 }
 
 /// Where a wakeup ran (`WaitStart::waker_context`, `WakerKey::waker_context`).

@@ -40,6 +40,8 @@ pub struct AccountOptions {
     pub period_ns: u64,
     pub min_block_ns: u64,
     pub max_block_ns: u64,
+    /// Wakers were recorded (not `--no-wakers`).
+    pub wakers: bool,
 }
 
 pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile {
@@ -112,6 +114,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         } else {
             Vec::new()
         },
+        wakers_recorded: opts.wakers && opts.mode.traces_switches(),
         lost_seeds: seeds.lost,
         tables_at_end: tables_at_end
             .into_iter()
@@ -601,6 +604,7 @@ mod tests {
             period_ns: 10 * MS,
             min_block_ns: 0,
             max_block_ns: u64::MAX,
+            wakers: true,
         }
     }
 

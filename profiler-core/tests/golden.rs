@@ -120,3 +120,55 @@ fn conforms_to_the_schema(name: &str, json: &str) {
         );
     }
 }
+
+/// A capture made with `--no-wakers` (here: a golden off-CPU capture with its wakers taken
+/// out and the flag set) says so once — a note in every format and `wakers_recorded: false`
+/// in the JSON — and nowhere an empty "woken by" column or a verdict that names a waker.
+#[test]
+fn a_capture_without_wakers_says_so_once() {
+    let mut saved = load("mixed-off");
+    assert!(
+        !saved.profile.wakers.is_empty(),
+        "the golden capture has wakers to take out"
+    );
+    saved.profile.wakers.clear();
+    saved.profile.wakers_recorded = false;
+    let r = render("mixed-off", &saved, &RenderOptions::default());
+    let json = r.json().expect("json");
+    conforms_to_the_schema("mixed-off without wakers", &json);
+    let report: serde_json::Value = serde_json::from_str(&json).expect("the report is JSON");
+    assert_eq!(report["capture"]["wakers_recorded"], false);
+    let sites = report["top_blocking_sites"].as_array().expect("sites");
+    assert!(!sites.is_empty(), "the capture has blocking sites");
+    for s in sites {
+        assert_eq!(s["wakers"], serde_json::json!([]), "{s}");
+    }
+    for g in report["groups"].as_array().expect("groups") {
+        assert!(g["dominant_wait"]["woken_by"].is_null(), "{g}");
+    }
+    let said = "Wakers were not recorded (--no-wakers)";
+    let notes = report["notes"].as_array().expect("notes");
+    assert_eq!(
+        notes
+            .iter()
+            .filter(|n| n.as_str().is_some_and(|n| n.starts_with(said)))
+            .count(),
+        1,
+        "{notes:?}"
+    );
+    let verdict = report["verdict"].as_str().expect("verdict");
+    assert!(!verdict.contains("woken by"), "{verdict}");
+    for (what, text) in [
+        ("markdown", r.markdown().expect("markdown")),
+        ("terminal", r.terminal().expect("terminal")),
+        ("html", r.html().expect("html")),
+    ] {
+        assert_eq!(text.matches(said).count(), 1, "{what}:\n{text}");
+        for empty in ["woken by", "Woken by", "No wakeup was seen"] {
+            assert!(!text.contains(empty), "{what} says {empty:?}:\n{text}");
+        }
+    }
+    // The same capture with wakers still names them (the test above is not vacuous).
+    let with = render("mixed-off", &load("mixed-off"), &RenderOptions::default());
+    assert!(with.markdown().expect("markdown").contains("woken by"));
+}

@@ -422,7 +422,11 @@ fn aggregate_wait(
         if counted != 0 {
             add_site_hist(&key, blocked_ns);
         }
-        if slot.wake_ts_ns >= slot.ts_ns {
+        // `--no-wakers`: one test of a load-time constant (`CONFIG` is frozen read-only
+        // data, so the verifier knows its value and does not even walk `add_waker`). Without
+        // `sched_waking` no slot carries a wakeup, but the flag says so for the verifier and
+        // for the reader, and keeps the hash-map lookup off the hot path either way.
+        if cfg.flags & config_flags::NO_WAKERS == 0 && slot.wake_ts_ns >= slot.ts_ns {
             add_waker(&key, slot, blocked_ns);
         }
     }

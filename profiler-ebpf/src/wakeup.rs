@@ -2,6 +2,9 @@
 //! ends and its wait for a CPU begins, and who ended it. Recorded in the thread's wait slot;
 //! `switch` splits the wait and credits the waker when the thread runs again.
 //!
+//! With `--no-wakers` (`config_flags::NO_WAKERS`) `sched_waking` is not loaded at all and
+//! `sched_wakeup_new` only starts the new thread's first cycle.
+//!
 //! `sched_waking`, not `sched_wakeup`: it fires in `try_to_wake_up` on the waker's CPU, in the
 //! waker's context. `sched_wakeup` fires where the wakee is enqueued, which for a wakee on an
 //! idle CPU is that CPU's IPI handler or idle loop, long after the waker has gone.
@@ -62,7 +65,14 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
     count(Counter::Wakeups);
 
     if new {
-        let waker = waker(ctx, &cfg);
+        // `--no-wakers`: only the new thread's first cycle is recorded (a load-time constant:
+        // the verifier walks one side of this branch).
+        let no_wakers = cfg.flags & config_flags::NO_WAKERS != 0;
+        let waker = if no_wakers {
+            Waker::NONE
+        } else {
+            waker(ctx, &cfg)
+        };
         let start = WaitStart {
             ts_ns: now,
             state: WaitState::RunqueueWoken as u32,
@@ -110,7 +120,9 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
                 }
             }
         }
-        charge_waker(&cfg, &waker, now);
+        if !no_wakers {
+            charge_waker(&cfg, &waker, now);
+        }
         return;
     }
     let Some(thread) = THREADS.get_ptr_mut(&tid) else {
@@ -166,6 +178,15 @@ struct Waker {
 }
 
 impl Waker {
+    /// No waker named (`--no-wakers`).
+    const NONE: Waker = Waker {
+        pid_tgid: 0,
+        comm: [0; COMM_LEN],
+        user_stack: stack_id::EMPTY,
+        kernel_stack: stack_id::EMPTY,
+        context: waker_context::UNKNOWN,
+    };
+
     #[inline(always)]
     fn recorded_in(&self, slot: WaitStart) -> WaitStart {
         WaitStart {

@@ -258,6 +258,7 @@ fn post_inputs(
         period_ns: args.period_ns(),
         min_block_ns: args.min_block_ns(),
         max_block_ns: args.max_block_ns(),
+        wakers: !args.no_wakers,
     };
     (meta, opts)
 }
@@ -656,6 +657,7 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
         max_block_ns: args.max_block_ns(),
         kernel_stacks: !args.no_kernel_stacks,
         waker_stacks: args.out.wakers,
+        wakers: !args.no_wakers,
         dwarf_chunks: prepared
             .targets
             .uploads
@@ -931,12 +933,16 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
              recorded, or with --no-timeline)"
         );
     }
+    let wakers = outputs.wakers_svg.is_some() || outputs.wakers_folded.is_some();
+    if wakers && saved.profile.mode.traces_switches() && !saved.profile.wakers_recorded {
+        anyhow::bail!("this capture has no wakers for --wakers (recorded with --no-wakers)");
+    }
     let opts = RenderOptions {
         per_process: out.per_process,
         per_thread: out.per_thread,
         hide_idle: out.hide_idle,
         show_idle: out.show_idle,
-        wakers: outputs.wakers_svg.is_some() || outputs.wakers_folded.is_some(),
+        wakers,
         trace: outputs.timeline.is_some(),
         timeline_html: matches!(outputs.report, Some((_, ReportFormat::Html))),
     };

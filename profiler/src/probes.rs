@@ -94,6 +94,9 @@ pub struct ProbeConfig {
     pub kernel_stacks: bool,
     /// Take wakers' stacks too (`--wakers`).
     pub waker_stacks: bool,
+    /// Record who woke each wait (not with `--no-wakers`: then `sched_waking` is neither
+    /// verified nor attached, and `WAKERS` is one entry).
+    pub wakers: bool,
     /// Unwind user stacks from `.eh_frame` rows; the row array gets this many chunks.
     pub dwarf_chunks: Option<u32>,
     /// Unwind even recognised stacks and count disagreements (`--verify-memos`).
@@ -131,6 +134,9 @@ fn flags(cfg: &ProbeConfig) -> u32 {
     if cfg.timeline_min_ns.is_some() {
         flags |= config_flags::TIMELINE;
     }
+    if !cfg.wakers {
+        flags |= config_flags::NO_WAKERS;
+    }
     flags
 }
 
@@ -140,6 +146,8 @@ pub struct Probes {
     ebpf: Ebpf,
     mode: Mode,
     period_ns: u64,
+    /// `sched_waking` was loaded (wakers are recorded).
+    wakers: bool,
     attached_cpus: usize,
 }
 
@@ -172,7 +180,7 @@ impl Probes {
         if cfg.verbose > 0 {
             start_ebpf_logger(&mut ebpf);
         }
-        load_programs(&mut ebpf, cfg.mode)?;
+        load_programs(&mut ebpf, cfg.mode, cfg.wakers)?;
         // The verifier's work is most of the start-up's CPU time: name it per program.
         for (name, prog) in ebpf.programs() {
             if let Some(n) = prog
@@ -187,6 +195,7 @@ impl Probes {
             ebpf,
             mode: cfg.mode,
             period_ns: cfg.period_ns,
+            wakers: cfg.wakers,
             attached_cpus: 0,
         })
     }
@@ -222,11 +231,7 @@ impl Probes {
             self.attached_cpus = cpus.len();
         }
         if self.mode.traces_switches() {
-            for name in [
-                names::PROG_SWITCH,
-                names::PROG_WAKEUP,
-                names::PROG_WAKEUP_NEW,
-            ] {
+            for name in switch_programs(self.wakers) {
                 let prog: &mut BtfTracePoint = program(&mut self.ebpf, name)?;
                 prog.attach().map_err(|source| ProbeError::Program {
                     what: format!("attaching to {name}"),
@@ -234,7 +239,20 @@ impl Probes {
                 })?;
             }
         }
+        log::debug!("programs attached: {}", self.attached().join(", "));
         Ok(())
+    }
+
+    /// The programs [`Probes::attach`] attaches for this capture's mode and options.
+    fn attached(&self) -> Vec<&'static str> {
+        let mut all = vec![names::PROG_FORK, names::PROG_EXEC, names::PROG_EXIT];
+        if self.mode.samples_on_cpu() {
+            all.push(names::PROG_SAMPLE);
+        }
+        if self.mode.traces_switches() {
+            all.extend(switch_programs(self.wakers));
+        }
+        all
     }
 
     pub fn attached_cpus(&self) -> usize {
@@ -476,7 +494,8 @@ fn size_maps(loader: &mut EbpfLoader<'_>, cfg: &ProbeConfig) {
         .map_max_entries(names::MAP_STACKS, sizes.stacks)
         .map_max_entries(names::MAP_SAMPLES, sizes.keys)
         .map_max_entries(names::MAP_WAITS, sizes.keys)
-        .map_max_entries(names::MAP_WAKERS, sizes.keys)
+        // One entry with `--no-wakers`: nothing inserts into it, and the kernel memory goes.
+        .map_max_entries(names::MAP_WAKERS, if cfg.wakers { sizes.keys } else { 1 })
         .map_max_entries(names::MAP_SITE_HISTS, sizes.site_hists)
         .map_max_entries(names::MAP_KERNEL_MEMO, sizes.memos)
         .map_max_entries(names::MAP_UNWIND_MEMO, sizes.memos)
@@ -505,8 +524,24 @@ fn size_maps(loader: &mut EbpfLoader<'_>, cfg: &ProbeConfig) {
         );
 }
 
-/// Loads (verifies) the programs `mode` needs; the others are never loaded.
-fn load_programs(ebpf: &mut Ebpf, mode: Mode) -> Result<(), ProbeError> {
+/// The scheduler tracepoints an off-CPU capture attaches: `sched_waking` only when wakers
+/// are recorded. `sched_wakeup_new` always: it starts a new thread's first cycle (its time
+/// from creation to first run, and the counters' baseline), which the time split needs.
+fn switch_programs(wakers: bool) -> &'static [&'static str] {
+    if wakers {
+        &[
+            names::PROG_SWITCH,
+            names::PROG_WAKEUP,
+            names::PROG_WAKEUP_NEW,
+        ]
+    } else {
+        &[names::PROG_SWITCH, names::PROG_WAKEUP_NEW]
+    }
+}
+
+/// Loads (verifies) the programs `mode` needs (and `sched_waking` only when wakers are
+/// recorded); the others are never loaded, so the verifier never walks them.
+fn load_programs(ebpf: &mut Ebpf, mode: Mode, wakers: bool) -> Result<(), ProbeError> {
     let started = std::time::Instant::now();
     let btf = Btf::from_sys_fs()?;
     log::debug!(
@@ -527,10 +562,7 @@ fn load_programs(ebpf: &mut Ebpf, mode: Mode) -> Result<(), ProbeError> {
         timed(names::PROG_SAMPLE, || prog.load()).map_err(loading(names::PROG_SAMPLE))?;
     }
     if mode.traces_switches() {
-        let prog: &mut BtfTracePoint = program(ebpf, names::PROG_SWITCH)?;
-        timed(names::PROG_SWITCH, || prog.load("sched_switch", &btf))
-            .map_err(loading(names::PROG_SWITCH))?;
-        for name in [names::PROG_WAKEUP, names::PROG_WAKEUP_NEW] {
+        for &name in switch_programs(wakers) {
             let prog: &mut BtfTracePoint = program(ebpf, name)?;
             timed(name, || prog.load(name, &btf)).map_err(loading(name))?;
         }
@@ -719,5 +751,24 @@ fn start_ebpf_logger(ebpf: &mut Ebpf) {
             });
         }
         Err(e) => log::warn!("eBPF log reader unavailable: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_wakers_sched_waking_is_neither_loaded_nor_attached() {
+        let with = switch_programs(true);
+        let without = switch_programs(false);
+        for needed in [names::PROG_SWITCH, names::PROG_WAKEUP_NEW] {
+            assert!(
+                with.contains(&needed) && without.contains(&needed),
+                "{needed}"
+            );
+        }
+        assert!(with.contains(&names::PROG_WAKEUP));
+        assert!(!without.contains(&names::PROG_WAKEUP));
     }
 }

@@ -34,12 +34,26 @@ fn compare_processes_with_schedstat(
     name: &str,
     mode: &str,
 ) -> (Value, Vec<u32>) {
+    let (json, checked, _) = compare_with_schedstat_given(target, pids, name, mode, &[]);
+    (json, checked)
+}
+
+/// As [`compare_processes_with_schedstat`], with `extra` arguments for the profiler; also
+/// returns what the profiler printed on stderr.
+fn compare_with_schedstat_given(
+    target: u32,
+    pids: &[u32],
+    name: &str,
+    mode: &str,
+    extra: &[&str],
+) -> (Value, Vec<u32>, String) {
     let report = scratch_dir().join(format!("{name}.json"));
     let out = outputs(name);
     let pid = target.to_string();
     let secs = SECS.to_string();
     let mut args = capture_args(&pid, &secs, &out);
     args.extend_from_slice(&["--mode", mode, "--report", report.to_str().unwrap()]);
+    args.extend_from_slice(extra);
     let all = |pids: &[u32]| -> std::collections::BTreeMap<u32, (f64, f64)> {
         pids.iter().flat_map(|&p| schedstat(p)).collect()
     };
@@ -72,7 +86,7 @@ fn compare_processes_with_schedstat(
     eprintln!("{name}: checked {checked:?}");
     // Every thread printed first: one wrong thread is easier to read beside the others.
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-    (json, checked)
+    (json, checked, stderr.into_owned())
 }
 
 /// Time a thread held its CPU without the kernel charging it is the host's (steal): over
@@ -197,6 +211,73 @@ fn threads_beside_spinners_and_racing_wakeups_agree_with_schedstat() {
     for name in ["syncer", "ping", "pong", "racer-a", "racer-b", "spinner-0"] {
         row(&json, name);
     }
+}
+
+/// `--no-wakers` on the racing-wakeups workload: `sched_waking` is neither loaded nor
+/// attached (the `-v` lines name what was), the report holds no waker anywhere and says so
+/// once, and every thread's time split still agrees with schedstat — the split comes from
+/// the scheduler's counters, not from the wakeup's time.
+#[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
+fn without_wakers_nothing_names_a_waker_and_the_split_still_agrees_with_schedstat() {
+    require_root();
+    let _serial = serial();
+    let dir = scratch_dir();
+    let workload = Workload::spawn(
+        Build::NoFramePointers,
+        &["accuracy", dir.to_str().unwrap(), "2"],
+    );
+    let pid = workload.pid();
+    let extra = ["--no-wakers", "-v"];
+    let (json, checked, stderr) =
+        compare_with_schedstat_given(pid, &[pid], "accuracy-no-wakers", "wall", &extra);
+    for name in ["syncer", "ping", "pong", "racer-a", "racer-b", "spinner-0"] {
+        let tid = row(&json, name)["tid"].as_u64().expect("tid") as u32;
+        assert!(
+            checked.contains(&tid),
+            "{name} was not compared with schedstat"
+        );
+    }
+    // What was loaded and attached, as `-v` names it.
+    let attached = stderr
+        .lines()
+        .find_map(|l| l.split_once("programs attached: ").map(|(_, p)| p))
+        .unwrap_or_else(|| panic!("no `programs attached` line at -v:\n{stderr}"));
+    let attached: Vec<&str> = attached.split(", ").collect();
+    assert!(
+        attached.contains(&"sched_switch") && attached.contains(&"sched_wakeup_new"),
+        "{attached:?}"
+    );
+    assert!(!attached.contains(&"sched_waking"), "{attached:?}");
+    assert!(
+        stderr.contains("program sched_switch loaded")
+            && !stderr.contains("program sched_waking loaded"),
+        "sched_waking was verified:\n{stderr}"
+    );
+    // No waker in the report, and one note saying why.
+    validate_against_schema(&json);
+    assert_eq!(
+        json["capture"]["wakers_recorded"], false,
+        "{}",
+        json["capture"]
+    );
+    assert_eq!(json["capture"]["counters"]["wakers_map_full"], 0);
+    let sites = json["top_blocking_sites"].as_array().expect("sites");
+    assert!(!sites.is_empty(), "the workload blocks");
+    for s in sites {
+        assert_eq!(s["wakers"], serde_json::json!([]), "a waker at {s}");
+    }
+    for g in json["groups"].as_array().expect("groups") {
+        assert!(g["dominant_wait"]["woken_by"].is_null(), "{g}");
+    }
+    assert!(!json["verdict"].as_str().unwrap().contains("woken by"));
+    let notes = json["notes"].as_array().expect("notes");
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .is_some_and(|n| n.starts_with("Wakers were not recorded (--no-wakers)"))),
+        "{notes:?}"
+    );
 }
 
 /// A proxy: both nginx workers under wrk (busy, and runnable much of the time on 2 CPUs

@@ -366,11 +366,20 @@ pub struct Profile {
     pub blocked_at_start: u64,
     /// Who woke each blocking site, largest first.
     pub wakers: Vec<Waker>,
+    /// Whether wakers were recorded: an off-CPU mode without `--no-wakers` (captures saved
+    /// before the flag existed recorded them).
+    #[serde(default = "recorded")]
+    pub wakers_recorded: bool,
     /// Threads found at start whose entry could not be seeded.
     pub lost_seeds: u64,
     /// Entries left in the kernel's per-process and per-thread tables at the end, by map.
     #[serde(default)]
     pub tables_at_end: BTreeMap<String, u64>,
+}
+
+/// [`Profile::wakers_recorded`] of a capture saved before `--no-wakers`.
+fn recorded() -> bool {
+    true
 }
 
 impl Profile {
@@ -413,6 +422,7 @@ impl Profile {
             open_waits: 0,
             blocked_at_start: 0,
             wakers: Vec::new(),
+            wakers_recorded: mode.traces_switches(),
             lost_seeds: 0,
             tables_at_end: BTreeMap::new(),
         }

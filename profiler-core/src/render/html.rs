@@ -134,7 +134,7 @@ pub fn write_html(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()>
     if !r.top_blocking_sites.is_empty() {
         writeln!(out, "<h2>Top blocking sites</h2>")?;
         for s in &r.top_blocking_sites {
-            site(s, out)?;
+            site(s, r.capture.wakers_recorded, out)?;
         }
     }
     functions(r, out)?;
@@ -462,7 +462,7 @@ fn state_colour(state: &str) -> &'static str {
         .map_or("rgb(140,140,140)", |(_, c)| c)
 }
 
-fn site(s: &SiteRow, out: &mut impl Write) -> io::Result<()> {
+fn site(s: &SiteRow, wakers_recorded: bool, out: &mut impl Write) -> io::Result<()> {
     writeln!(out, "<section class=\"site\" id=\"site-{}\">", s.rank)?;
     writeln!(
         out,
@@ -499,7 +499,10 @@ fn site(s: &SiteRow, out: &mut impl Write) -> io::Result<()> {
             writeln!(out, "{chart}")?;
         }
     }
-    wakers(&s.wakers, out)?;
+    // Without wakers (`--no-wakers`) the report's note says so once, not every site.
+    if wakers_recorded {
+        wakers(&s.wakers, out)?;
+    }
     if let Some(w) = &s.when {
         writeln!(out, "<p class=\"when\">When: {}</p>", esc(&w.summary))?;
     }

@@ -128,6 +128,8 @@ fn capture(profile: &Profile, meta: &CaptureMeta, processes: usize) -> Capture {
         counters: profile.counters.named().collect(),
         tables_at_end: profile.tables_at_end.clone(),
         ended_early: meta.ended_early.clone(),
+        // A capture saved before `--no-wakers` reads as recorded, whatever its mode.
+        wakers_recorded: profile.wakers_recorded && profile.mode.traces_switches(),
         window_ns: profile.window.len_ns(),
     }
 }

@@ -176,13 +176,17 @@ fn md_groups(r: &Report, out: &mut impl Write) -> io::Result<()> {
              the time of the group's active threads (of all of them when all are idle), busiest \
              first.\n"
         )?;
+        // Without wakers (`--no-wakers`) the column would be all dashes: a note says why.
+        let wakers = r.capture.wakers_recorded;
         writeln!(
             out,
-            "| group | threads | idle | running | runnable | sleep | io | other | dominant wait | share | p99 | woken by |"
+            "| group | threads | idle | running | runnable | sleep | io | other | dominant wait | share | p99 |{}",
+            if wakers { " woken by |" } else { "" }
         )?;
         writeln!(
             out,
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|{}",
+            if wakers { "---|" } else { "" }
         )?;
         for g in &r.groups {
             let (site, share, p99, by) = g.dominant_wait.as_ref().map_or(
@@ -201,9 +205,14 @@ fn md_groups(r: &Report, out: &mut impl Write) -> io::Result<()> {
                     )
                 },
             );
+            let by = if wakers {
+                format!(" {by} |")
+            } else {
+                String::new()
+            };
             writeln!(
                 out,
-                "| {} | {} | {} | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {site} | {share} | {p99} | {by} |",
+                "| {} | {} | {} | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {:.1} % | {site} | {share} | {p99} |{by}",
                 g.name,
                 g.thread_count,
                 g.idle_threads,
@@ -247,19 +256,28 @@ fn md_sites(r: &Report, out: &mut impl Write) -> io::Result<()> {
              (epoll, poll, select: marked *event*) after the others; idle threads' time at the \
              same site apart.\n"
         )?;
+        // Without wakers (`--no-wakers`) no "woken by" column: a note says why.
+        let wakers = r.capture.wakers_recorded;
         writeln!(
             out,
-            "| # | state | site | threads | active | % of active | idle | waits | p50 | p90 | p99 | max | woken by |"
+            "| # | state | site | threads | active | % of active | idle | waits | p50 | p90 | p99 | max |{}",
+            if wakers { " woken by |" } else { "" }
         )?;
         writeln!(
             out,
-            "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+            "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}",
+            if wakers { "---|" } else { "" }
         )?;
         for s in &r.top_blocking_sites {
             let [p50, p90, p99, max] = lat(&s.latency);
+            let by = if wakers {
+                format!(" {} |", wakers_text(&s.wakers))
+            } else {
+                String::new()
+            };
             writeln!(
                 out,
-                "| {} | {}{} | `{}`{} | {} | {:.2} s | {:.1} % | {:.2} s | {} | {p50} | {p90} | {p99} | {max} | {} |",
+                "| {} | {}{} | `{}`{} | {} | {:.2} s | {:.1} % | {:.2} s | {} | {p50} | {p90} | {p99} | {max} |{by}",
                 s.rank,
                 s.state,
                 if s.event_wait { " (event)" } else { "" },
@@ -270,7 +288,6 @@ fn md_sites(r: &Report, out: &mut impl Write) -> io::Result<()> {
                 s.active_pct,
                 s.idle_s,
                 s.waits,
-                wakers_text(&s.wakers)
             )?;
         }
         if r.top_blocking_sites.iter().any(|s| s.when.is_some()) {

@@ -91,6 +91,9 @@ pub struct Capture {
     /// closed, by map name (exited processes' entries are freed during the capture).
     pub tables_at_end: BTreeMap<String, u64>,
     pub ended_early: Option<String>,
+    /// Whether who woke each wait was recorded (`false` with `--no-wakers`, and in `--mode
+    /// cpu`): without, no site names its wakers.
+    pub wakers_recorded: bool,
     /// The window's length, exactly.
     #[serde(skip)]
     pub window_ns: u64,
@@ -423,6 +426,8 @@ pub enum Note {
         sampled_s: f64,
         schedstat_s: f64,
     },
+    /// An off-CPU capture made with `--no-wakers`: no site names who woke it.
+    WakersNotRecorded,
     /// What the capture itself found worth saying (model/saved.rs).
     Capture(CaptureNote),
 }

@@ -18,6 +18,9 @@ pub(super) fn notes(profile: &Profile, names: &StackNames, meta: &CaptureMeta) -
     notes.extend(steal(profile));
     notes.extend(interrupt_skew(profile, names));
     notes.extend(sample_coverage(profile));
+    if profile.mode.traces_switches() && !profile.wakers_recorded {
+        notes.push(Note::WakersNotRecorded);
+    }
     notes.extend(meta.notes.iter().cloned().map(Note::Capture));
     notes
 }

@@ -88,6 +88,11 @@ impl fmt::Display for Note {
                  leaves idle or finishes the task it preempts. --mode wall measures that part \
                  (`switching in`)."
             ),
+            Note::WakersNotRecorded => write!(
+                f,
+                "Wakers were not recorded (--no-wakers): no blocking site says who woke it; \
+                 the time split is the same."
+            ),
             Note::Capture(note) => write!(f, "{note}"),
         }
     }
