@@ -46,7 +46,14 @@ const TOOL_MAX_SECS: &str = "3600";
 
 /// The ways ours is compared, one row each per workload.
 pub fn ours_sides(binary: &Path) -> Vec<Side> {
-    vec![Side::ours("`--mode wall`", binary, &["--mode", "wall"])]
+    vec![
+        Side::ours("`--mode wall`", binary, &["--mode", "wall"]),
+        Side::ours(
+            "`--mode wall --no-wakers`",
+            binary,
+            &["--mode", "wall", "--no-wakers"],
+        ),
+    ]
 }
 
 /// One side of a run: the tools attached together, whose programs' times add up.
