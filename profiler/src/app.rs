@@ -20,6 +20,7 @@ use crate::{
     late::LateSamples,
     launch,
     preflight::{self, Output, PreflightError, Target},
+    priority,
     probes::{self, ProbeConfig, Probes},
     sizes, snapshot,
     targets::{Selection, TargetSet},
@@ -145,6 +146,8 @@ fn report_format(path: &Path) -> Result<ReportFormat, PreflightError> {
 }
 
 async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
+    // Until the window opens (`open_window`): see priority.rs.
+    priority::boost();
     let mut prepared = prepare(args)?;
     let mut waiter = Waiter::new().context("cannot install signal handlers")?;
     let captured = capture(args, verbose, &mut prepared, &mut waiter).await;
@@ -539,6 +542,7 @@ fn open_window(args: &Args, probes: &mut Probes, prepared: &mut Prepared) -> Res
     let mut switch = probes.window_switch()?;
     let start_ns = switch.open()?;
     let at = Instant::now();
+    priority::end_boost();
     announce(args, &prepared.selection, probes.attached_cpus());
     if let Some(l) = prepared.launched.as_mut() {
         l.release().context("cannot start the command")?;

@@ -82,6 +82,8 @@ impl Command {
         let mut argv: Vec<*const libc::c_char> = argv_owned.iter().map(|a| a.as_ptr()).collect();
         argv.push(std::ptr::null());
         let identity = invoking_user();
+        // The profiler's start-up runs above the nice it was started with; the command not.
+        let nice = crate::priority::original();
 
         let mut fds = [0i32; 2];
         // SAFETY: a valid array for pipe2 to fill.
@@ -90,7 +92,7 @@ impl Command {
         }
         let [read_fd, write_fd] = fds;
         // SAFETY: fork has no preconditions; the child below only makes async-signal-safe
-        // calls (setgroups, setgid, setuid, read, execv, _exit) on memory prepared above.
+        // calls (setgroups, setgid, setuid, setpriority, read, execv, _exit) on memory prepared above.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             let e = io::Error::last_os_error();
@@ -110,6 +112,9 @@ impl Command {
                         || libc::setuid(*uid) != 0)
                 {
                     libc::_exit(126);
+                }
+                if let Some(nice) = nice {
+                    libc::setpriority(libc::PRIO_PROCESS, 0, nice);
                 }
                 let mut byte = 0u8;
                 if libc::read(read_fd, (&mut byte as *mut u8).cast(), 1) != 1 {

@@ -12,6 +12,7 @@ pub mod late;
 pub mod launch;
 pub mod mmap_events;
 pub mod preflight;
+pub mod priority;
 pub mod probes;
 pub mod sizes;
 pub mod snapshot;
