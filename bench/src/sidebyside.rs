@@ -612,17 +612,21 @@ mod tests {
         assert_eq!(ns_per_event(&ours, "sched_wakeup"), None);
     }
 
-    #[test]
-    fn the_second_attached_advantage_cancels_in_the_geometric_mean() {
-        // Ours is 0.5 × theirs; whoever attaches second runs 20 % cheaper.
-        let ratio = Ratio {
+    /// Ours 0.5 × theirs, in two pairs; whoever attaches second runs 20 % cheaper.
+    fn half_with_order_effect() -> Ratio {
+        Ratio {
             runs: vec![
                 (500.0, 800.0),
                 (400.0, 1000.0),
                 (500.0, 800.0),
                 (400.0, 1000.0),
             ],
-        };
+        }
+    }
+
+    #[test]
+    fn the_second_attached_advantage_cancels_in_the_geometric_mean() {
+        let ratio = half_with_order_effect();
         let (mean, se) = ratio.geomean().unwrap();
         assert!((mean - 0.5).abs() < 1e-12, "{mean}");
         assert!(se.abs() < 1e-12, "{se}");
@@ -650,14 +654,7 @@ mod tests {
 
     #[test]
     fn cells_say_the_mean_the_range_the_error_the_ns_and_the_goal() {
-        let ratio = Ratio {
-            runs: vec![
-                (500.0, 800.0),
-                (400.0, 1000.0),
-                (500.0, 800.0),
-                (400.0, 1000.0),
-            ],
-        };
+        let ratio = half_with_order_effect();
         assert_eq!(
             ratio.cell(Some(GOAL)),
             "**0.500** (0.400–0.625, ± 0.000; 450 ÷ 900 ns) ✅"

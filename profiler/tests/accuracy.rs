@@ -202,15 +202,21 @@ fn a_datasync_loop_alone_agrees_with_schedstat() {
 fn threads_beside_spinners_and_racing_wakeups_agree_with_schedstat() {
     require_root();
     let _serial = serial();
-    let dir = scratch_dir();
-    let workload = Workload::spawn(
-        Build::NoFramePointers,
-        &["accuracy", dir.to_str().unwrap(), "2"],
-    );
+    let workload = racing_wakeups();
     let json = compare_with_schedstat(&workload, "accuracy-mixed", "wall");
     for name in ["syncer", "ping", "pong", "racer-a", "racer-b", "spinner-0"] {
         row(&json, name);
     }
+}
+
+/// The test workload's accuracy mode: an fsync'ing writer, pipe ping-pong, two threads racing
+/// to wake each other, spinners.
+fn racing_wakeups() -> Workload {
+    let dir = scratch_dir();
+    Workload::spawn(
+        Build::NoFramePointers,
+        &["accuracy", dir.to_str().unwrap(), "2"],
+    )
 }
 
 /// `--no-wakers` on the racing-wakeups workload: `sched_waking` is neither loaded nor
@@ -222,11 +228,7 @@ fn threads_beside_spinners_and_racing_wakeups_agree_with_schedstat() {
 fn without_wakers_nothing_names_a_waker_and_the_split_still_agrees_with_schedstat() {
     require_root();
     let _serial = serial();
-    let dir = scratch_dir();
-    let workload = Workload::spawn(
-        Build::NoFramePointers,
-        &["accuracy", dir.to_str().unwrap(), "2"],
-    );
+    let workload = racing_wakeups();
     let pid = workload.pid();
     let extra = ["--no-wakers", "-v"];
     let (json, checked, stderr) =
@@ -325,11 +327,7 @@ fn postgres_backends_under_pgbench_agree_with_schedstat() {
 fn cpu_mode_samples_agree_with_schedstat_or_say_why() {
     require_root();
     let _serial = serial();
-    let dir = scratch_dir();
-    let workload = Workload::spawn(
-        Build::NoFramePointers,
-        &["accuracy", dir.to_str().unwrap(), "2"],
-    );
+    let workload = racing_wakeups();
     let report = scratch_dir().join("accuracy-cpu.json");
     let out = outputs("accuracy-cpu");
     let pid = workload.pid().to_string();
