@@ -70,7 +70,7 @@ fn main() {
                 "-Cdebuginfo=2",
                 "-Clink-arg=--btf",
                 // Global functions stay global (the verifier checks each once): see unwind.rs.
-                "-Clink-arg=--export=unwind_frame,unwind_switch_user_stack,kernel_memo_recognise,kernel_memo_remember",
+                "-Clink-arg=--export=unwind_frame,unwind_switch_user_stack,kernel_memo_recognise,kernel_memo_remember,switch_account",
             ]
             .join("\x1f"),
         )

@@ -99,7 +99,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
             start_ns,
             exec_ns,
             delay_ns,
-            preempt: preempt & 1 != 0,
+            preempt: (preempt & 1) as u32,
             prev_state: prev_state as u32,
         };
         switch_out(&ctx, &cfg, &out);
@@ -119,7 +119,9 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     0
 }
 
-struct SwitchOut {
+/// A switch-out, as `switch_account` gets it (a global function's argument: `repr(C)`).
+#[repr(C)]
+pub struct SwitchOut {
     tid: u32,
     tgid: u32,
     now: u64,
@@ -127,8 +129,17 @@ struct SwitchOut {
     /// `prev->se.sum_exec_runtime` and `prev->sched_info.run_delay`.
     exec_ns: u64,
     delay_ns: u64,
-    preempt: bool,
+    /// `preempt` as 0 or 1 (a `bool` argument would be an unknown byte to the verifier).
+    preempt: u32,
     prev_state: u32,
+}
+
+/// What [`switch_account`] asks its caller to log (it has no context to log with).
+mod note {
+    /// A switch-in the kernel did not report (first time on this CPU).
+    pub const MISSED_SWITCH_IN: u64 = 1;
+    /// The thread table is full (first time on this CPU).
+    pub const THREADS_FULL: u64 = 2;
 }
 
 #[inline(always)]
@@ -149,11 +160,43 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
         take_stacks(ctx, cfg, out);
         wait_begun(out)
     };
+    let notes = core::hint::black_box(switch_account(out, &wait));
+    if notes & note::MISSED_SWITCH_IN != 0 {
+        debug!(
+            ctx,
+            "tid {}: a switch-in was not reported by the kernel", out.tid
+        );
+    }
+    if notes & note::THREADS_FULL != 0 {
+        debug!(ctx, "thread table full: raise --max-threads");
+    }
+}
+
+/// The cycle that ends at a switch-out accounted, and the wait it begins (`wait`, its stacks
+/// taken) recorded. A global function: the verifier checks it once, with its arguments
+/// unknown, instead of once for each way `sched_switch` reaches it (exiting or not, each
+/// stack path) — it was most of `sched_switch`'s verification, the largest part of the
+/// start-up's CPU time. Returns [`note`] bits.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn switch_account(out: *const SwitchOut, wait: *const WaitStart) -> u64 {
+    // SAFETY: null or the caller's live values.
+    let (Some(out), Some(wait)) = (unsafe { out.as_ref() }, unsafe { wait.as_ref() }) else {
+        return 0;
+    };
+    let cfg = config();
+    account(&cfg, out, *wait)
+}
+
+#[inline(always)]
+fn account(cfg: &Config, out: &SwitchOut, wait: WaitStart) -> u64 {
+    let exiting = is_exiting(out.prev_state);
+    let mut notes = 0;
     let Some(thread) = THREADS.get_ptr_mut(&out.tid) else {
         // Not seen yet (the start snapshot raced with it): on the CPU since the capture began.
         let on = out.now.saturating_sub(out.start_ns);
         let Some(thread) = new_thread() else {
-            return;
+            return 0;
         };
         thread.wait = wait;
         let stats = &mut thread.stats;
@@ -169,9 +212,9 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
         if THREADS.insert(&out.tid, thread, BPF_NOEXIST).is_err()
             && count(Counter::ThreadsFull) == 0
         {
-            debug!(ctx, "thread table full: raise --max-threads");
+            notes |= note::THREADS_FULL;
         }
-        return;
+        return notes;
     };
     // SAFETY: only this thread's events write its stats, one at a time; its wait is shared
     // with its wakeups only (see `wakeup`).
@@ -181,10 +224,7 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     let waiting = thread.wait.ts_ns != 0;
     let switched_in = stats.last_in_ns > from;
     if waiting && !switched_in && stats.last_out_ns != 0 && count(Counter::MissedSwitchIns) == 0 {
-        debug!(
-            ctx,
-            "tid {}: a switch-in was not reported by the kernel", out.tid
-        );
+        notes |= note::MISSED_SWITCH_IN;
     }
     let baseline = stats.flags & thread_flags::BASELINE != 0;
     let runqueue_wait = thread.wait.state == WaitState::RunqueuePreempted as u32
@@ -261,6 +301,7 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     }
     // In place: no allocation or free per switch.
     thread.wait = wait;
+    notes
 }
 
 /// The wait a switch-out begins, with the stacks [`take_stacks`] parked.
@@ -268,7 +309,7 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
 fn wait_begun(out: &SwitchOut) -> WaitStart {
     // Not exiting (the caller checked): always Some.
     let state = classify_switch(out.prev_state).unwrap_or(WaitState::Other);
-    let flags = if out.preempt && state as u32 != WaitState::RunqueuePreempted as u32 {
+    let flags = if out.preempt != 0 && state as u32 != WaitState::RunqueuePreempted as u32 {
         wait_flags::PREEMPTED_ASLEEP
     } else {
         0
@@ -309,13 +350,13 @@ fn take_stacks(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     // A switch-out with the task still runnable and not preempted inside the kernel is the
     // scheduler running on the way back to user mode (or a yield): its kernel stack is always
     // that same return path, and taking it costs more than everything else here together.
-    let returning_to_user = !out.preempt && out.prev_state == task_state::RUNNING;
+    let returning_to_user = out.preempt == 0 && out.prev_state == task_state::RUNNING;
     let kernel_stack = if cfg.flags & config_flags::KERNEL_STACKS == 0 || returning_to_user {
         stack_id::EMPTY
     } else {
         // Going to sleep (again and again at the same few places), or preempted inside the
         // kernel (at the `cond_resched` points of its long loops).
-        switch_kernel_stack(ctx, out.tid, out.preempt)
+        switch_kernel_stack(ctx, out.tid, out.preempt != 0)
     };
     stash(Stash::KernelStack, kernel_stack);
     let user_stack = if cfg.flags & config_flags::USER_STACKS != 0 {
