@@ -291,6 +291,22 @@ pub unsafe fn user_regs(sample: Option<*const bpf_perf_event_data>) -> Option<(u
     }
 }
 
+/// Whether the current task entered the kernel by an interrupt or exception rather than a
+/// system call: `orig_ax` of its saved user registers is the syscall number, and negative
+/// (-1) for the entries that have no error code, the timer's and IPIs' system vectors among
+/// them (arch/x86/entry).
+#[inline(always)]
+pub fn stopped_by_interrupt() -> bool {
+    // SAFETY: as in `user_regs`.
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs };
+    if regs.is_null() {
+        return false;
+    }
+    // SAFETY: a BTF pointer the verifier lets us read (faults read as zero).
+    let orig_ax = unsafe { core::ptr::read_volatile(&(*regs).orig_rax) };
+    (orig_ax as i64) < 0
+}
+
 /// Unwinds into `SCRATCH[scratch]`; returns the number of frames (0: no user stack).
 #[inline(always)]
 /// Returns the number of frames and their hash.
