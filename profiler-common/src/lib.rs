@@ -102,6 +102,9 @@ pub mod names {
     pub const MAP_UNWIND_ROWS: &str = "UNWIND_ROWS";
     /// `HashMap<u32 tgid, unwind::ProcMappings>`: each target process's executable mappings.
     pub const MAP_PROC_MAPPINGS: &str = "PROC_MAPPINGS";
+    /// `Array<u32>` with one entry: bumped after every change of `PROC_MAPPINGS`, so the
+    /// unwinder's memos made before it are not used again.
+    pub const MAP_TABLES_EPOCH: &str = "TABLES_EPOCH";
     /// `Array<u64>`: the target set, one bit per process id (see [`super::target_bit`]).
     pub const MAP_TARGETS: &str = "TARGETS";
     /// `HashMap<u32 tgid, ProcEvent>`: what happened to target processes (forked, exec'd,

@@ -42,6 +42,19 @@ pub static UNWIND_ROWS: Array<RowChunk> = Array::with_max_entries(1, 0);
 #[map]
 pub static PROC_MAPPINGS: HashMap<u32, ProcMappings> = HashMap::with_max_entries(1, 0);
 
+/// Bumped by user space after every change of any process's mapping table (`names::
+/// MAP_TABLES_EPOCH`): a memo recorded before it is stale. An array entry every CPU reads and
+/// user space rarely writes, so the check costs no cache miss, where looking the process's
+/// table up (a hash map) to compare its generation was a twentieth of a PostgreSQL backend's
+/// switch-out.
+#[map]
+static TABLES_EPOCH: Array<u32> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+fn tables_epoch() -> u32 {
+    TABLES_EPOCH.get(0).copied().unwrap_or(0)
+}
+
 /// The generation of the current process's mapping table: processes with the same layout
 /// share it (0: no table yet).
 #[inline(always)]
@@ -186,9 +199,9 @@ pub struct UnwindMemo {
     stack_id: u64,
     /// Words recorded, or MEMO_POISONED.
     count: u32,
-    /// Mapping-table generation the unwind used: rows uploaded since (a library loaded
-    /// during the capture) can change the result, so a memo of another generation is stale.
-    generation: u32,
+    /// [`tables_epoch`] when the unwind began: rows uploaded since (a library loaded during
+    /// the capture) can change the result, so a memo of another epoch is stale.
+    epoch: u32,
     /// 1 if a frame used the starting rbp as its frame base.
     bp_used: u32,
     /// While recording: where the walk's current rbp came from (`BP_*`). A memo must check
@@ -330,12 +343,10 @@ pub fn unwind(
         rec.count = 0;
         rec.span = 0;
         rec.hash = HASH_SEED;
+        // Read before the table: a table replaced from here on makes the memo stale.
+        rec.epoch = tables_epoch();
     }
     let generation = current_mappings().map_or(0, |m| m.generation);
-    if let Some(rec) = MEMO_SCRATCH.get_ptr_mut(scratch as u32) {
-        // SAFETY: per-CPU scratch owned by the running program.
-        unsafe { (*rec).generation = generation };
-    }
     let mut walk = Walk {
         ip,
         sp,
@@ -650,8 +661,7 @@ fn record(scratch: u32, word: Option<u32>, v: u64) {
 pub fn memo_lookup(key: &MemoKey, bp: u64, scratch: Scratch) -> Option<u64> {
     // SAFETY: read-only use of the LRU entry for the duration of the check.
     let memo = unsafe { UNWIND_MEMO.get(key) }?;
-    let generation = current_mappings().map_or(0, |m| m.generation);
-    if memo.generation != generation
+    if memo.epoch != tables_epoch()
         || memo.count > MEMO_WORDS as u32
         || (memo.bp_used != 0 && memo.bp != bp)
     {

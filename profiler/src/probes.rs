@@ -149,6 +149,8 @@ pub struct Probes {
     /// `sched_waking` was loaded (wakers are recorded).
     wakers: bool,
     attached_cpus: usize,
+    /// What `TABLES_EPOCH` holds.
+    tables_epoch: u32,
 }
 
 impl Probes {
@@ -197,6 +199,7 @@ impl Probes {
             period_ns: cfg.period_ns,
             wakers: cfg.wakers,
             attached_cpus: 0,
+            tables_epoch: 0,
         })
     }
 
@@ -320,6 +323,22 @@ impl Probes {
         let mut hash: HashMap<&mut MapData, u32, ProcMappings> =
             HashMap::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
         hash.insert(tgid, *table, 0)
+            .map_err(|source| ProbeError::Map { name, source })?;
+        self.bump_tables_epoch()
+    }
+
+    /// Tells the unwinder that a mapping table changed: its memos recorded before are stale.
+    fn bump_tables_epoch(&mut self) -> Result<(), ProbeError> {
+        let name = names::MAP_TABLES_EPOCH;
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or(ProbeError::MissingMap(name))?;
+        let mut epoch: Array<&mut MapData, u32> =
+            Array::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+        self.tables_epoch = self.tables_epoch.wrapping_add(1);
+        epoch
+            .set(0, self.tables_epoch, 0)
             .map_err(|source| ProbeError::Map { name, source })
     }
 
@@ -370,6 +389,8 @@ impl Probes {
             }
         }
         let _ = self.set_target(tgid, false);
+        // A later process may get this one's thread ids.
+        let _ = self.bump_tables_epoch();
     }
 
     /// Sums the per-CPU counters.
