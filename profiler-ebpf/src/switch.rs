@@ -32,10 +32,10 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use profiler_common::{
-    BPF_NOEXIST, COMM_LEN, Config, Counter, CycleInput, EEXIST, RunqueueHist, SiteKey,
-    Thread, ThreadStats, WaitKey, WaitStart, WaitState, WaitValue, WakerKey, WakerValue,
-    classify_switch, config_flags, hist_bucket, is_exiting, split_cycle, stack_id, task_state,
-    thread_flags, wait_flags,
+    BPF_NOEXIST, COMM_LEN, Config, Counter, CycleInput, EEXIST, RunqueueHist, SiteKey, Thread,
+    ThreadStats, WaitKey, WaitStart, WaitState, WaitValue, WakerKey, WakerValue, classify_switch,
+    config_flags, hist_bucket, is_exiting, split_cycle, stack_id, task_state, thread_flags,
+    wait_flags,
 };
 
 use crate::{
