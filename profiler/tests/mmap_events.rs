@@ -254,12 +254,15 @@ fn a_full_ring_reports_what_it_dropped_and_recovers() {
         assert!(status.success());
     }
     events.read(&mut |_| {});
-    let mut child = Command::new("/bin/true").spawn().expect("spawn /bin/true");
-    let pid = child.id();
-    child.wait().expect("wait for /bin/true");
+    // The kernel writes a ring's PERF_RECORD_LOST before the next record that ring takes:
+    // the burst may have run on one CPU alone (the other busy), so one process runs on
+    // every CPU after it.
+    let pids = run_true_on_every_cpu();
     let all = collect_until(&mut events, Duration::from_secs(5), |all| {
-        all.iter().any(|e| is_exit_of(e, pid))
+        pids.iter()
+            .all(|&pid| all.iter().any(|e| is_exit_of(e, pid)))
     });
+    let pid = pids[0];
     let stats = events.stats();
     eprintln!("{stats:?}");
     assert!(stats.lost > 0, "nothing lost: {stats:?}");
@@ -274,6 +277,47 @@ fn a_full_ring_reports_what_it_dropped_and_recovers() {
         "after the loss, a new process is read again"
     );
     assert_eq!(stats.malformed, 0, "{stats:?}");
+}
+
+/// Runs `/bin/true` pinned to each CPU this process may use, one after the other, and
+/// returns their pids (at least one).
+fn run_true_on_every_cpu() -> Vec<u32> {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a live cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&allowed), &mut allowed) };
+    assert_eq!(
+        rc,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu` is below CPU_SETSIZE.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &allowed) })
+        .collect();
+    assert!(!cpus.is_empty(), "no CPU in this process's affinity mask");
+    cpus.into_iter()
+        .map(|cpu| {
+            let mut command = Command::new("/bin/true");
+            // SAFETY: between fork and exec only sched_setaffinity runs (async-signal-safe).
+            unsafe {
+                command.pre_exec(move || {
+                    let mut one: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut one);
+                    match libc::sched_setaffinity(0, std::mem::size_of_val(&one), &one) {
+                        0 => Ok(()),
+                        _ => Err(std::io::Error::last_os_error()),
+                    }
+                })
+            };
+            let mut child = command.spawn().expect("spawn /bin/true pinned to a CPU");
+            let pid = child.id();
+            assert!(child.wait().expect("wait for /bin/true").success());
+            pid
+        })
+        .collect()
 }
 
 /// A loop that runs `/bin/true` `rate` times a second for `seconds` (fork, exec, wait, then
