@@ -52,6 +52,13 @@ fn main() {
              until `cargo xtask build` installs the eBPF toolchain"
         );
         println!("cargo:rustc-env=PROFILER_EBPF_OBJECT={}", empty.display());
+        // Cargo reruns a build script whose `rerun-if-changed` path does not exist: without
+        // this, the toolchain installed afterwards (`cargo xtask build`) would leave the
+        // programs out until a source file changed.
+        println!(
+            "cargo:rerun-if-changed={}",
+            out_dir.join("recheck-the-ebpf-toolchain").display()
+        );
         return;
     }
 
