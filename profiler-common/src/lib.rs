@@ -75,7 +75,7 @@ pub mod names {
     pub const MAP_SAMPLES: &str = "SAMPLES";
     /// `HashMap<u64, Stack>`: every stack seen, keyed by its id (see [`super::stack_id`]).
     pub const MAP_STACKS: &str = "STACKS";
-    /// `HashMap<WaitKey, WaitValue>`: finished off-CPU waits aggregated in the kernel.
+    /// `HashMap<WaitKey, WaitEntry>`: finished off-CPU waits aggregated in the kernel.
     pub const MAP_WAITS: &str = "WAITS";
     /// `HashMap<u32 tid, Thread>`: per thread, its name and exact on-CPU time, and the wait
     /// it is in right now.
@@ -495,6 +495,42 @@ pub struct WaitValue {
     pub min_ns: u64,
 }
 
+impl WaitValue {
+    /// No wait yet: a minimum of `u64::MAX` and a maximum of 0 leave any wait's as they are.
+    pub const EMPTY: WaitValue = WaitValue {
+        total_ns: 0,
+        count: 0,
+        max_ns: 0,
+        min_ns: u64::MAX,
+    };
+}
+
+/// Value of [`names::MAP_WAITS`] in the kernel: a blocking site's waits, and the time the
+/// same waits then spent runnable before they got a CPU — which user space reads as the
+/// site's [`WaitState::RunqueueWoken`] entry. One entry, so a woken wait costs one hash
+/// lookup, not two. (A key whose own state is a run-queue wait uses `wait` only.)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct WaitEntry {
+    pub wait: WaitValue,
+    pub runqueue: WaitValue,
+}
+
+impl WaitEntry {
+    /// The entry as the waits it holds: its own, and its run-queue part under the same
+    /// stacks with state [`WaitState::RunqueueWoken`], if it has one.
+    pub fn split(&self, key: WaitKey) -> impl Iterator<Item = (WaitKey, WaitValue)> {
+        let runqueue_key = WaitKey {
+            state: WaitState::RunqueueWoken as u16,
+            ..key
+        };
+        let own = (self.wait.total_ns != 0 || self.wait.count != 0).then_some((key, self.wait));
+        let runqueue = (self.runqueue.total_ns != 0 || self.runqueue.count != 0)
+            .then_some((runqueue_key, self.runqueue));
+        own.into_iter().chain(runqueue)
+    }
+}
+
 /// Key of [`names::MAP_SITE_HISTS`]: a blocking site, all threads together (percentiles are
 /// reported per site; per thread the exact count, total, minimum and maximum remain).
 #[repr(C)]
@@ -731,6 +767,9 @@ unsafe impl aya::Pod for WaitKey {}
 #[cfg(feature = "aya")]
 // SAFETY: repr(C), only u64 fields.
 unsafe impl aya::Pod for WaitValue {}
+#[cfg(feature = "aya")]
+// SAFETY: repr(C), two WaitValues: only u64 fields.
+unsafe impl aya::Pod for WaitEntry {}
 #[cfg(feature = "aya")]
 // SAFETY: repr(C), integer fields, explicit padding.
 unsafe impl aya::Pod for SiteKey {}
@@ -1451,6 +1490,61 @@ impl Counter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_entry_splits_into_its_wait_and_its_runqueue_part() {
+        extern crate std;
+        use std::vec::Vec;
+        let key = WaitKey {
+            tid: 7,
+            state: WaitState::Sleep as u16,
+            epoch: 0,
+            user_stack: 3,
+            kernel_stack: 4,
+        };
+        let part = |total_ns, count| WaitValue {
+            total_ns,
+            count,
+            max_ns: total_ns,
+            min_ns: total_ns,
+        };
+        let both = WaitEntry {
+            wait: part(10, 1),
+            runqueue: part(2, 1),
+        };
+        let split: Vec<_> = both.split(key).collect();
+        let runqueue_key = WaitKey {
+            state: WaitState::RunqueueWoken as u16,
+            ..key
+        };
+        assert_eq!(split, [(key, part(10, 1)), (runqueue_key, part(2, 1))]);
+        // Woken and on a CPU at once: the wait alone.
+        let no_runqueue = WaitEntry {
+            wait: part(10, 1),
+            runqueue: WaitValue::EMPTY,
+        };
+        assert_eq!(
+            no_runqueue.split(key).collect::<Vec<_>>(),
+            [(key, part(10, 1))]
+        );
+        // Only the run-queue part (a preemption on the way to the sleep: time, no count).
+        let uncounted = WaitEntry {
+            wait: WaitValue {
+                total_ns: 5,
+                ..WaitValue::EMPTY
+            },
+            runqueue: WaitValue::EMPTY,
+        };
+        assert_eq!(uncounted.split(key).count(), 1, "uncounted time is kept");
+        let runqueue_only = WaitEntry {
+            wait: WaitValue::EMPTY,
+            runqueue: part(2, 1),
+        };
+        assert_eq!(
+            runqueue_only.split(key).collect::<Vec<_>>(),
+            [(runqueue_key, part(2, 1))]
+        );
+    }
 
     #[test]
     fn preempt_count_tells_task_softirq_and_hardirq() {

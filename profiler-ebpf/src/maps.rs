@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     BPF_NOEXIST, Control, Counter, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread,
-    WaitHist, WaitKey, WaitValue, WakerKey, WakerValue,
+    WaitEntry, WaitHist, WaitKey, WakerKey, WakerValue,
 };
 
 // Every hash map is preallocated: an insert from sched_switch (IRQs off, run-queue lock held)
@@ -21,7 +21,7 @@ pub static SAMPLES: HashMap<SampleKey, SampleValue> = HashMap::with_max_entries(
 pub static STACKS: HashMap<u64, Stack> = HashMap::with_max_entries(32_768, 0);
 
 #[map]
-pub static WAITS: HashMap<WaitKey, WaitValue> = HashMap::with_max_entries(32_768, 0);
+pub static WAITS: HashMap<WaitKey, WaitEntry> = HashMap::with_max_entries(32_768, 0);
 
 /// Per thread, one entry for its stats and its open wait: each side of a context switch looks
 /// the thread up once.

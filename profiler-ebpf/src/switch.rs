@@ -33,15 +33,15 @@ use aya_ebpf::{
 use aya_log_ebpf::debug;
 use profiler_common::{
     BPF_NOEXIST, COMM_LEN, Config, Counter, CycleInput, EEXIST, RunqueueHist, SiteKey, Thread,
-    ThreadStats, WaitKey, WaitStart, WaitState, WaitValue, WakerKey, WakerValue, classify_switch,
-    config_flags, hist_bucket, is_exiting, split_cycle, stack_id, task_state, thread_flags,
-    wait_flags,
+    ThreadStats, WaitEntry, WaitKey, WaitStart, WaitState, WaitValue, WakerKey, WakerValue,
+    classify_switch, config_flags, hist_bucket, is_exiting, split_cycle, stack_id, task_state,
+    thread_flags, wait_flags,
 };
 
 use crate::{
     config, kstack,
     maps::{
-        RUNQUEUE_HISTS, SCRATCH_HIST, SITE_HISTS, Scratch, Stash, THREADS, WAITS, WAKERS,
+        RUNQUEUE_HISTS, SCRATCH_HIST, SITE_HISTS, Scratch, Stash, THREADS, WAITS, WAKERS, add,
         add_lost_wait, capture_start, count, new_thread, opaque, parity, stash, unstash,
     },
     stack,
@@ -437,7 +437,7 @@ fn aggregate_wait(
         count(Counter::WaitsFiltered);
         return;
     }
-    let mut key = WaitKey {
+    let key = WaitKey {
         tid,
         state: slot.state as u16,
         epoch: parity() as u16,
@@ -445,7 +445,7 @@ fn aggregate_wait(
         kernel_stack: slot.kernel_stack,
     };
     if runqueue_wait {
-        add_wait(&key, total, 1);
+        add_wait(&key, total, 1, 0);
         let which = if slot.state == WaitState::RunqueuePreempted as u32 {
             RunqueueHist::Preempted
         } else {
@@ -454,12 +454,15 @@ fn aggregate_wait(
         add_runqueue_hist(which, total);
         return;
     }
+    // A preemption on the way to a sleep is that sleep's time, but no wait of its own.
+    // Arithmetic, not a comparison: BPF has no set-on-condition, and a branch here would
+    // have everything below verified once per value.
+    let counted =
+        (1 - ((slot.flags / wait_flags::PREEMPTED_ASLEEP) & 1) as u64) * nonzero(blocked_ns);
+    // Both parts in one entry: the run-queue part is read back as the site's RunqueueWoken
+    // wait (`WaitEntry::split`).
+    add_wait(&key, blocked_ns, counted, runnable_ns);
     if blocked_ns > 0 {
-        // A preemption on the way to a sleep is that sleep's time, but no wait of its own.
-        // Arithmetic, not a comparison: BPF has no set-on-condition, and a branch here would
-        // have everything below verified once per value.
-        let counted = 1 - ((slot.flags / wait_flags::PREEMPTED_ASLEEP) & 1) as u64;
-        add_wait(&key, blocked_ns, counted);
         if counted != 0 {
             add_site_hist(&key, blocked_ns);
         }
@@ -472,10 +475,14 @@ fn aggregate_wait(
         }
     }
     if runnable_ns > 0 {
-        key.state = WaitState::RunqueueWoken as u16;
-        add_wait(&key, runnable_ns, 1);
         add_runqueue_hist(RunqueueHist::Woken, runnable_ns);
     }
+}
+
+/// 1 if `v` is not 0, else 0, without a branch.
+#[inline(always)]
+fn nonzero(v: u64) -> u64 {
+    (v | v.wrapping_neg()) >> 63
 }
 
 #[inline(always)]
@@ -511,36 +518,59 @@ fn add_waker(site: &WaitKey, slot: &WaitStart, blocked: u64) {
     }
 }
 
-/// Adds one wait to the table; when it has no room, its time to the thread's lost time.
+/// Adds one wait to the table — `delta` of its own (`counted`: 0 for time that is no wait of
+/// its own), then `runqueue` ns runnable — when it has no room, its time to the thread's lost
+/// time.
 #[inline(always)]
-fn add_wait(key: &WaitKey, delta: u64, counted: u64) {
+fn add_wait(key: &WaitKey, delta: u64, counted: u64, runqueue: u64) {
     // Branch-free, so the paths above need not be verified twice: an uncounted delta leaves
     // the maximum (0) and the minimum (u64::MAX) as they are.
     let for_max = delta * counted;
     let for_min = delta | counted.wrapping_sub(1);
-    count(Counter::Waits);
+    let rq_counted = nonzero(runqueue);
+    let rq_min = runqueue | rq_counted.wrapping_sub(1);
+    let parts = nonzero(delta) + rq_counted;
+    add(Counter::Waits, parts);
     match WAITS.get_ptr_mut(key) {
         // SAFETY: the key holds the tid, and one thread switches out on one CPU at a time.
-        Some(value) => unsafe {
-            (*value).total_ns += delta;
-            (*value).count += counted;
-            if for_max > (*value).max_ns {
-                (*value).max_ns = for_max;
+        Some(entry) => unsafe {
+            let value = &mut (*entry).wait;
+            value.total_ns += delta;
+            value.count += counted;
+            if for_max > value.max_ns {
+                value.max_ns = for_max;
             }
-            if for_min < (*value).min_ns {
-                (*value).min_ns = for_min;
+            if for_min < value.min_ns {
+                value.min_ns = for_min;
+            }
+            let value = &mut (*entry).runqueue;
+            value.total_ns += runqueue;
+            value.count += rq_counted;
+            if runqueue > value.max_ns {
+                value.max_ns = runqueue;
+            }
+            if rq_min < value.min_ns {
+                value.min_ns = rq_min;
             }
         },
         None => {
-            let value = WaitValue {
-                total_ns: delta,
-                count: counted,
-                max_ns: for_max,
-                min_ns: for_min,
+            let entry = WaitEntry {
+                wait: WaitValue {
+                    total_ns: delta,
+                    count: counted,
+                    max_ns: for_max,
+                    min_ns: for_min,
+                },
+                runqueue: WaitValue {
+                    total_ns: runqueue,
+                    count: rq_counted,
+                    max_ns: runqueue,
+                    min_ns: rq_min,
+                },
             };
-            if WAITS.insert(key, &value, BPF_NOEXIST).is_err() {
-                count(Counter::WaitsMapFull);
-                add_lost_wait(key.tid, delta);
+            if WAITS.insert(key, &entry, BPF_NOEXIST).is_err() {
+                add(Counter::WaitsMapFull, parts);
+                add_lost_wait(key.tid, delta + runqueue);
             }
         }
     }

@@ -28,8 +28,8 @@ use aya::{
 };
 use profiler_common::{
     Counter, ProcEvent, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread,
-    WAIT_HIST_BUCKETS, WaitHist, WaitKey, WaitValue, WakerKey, WakerValue, exit_overcount_ns,
-    names, thread_flags, unwind::ProcMappings,
+    WAIT_HIST_BUCKETS, WaitEntry, WaitHist, WaitKey, WaitValue, WakerKey, WakerValue,
+    exit_overcount_ns, names, thread_flags, unwind::ProcMappings,
 };
 
 use crate::{
@@ -67,7 +67,7 @@ thread_local! {
 /// The aggregate tables, taken out of the loaded object, and everything drained from them.
 pub struct Drainer {
     samples: BatchMap<SampleKey, SampleValue>,
-    waits: BatchMap<WaitKey, WaitValue>,
+    waits: BatchMap<WaitKey, WaitEntry>,
     wakers: BatchMap<WakerKey, WakerValue>,
     site_hists: BatchMap<SiteKey, WaitHist>,
     stacks: BatchMap<u64, Stack>,
@@ -237,9 +237,11 @@ impl Drainer {
         let t = &mut self.totals;
         let found = self.waits.take_where(|k| keep(u32::from(k.epoch)))?;
         self.stats.peak_waits = self.stats.peak_waits.max(found.seen);
-        for (mut key, value) in found.taken {
+        for (mut key, entry) in found.taken {
             key.epoch = 0;
-            merge_wait(t.waits.entry(key).or_default(), &value);
+            for (key, value) in entry.split(key) {
+                merge_wait(t.waits.entry(key).or_default(), &value);
+            }
         }
         let found = self.samples.take_where(|k| keep(k.epoch))?;
         self.stats.peak_samples = self.stats.peak_samples.max(found.seen);
