@@ -79,8 +79,8 @@ pub fn record(
 fn entry_regs(out: &mut [u64; 3]) -> bool {
     // SAFETY: no context pointer is involved; the helper reads the current task's pt_regs.
     match unsafe { unwind::user_regs(None) } {
-        Some((ip, sp, bp)) => {
-            *out = [ip, sp, bp];
+        Some(regs) => {
+            *out = [regs.ip, regs.sp, regs.bp];
             true
         }
         None => false,

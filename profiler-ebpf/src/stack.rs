@@ -89,17 +89,7 @@ pub fn user_stack<C: EbpfContext>(
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn unwind_switch_user_stack(tid: u32) -> u64 {
-    // A thread an interrupt took off the CPU (a tick or a wakeup's IPI preempting it in user
-    // code) stopped at whatever instruction it was running: that place is not met again, so a
-    // memo would be looked for in vain and its store would push out the memos of the places
-    // that repeat (a PostgreSQL backend at 30 % run-queue: 369 places in 7 s, a tenth of its
-    // switch-outs).
-    let memo_tid = if unwind::stopped_by_interrupt() {
-        None
-    } else {
-        Some(tid)
-    };
-    dwarf_user_stack(Scratch::Switch, None, memo_tid)
+    dwarf_user_stack(Scratch::Switch, None, Some(tid))
 }
 
 /// [`user_stack`] with `--unwind dwarf`.
@@ -110,10 +100,17 @@ fn dwarf_user_stack(
     memo_tid: Option<u32>,
 ) -> u64 {
     // SAFETY: `sample` is the perf_event context when given.
-    let Some((ip, sp, bp)) = (unsafe { unwind::user_regs(sample) }) else {
+    let Some(regs) = (unsafe { unwind::user_regs(sample) }) else {
         count(Counter::UserStackFailed);
         return stack_id::LOST_FETCH;
     };
+    let (ip, sp, bp) = (regs.ip, regs.sp, regs.bp);
+    // A thread an interrupt took off the CPU (a tick or a wakeup's IPI preempting it in user
+    // code) stopped at whatever instruction it was running: that place is not met again, so a
+    // memo would be looked for in vain and its store would push out the memos of the places
+    // that repeat (a PostgreSQL backend at 30 % run-queue: 369 places in 7 s, a tenth of its
+    // switch-outs).
+    let memo_tid = if regs.by_interrupt { None } else { memo_tid };
     // A thread switching out again where it stopped before (the same syscall of the same loop,
     // or preemption on the way back from it) has the same stack if the words that stack was
     // unwound from are unchanged: recognise it instead of walking it again.

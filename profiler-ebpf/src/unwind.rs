@@ -263,13 +263,26 @@ impl MemoKey {
 #[map]
 static UNWIND_MEMO: LruHashMap<MemoKey, UnwindMemo> = LruHashMap::with_max_entries(8192, 0);
 
+/// Where user code stopped.
+#[derive(Clone, Copy)]
+pub struct UserRegs {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// The task entered the kernel by an interrupt or exception rather than a system call:
+    /// `orig_ax` of its saved registers is the syscall number, and negative (-1) for the
+    /// entries that have no error code, the timer's and IPIs' system vectors among them
+    /// (arch/x86/entry). Such a thread stopped at whatever instruction it was running.
+    pub by_interrupt: bool,
+}
+
 /// User registers where user code stopped: the interrupted registers when a sample hit user
 /// mode, else those saved at kernel entry.
 ///
 /// # Safety
 /// `sample`, when given, must be the perf_event program's context.
 #[inline(always)]
-pub unsafe fn user_regs(sample: Option<*const bpf_perf_event_data>) -> Option<(u64, u64, u64)> {
+pub unsafe fn user_regs(sample: Option<*const bpf_perf_event_data>) -> Option<UserRegs> {
     if let Some(ctx) = sample {
         // Plain loads from the context: the verifier rewrites them into reads of the sample's
         // pt_regs (the context the program really gets is `bpf_perf_event_data_kern`, so its
@@ -284,7 +297,12 @@ pub unsafe fn user_regs(sample: Option<*const bpf_perf_event_data>) -> Option<(u
             )
         };
         if cs & 3 == 3 {
-            return Some((ip, sp, bp));
+            return Some(UserRegs {
+                ip,
+                sp,
+                bp,
+                by_interrupt: true,
+            });
         }
     }
     // SAFETY: the current task always exists; the helper returns its saved user registers.
@@ -293,31 +311,16 @@ pub unsafe fn user_regs(sample: Option<*const bpf_perf_event_data>) -> Option<(u
         return None;
     }
     // Plain loads: the helper returns a BTF pointer, which the verifier lets us read
-    // directly (as fault-safe loads) instead of through three probe-read calls.
+    // directly (as fault-safe loads) instead of through probe-read calls.
     // SAFETY: `regs` is the task's pt_regs, checked non-null above.
     unsafe {
-        Some((
-            core::ptr::read_volatile(&(*regs).rip),
-            core::ptr::read_volatile(&(*regs).rsp),
-            core::ptr::read_volatile(&(*regs).rbp),
-        ))
+        Some(UserRegs {
+            ip: core::ptr::read_volatile(&(*regs).rip),
+            sp: core::ptr::read_volatile(&(*regs).rsp),
+            bp: core::ptr::read_volatile(&(*regs).rbp),
+            by_interrupt: (core::ptr::read_volatile(&(*regs).orig_rax) as i64) < 0,
+        })
     }
-}
-
-/// Whether the current task entered the kernel by an interrupt or exception rather than a
-/// system call: `orig_ax` of its saved user registers is the syscall number, and negative
-/// (-1) for the entries that have no error code, the timer's and IPIs' system vectors among
-/// them (arch/x86/entry).
-#[inline(always)]
-pub fn stopped_by_interrupt() -> bool {
-    // SAFETY: as in `user_regs`.
-    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs };
-    if regs.is_null() {
-        return false;
-    }
-    // SAFETY: a BTF pointer the verifier lets us read (faults read as zero).
-    let orig_ax = unsafe { core::ptr::read_volatile(&(*regs).orig_rax) };
-    (orig_ax as i64) < 0
 }
 
 /// Unwinds into `SCRATCH[scratch]`; returns the number of frames (0: no user stack).
