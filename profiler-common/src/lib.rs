@@ -1235,7 +1235,19 @@ pub mod unwind {
         pub first_row: u32,
         /// Rows of the file; 0 means no `.eh_frame`: unwind with frame pointers.
         pub row_count: u32,
+        /// Pages (of `1 << ROW_PAGE_SHIFT` bytes of row pc) the file's page index covers; 0:
+        /// no index (a JIT region), search all the rows. The index follows the rows in the
+        /// global array: `pages + 1` rows whose `pc` is the index of the first row with a pc
+        /// at or past that page's start (the last: `row_count`). A lookup then searches the
+        /// few rows of one page, where a search of all of a large file's rows went through
+        /// 17 of them, most a cache miss (2.4 µs of a full unwind's 15, each time).
+        pub index_pages: u32,
+        pub _pad: u32,
     }
+
+    /// A page index entry per `1 << ROW_PAGE_SHIFT` bytes of code (see
+    /// [`ExecMapping::index_pages`]): 4 KiB hold ~30 rows, the index is ~3 % of the rows.
+    pub const ROW_PAGE_SHIFT: u32 = 12;
 
     /// The target's executable mappings sorted by `start`, `count` of them valid.
     #[repr(C)]

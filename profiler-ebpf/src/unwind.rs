@@ -3,8 +3,9 @@
 //! User space turns every executable file the target maps into sorted unwind rows
 //! (`profiler_common::unwind`) and publishes the target's mappings in `PROC_MAPPINGS`. Here,
 //! starting from the user registers, each frame is: find the mapping of `ip` (binary search),
-//! find its row (binary search in the file's rows), compute the CFA, read the return address at
-//! CFA − 8 and the caller's rbp if the row says where it was saved. Frames without a row (JIT
+//! find its row (the file's page index, then a binary search among that page's rows), compute
+//! the CFA, read the return address at CFA − 8 and the caller's rbp if the row says where it
+//! was saved. Frames without a row (JIT
 //! code, files without `.eh_frame`, rules we cannot express) fall back to frame pointers. The
 //! loop runs under `bpf_loop`, so the verifier checks one step, not 127 of them.
 //!
@@ -27,8 +28,8 @@ use aya_ebpf::{
 use profiler_common::{
     HASH_SEED, MAX_STACK_DEPTH, hash_finish, hash_step,
     unwind::{
-        ExecMapping, MAX_MAPPINGS, ProcMappings, ROWS_PER_CHUNK, RowChunk, UC_RBP, UC_RIP, UC_RSP,
-        UnwindRow, cfa_kind, java_method_frame, rbp_kind,
+        ExecMapping, MAX_MAPPINGS, ProcMappings, ROW_PAGE_SHIFT, ROWS_PER_CHUNK, RowChunk, UC_RBP,
+        UC_RIP, UC_RSP, UnwindRow, cfa_kind, java_method_frame, rbp_kind,
     },
 };
 
@@ -824,10 +825,11 @@ fn find_row(ip: u64) -> Option<UnwindRow> {
     if pc > u32::MAX as u64 {
         return None;
     }
-    // Last row with row.pc <= pc.
+    // Last row with row.pc <= pc, among the rows of pc's page.
+    let (lo, hi) = page_rows(&mapping, pc as u32);
     let mut search = Search {
-        lo: 0,
-        hi: mapping.row_count,
+        lo,
+        hi,
         target: pc,
         first_row: mapping.first_row,
         _pad: 0,
@@ -846,6 +848,25 @@ fn find_row(ip: u64) -> Option<UnwindRow> {
         return None;
     }
     row_at(mapping.first_row.wrapping_add(search.lo - 1))
+}
+
+/// The rows `lo..hi` the row covering `pc` is searched among (the one before `lo` when none
+/// of them starts at or before `pc`): those of `pc`'s page by the mapping's page index, or all.
+#[inline(always)]
+fn page_rows(m: &ExecMapping, pc: u32) -> (u32, u32) {
+    if m.index_pages == 0 {
+        return (0, m.row_count);
+    }
+    let page = pc >> ROW_PAGE_SHIFT;
+    if page >= m.index_pages {
+        return (m.row_count, m.row_count);
+    }
+    let entry = m.first_row.wrapping_add(m.row_count).wrapping_add(page);
+    match (row_at(entry), row_at(entry.wrapping_add(1))) {
+        (Some(lo), Some(hi)) if lo.pc <= hi.pc && hi.pc <= m.row_count => (lo.pc, hi.pc),
+        // Not an index (cannot happen with tables user space wrote): search them all.
+        _ => (0, m.row_count),
+    }
 }
 
 #[inline(never)]

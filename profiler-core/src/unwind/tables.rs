@@ -19,7 +19,7 @@ use object::{
     read::elf::{ElfFile64, ProgramHeader as _},
 };
 use profiler_common::unwind::{
-    ExecMapping, MAX_MAPPINGS, ProcMappings, ROWS_PER_CHUNK, RowChunk, UnwindRow,
+    ExecMapping, MAX_MAPPINGS, ProcMappings, ROW_PAGE_SHIFT, ROWS_PER_CHUNK, RowChunk, UnwindRow,
 };
 
 use super::rows::{UnwindError, build_rows};
@@ -36,6 +36,8 @@ enum FileKey {
 #[derive(Debug)]
 struct BuiltFile {
     rows: Vec<UnwindRow>,
+    /// The rows' page index ([`page_index`]), placed right after them.
+    index: Vec<UnwindRow>,
     base: u64,
     segments: Vec<(u64, u64, u64)>,
 }
@@ -45,6 +47,8 @@ struct BuiltFile {
 struct FileRows {
     first_row: u32,
     row_count: u32,
+    /// Pages of the page index that follows the rows (`index_pages + 1` rows; 0: none).
+    index_pages: u32,
     /// Table base: the lowest address any row covers (rows are relative to it).
     base: u64,
     /// PT_LOAD segments (file offset, vaddr, file size) to turn a mapping into a load bias.
@@ -172,7 +176,14 @@ impl UnwindTables {
     /// the end. A file that fits nowhere is counted in `not_loaded` (until a later try
     /// places it) and unwinds by frame pointers meanwhile.
     fn place(&mut self, built: &BuiltFile, name: &str) -> Option<FileRows> {
-        let count = built.rows.len();
+        let placed: Vec<UnwindRow>;
+        let all = if built.index.is_empty() {
+            &built.rows
+        } else {
+            placed = [built.rows.as_slice(), built.index.as_slice()].concat();
+            &placed
+        };
+        let count = all.len();
         let first = match self.free.iter().position(|&(_, len)| len >= count) {
             Some(i) if count > 0 => {
                 let (first, len) = self.free[i];
@@ -181,7 +192,7 @@ impl UnwindTables {
                 } else {
                     self.free[i] = (first + count, len - count);
                 }
-                self.rows[first..first + count].copy_from_slice(&built.rows);
+                self.rows[first..first + count].copy_from_slice(all);
                 self.mark_dirty(first, count);
                 Some(first)
             }
@@ -191,7 +202,7 @@ impl UnwindTables {
                 && u32::try_from(self.rows.len() + count).is_ok() =>
             {
                 let first = self.rows.len();
-                self.rows.extend_from_slice(&built.rows);
+                self.rows.extend_from_slice(all);
                 Some(first)
             }
             _ => None,
@@ -201,7 +212,8 @@ impl UnwindTables {
                 self.not_loaded.remove(name);
                 Some(FileRows {
                     first_row: first as u32,
-                    row_count: count as u32,
+                    row_count: built.rows.len() as u32,
+                    index_pages: built.index.len().saturating_sub(1) as u32,
                     base: built.base,
                     segments: built.segments.clone(),
                 })
@@ -260,7 +272,7 @@ impl UnwindTables {
             {
                 freed = true;
                 self.free
-                    .push((file.first_row as usize, file.row_count as usize));
+                    .push((file.first_row as usize, file.placed_rows()));
             }
         }
         if !freed {
@@ -413,6 +425,8 @@ impl UnwindTables {
                 bias: jit.base,
                 first_row: jit.first_rows[jit.active],
                 row_count: jit.rows,
+                index_pages: 0,
+                _pad: 0,
             };
             n += 1;
             table.entries[..n].sort_by_key(|e| e.start);
@@ -441,7 +455,7 @@ impl UnwindTables {
 
 impl UnwindTables {
     /// The row covering runtime address `ip` under `mappings`, the lookup the eBPF unwinder
-    /// does.
+    /// does: the rows of `ip`'s page by the page index, then a binary search among them.
     pub fn find_row(&self, mappings: &ProcMappings, ip: u64) -> Option<UnwindRow> {
         let entries = &mappings.entries[..(mappings.count as usize).min(MAX_MAPPINGS)];
         let at = entries.partition_point(|m| m.start <= ip);
@@ -451,8 +465,22 @@ impl UnwindTables {
         }
         let pc = u32::try_from(ip - m.bias).ok()?;
         let first = m.first_row as usize;
-        let rows = self.rows.get(first..first + m.row_count as usize)?;
-        super::rows::find_row(rows, pc).copied()
+        let count = m.row_count as usize;
+        let (lo, hi) = if m.index_pages == 0 {
+            (0, count)
+        } else {
+            let page = (pc >> ROW_PAGE_SHIFT) as usize;
+            if page < m.index_pages as usize {
+                let index = first + count + page;
+                let entry = |i: usize| self.rows.get(i).map(|r| r.pc as usize);
+                (entry(index)?, entry(index + 1)?)
+            } else {
+                (count, count)
+            }
+        };
+        let rows = self.rows.get(first..first + count)?;
+        let before = lo + rows.get(lo..hi)?.partition_point(|row| row.pc <= pc);
+        rows.get(before.checked_sub(1)?).copied()
     }
 }
 
@@ -470,10 +498,46 @@ fn map_file(path: &std::path::Path) -> Option<memmap2::Mmap> {
 fn build_file(bytes: &[u8]) -> Result<Arc<BuiltFile>, UnwindError> {
     let table = build_rows(bytes)?;
     Ok(Arc::new(BuiltFile {
+        index: page_index(&table.rows),
         rows: table.rows,
         base: table.base,
         segments: load_segments(bytes),
     }))
+}
+
+/// The page index of `rows` (sorted by pc) as rows to place after them: entry `k` (its `pc`)
+/// is the index of the first row whose pc is at or past `k << ROW_PAGE_SHIFT`, for every page
+/// up to the last row's and one more (`rows.len()`). Empty for no rows.
+fn page_index(rows: &[UnwindRow]) -> Vec<UnwindRow> {
+    let Some(last) = rows.last() else {
+        return Vec::new();
+    };
+    let pages = (last.pc >> ROW_PAGE_SHIFT) as usize + 1;
+    let mut index = Vec::with_capacity(pages + 1);
+    let mut next = 0;
+    for page in 0..=pages {
+        let start = (page as u64) << ROW_PAGE_SHIFT;
+        while next < rows.len() && u64::from(rows[next].pc) < start {
+            next += 1;
+        }
+        index.push(UnwindRow {
+            pc: next as u32,
+            ..UnwindRow::default()
+        });
+    }
+    index
+}
+
+impl FileRows {
+    /// Rows the file takes in the global array: its rows and its page index.
+    fn placed_rows(&self) -> usize {
+        let index = if self.index_pages == 0 {
+            0
+        } else {
+            self.index_pages as usize + 1
+        };
+        self.row_count as usize + index
+    }
 }
 
 /// The file a mapping shows, if any.
@@ -489,6 +553,7 @@ fn empty_file() -> FileRows {
     FileRows {
         first_row: 0,
         row_count: 0,
+        index_pages: 0,
         base: 0,
         segments: Vec::new(),
     }
@@ -513,6 +578,8 @@ fn exec_mapping(mapping: &Mapping, file: &FileRows) -> ExecMapping {
             bias: load_bias.wrapping_add(file.base),
             first_row: file.first_row,
             row_count: file.row_count,
+            index_pages: file.index_pages,
+            _pad: 0,
         },
         // No rows, or no segment for this offset: frame pointers for this range.
         _ => ExecMapping {
@@ -521,6 +588,8 @@ fn exec_mapping(mapping: &Mapping, file: &FileRows) -> ExecMapping {
             bias: 0,
             first_row: 0,
             row_count: 0,
+            index_pages: 0,
+            _pad: 0,
         },
     }
 }
@@ -612,6 +681,7 @@ mod tests {
         let file = FileRows {
             first_row: 10,
             row_count: 5,
+            index_pages: 0,
             base: 0x1000,
             // Text segment: file offset 0x1000 at vaddr 0x1000, 0x5000 bytes.
             segments: vec![(0, 0, 0x800), (0x1000, 0x1000, 0x5000)],
@@ -667,6 +737,52 @@ mod tests {
     #[inline(never)]
     fn own_code() {}
 
+    #[test]
+    fn the_page_index_finds_the_rows_a_search_of_all_finds() {
+        let mut maps = ProcessMaps::new(std::process::id());
+        maps.refresh().unwrap();
+        let mut tables = UnwindTables::default();
+        tables.update(&maps);
+        let procs = tables.proc_mappings(&maps);
+        let mut checked = 0;
+        for m in &procs.entries[..procs.count as usize] {
+            if m.row_count == 0 {
+                continue;
+            }
+            assert!(m.index_pages > 0, "a file's rows come with their index");
+            let first = m.first_row as usize;
+            let rows = &tables.rows[first..first + m.row_count as usize];
+            let index = &tables.rows[first + rows.len()..][..m.index_pages as usize + 1];
+            assert_eq!(index.last().map(|e| e.pc as usize), Some(rows.len()));
+            for ip in (m.start..m.end).step_by(61) {
+                let Some(pc) = ip.checked_sub(m.bias) else {
+                    assert_eq!(tables.find_row(&procs, ip), None);
+                    continue;
+                };
+                let pc = pc as u32;
+                let all = super::super::rows::find_row(rows, pc).copied();
+                assert_eq!(tables.find_row(&procs, ip), all, "ip {ip:#x}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 10_000, "{checked} addresses");
+    }
+
+    #[test]
+    fn a_page_index_points_at_each_pages_first_row() {
+        let rows: Vec<UnwindRow> = [0x10, 0x20, 0x1000, 0x3ff0, 0x4000]
+            .into_iter()
+            .map(|pc| UnwindRow {
+                pc,
+                ..UnwindRow::default()
+            })
+            .collect();
+        let index: Vec<u32> = page_index(&rows).iter().map(|e| e.pc).collect();
+        // Pages 0-4, then the end: page 2 has no row (its rows start where page 3's do).
+        assert_eq!(index, [0, 2, 3, 3, 4, 5]);
+        assert!(page_index(&[]).is_empty());
+    }
+
     fn built(n: usize, cfa_offset: i32) -> BuiltFile {
         BuiltFile {
             rows: (0..n)
@@ -676,6 +792,7 @@ mod tests {
                     ..UnwindRow::default()
                 })
                 .collect(),
+            index: Vec::new(),
             base: 0,
             segments: Vec::new(),
         }
