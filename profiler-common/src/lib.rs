@@ -1079,6 +1079,11 @@ pub struct TimelineWait {
     pub flags: u16,
     /// Who made it runnable (0: an interrupt, or not seen).
     pub waker_tid: u32,
+    /// When the waker made it runnable (`sched_waking`; 0: not seen). It can come well before
+    /// `start_ns + blocked_ns`, which is when the scheduler queued the thread: a wakee on
+    /// another CPU is queued by that CPU's IPI handler, hundreds of µs later when the CPU is
+    /// an idle vCPU.
+    pub waking_ns: u64,
 }
 
 /// A timeline record: one on-CPU sample of a target thread, with its time.

@@ -47,6 +47,7 @@ pub fn record_wait(
         state: slot.state as u16,
         flags: slot.flags as u16,
         waker_tid: slot.waker_tid,
+        waking_ns: slot.wake_ts_ns,
     });
     entry.submit(0);
     count(Counter::TimelineRecords);

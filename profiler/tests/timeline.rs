@@ -372,11 +372,12 @@ fn a_diff_over_a_range_holds_only_that_range() {
     assert!(steady.0 > 0.0 && steady.1 > 0.0, "{d:?}");
 
     // Between the stalls: work on both sides, no stall. (Not all of the stalling thread's
-    // time is under spin_between: time the hypervisor stole, the profiler's own programs and
-    // switching in are frames of their own, a few % on a busy machine.)
+    // time is under spin_between: the profiler's own programs and switching in are frames of
+    // their own, a few % on a busy machine, and time the hypervisor stole is too: on a VM
+    // whose host is busy that was up to half of it, so it counts as the spinner's here.)
     let d = diff("between", Some(between));
     assert_eq!(d.rate("stall"), (0.0, 0.0), "{d:?}");
-    d.at_least("spin_between", (0.8e6, 0.8e6));
+    d.at_least_any(&["spin_between", STEAL], (0.8e6, 0.8e6));
 
     // Inside the before stall, ahead of the after one: the stall went, the work came.
     let d = diff("moved", Some(moved));
@@ -385,7 +386,7 @@ fn a_diff_over_a_range_holds_only_that_range() {
     assert_eq!(stall_a, 0.0, "{d:?}");
     let (spin_b, _) = d.rate("spin_between");
     assert_eq!(spin_b, 0.0, "{d:?}");
-    d.at_least("spin_between", (0.0, 0.8e6));
+    d.at_least_any(&["spin_between", STEAL], (0.0, 0.8e6));
     let sites = d.report["sites"].as_array().unwrap();
     let site = sites
         .iter()
@@ -523,6 +524,9 @@ fn check_full_cells(r: &Run, window_start: u64, full: &[f64]) {
     }
 }
 
+/// The frame of time a thread held the CPU while the hypervisor ran something else.
+const STEAL: &str = "[held the CPU, not charged: hypervisor steal]";
+
 /// A diff's folded stacks (`stack before after`, µs per second of its range) and its JSON.
 struct RangeDiff {
     name: String,
@@ -533,9 +537,14 @@ struct RangeDiff {
 impl RangeDiff {
     /// (before, after) µs/s of the stacks through `frame`.
     fn rate(&self, frame: &str) -> (f64, f64) {
+        self.rate_any(&[frame])
+    }
+
+    /// (before, after) µs/s of the stacks through any of `frames`.
+    fn rate_any(&self, frames: &[&str]) -> (f64, f64) {
         self.lines
             .iter()
-            .filter(|(frames, _, _)| frames.iter().any(|f| f == frame))
+            .filter(|(stack, _, _)| stack.iter().any(|f| frames.contains(&f.as_str())))
             .fold((0.0, 0.0), |(b, a), (_, lb, la)| (b + lb, a + la))
     }
 
@@ -555,11 +564,12 @@ impl RangeDiff {
         );
     }
 
-    fn at_least(&self, frame: &str, min: (f64, f64)) {
-        let (b, a) = self.rate(frame);
+    fn at_least_any(&self, frames: &[&str], min: (f64, f64)) {
+        let (b, a) = self.rate_any(frames);
         assert!(
             b >= min.0 && a >= min.1,
-            "{}: {frame} at {b:.0} before, {a:.0} after µs/s; at least {min:?} expected: {self:?}",
+            "{}: {frames:?} at {b:.0} before, {a:.0} after µs/s; at least {min:?} expected: \
+             {self:?}",
             self.name
         );
     }

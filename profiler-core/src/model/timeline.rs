@@ -59,6 +59,9 @@ pub struct TimedWait {
     pub waker_tid: u32,
     /// The thread's CPU time in the window before the wait began.
     pub cpu_before_ns: u64,
+    /// When the waker woke it (`sched_waking`; 0: not seen). Before [`TimedWait::wake_ns`]
+    /// when the scheduler queued the thread later (an IPI to another CPU).
+    pub waking_ns: u64,
 }
 
 impl TimedWait {
@@ -71,6 +74,17 @@ impl TimedWait {
         self.start_ns + self.blocked_ns
     }
 
+    /// When its waker acted: the `sched_waking` time where it was seen and lies within the
+    /// blocked part, otherwise when it was queued.
+    pub fn waker_ns(&self) -> u64 {
+        let wake = self.wake_ns();
+        if (self.start_ns..=wake).contains(&self.waking_ns) {
+            self.waking_ns
+        } else {
+            wake
+        }
+    }
+
     /// A wait for a CPU from its start (a preemption).
     pub fn runqueue(&self) -> bool {
         matches!(
@@ -80,10 +94,53 @@ impl TimedWait {
     }
 }
 
-/// Saved as `[start, blocked, runnable, state, user, kernel, waker, cpu_before]`: a long
-/// capture holds many of them.
-#[derive(Serialize, Deserialize)]
-struct WaitTuple(u64, u64, u64, u32, u64, u64, u32, u64);
+/// Saved as `[start, blocked, runnable, state, user, kernel, waker, cpu_before, waking]`: a
+/// long capture holds many of them. `waking` came later; a capture saved before it has eight.
+struct WaitTuple(u64, u64, u64, u32, u64, u64, u32, u64, u64);
+
+impl Serialize for WaitTuple {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (
+            self.0, self.1, self.2, self.3, self.4, self.5, self.6, self.7, self.8,
+        )
+            .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for WaitTuple {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = WaitTuple;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a wait: an array of 8 or 9 integers")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<WaitTuple, A::Error> {
+                let mut n = 0;
+                let mut next = |a: &mut A| -> Result<u64, A::Error> {
+                    n += 1;
+                    a.next_element()?
+                        .ok_or_else(|| serde::de::Error::invalid_length(n - 1, &self))
+                };
+                let (start, blocked, runnable) = (next(&mut a)?, next(&mut a)?, next(&mut a)?);
+                let state = u32::try_from(next(&mut a)?).unwrap_or(u32::MAX);
+                let (user, kernel) = (next(&mut a)?, next(&mut a)?);
+                let waker = u32::try_from(next(&mut a)?).unwrap_or(0);
+                let cpu_before = next(&mut a)?;
+                let waking = a.next_element()?.unwrap_or(0);
+                Ok(WaitTuple(
+                    start, blocked, runnable, state, user, kernel, waker, cpu_before, waking,
+                ))
+            }
+        }
+        d.deserialize_seq(Visitor)
+    }
+}
 
 impl From<WaitTuple> for TimedWait {
     fn from(t: WaitTuple) -> Self {
@@ -96,6 +153,7 @@ impl From<WaitTuple> for TimedWait {
             kernel_stack: t.5,
             waker_tid: t.6,
             cpu_before_ns: t.7,
+            waking_ns: t.8,
         }
     }
 }
@@ -111,6 +169,7 @@ impl From<TimedWait> for WaitTuple {
             w.kernel_stack,
             w.waker_tid,
             w.cpu_before_ns,
+            w.waking_ns,
         )
     }
 }
@@ -223,6 +282,7 @@ mod tests {
             kernel_stack: 8,
             waker_tid: 0,
             cpu_before_ns,
+            waking_ns: 0,
         }
     }
 
@@ -286,11 +346,44 @@ mod tests {
     }
 
     #[test]
+    fn the_waker_acts_at_its_waking_time_when_that_lies_in_the_blocked_part() {
+        let w = wait(1_000, 500, 300, 0);
+        assert_eq!(w.waker_ns(), 1_500, "not seen: when it was queued");
+        // An IPI queued it 200 ns after the waker acted.
+        assert_eq!(
+            TimedWait {
+                waking_ns: 1_300,
+                ..w
+            }
+            .waker_ns(),
+            1_300
+        );
+        // Outside the blocked part (a range cut, a stale time): when it was queued.
+        for waking_ns in [999, 1_501, u64::MAX] {
+            assert_eq!(
+                TimedWait { waking_ns, ..w }.waker_ns(),
+                1_500,
+                "{waking_ns}"
+            );
+        }
+    }
+
+    #[test]
     fn waits_and_samples_save_as_short_arrays() {
-        let w = wait(1, 2, 3, 4);
+        let w = TimedWait {
+            waking_ns: 2,
+            ..wait(1, 2, 3, 4)
+        };
         let json = serde_json::to_string(&w).unwrap();
-        assert_eq!(json, "[1,2,3,1,7,8,0,4]");
+        assert_eq!(json, "[1,2,3,1,7,8,0,4,2]");
         assert_eq!(serde_json::from_str::<TimedWait>(&json).unwrap(), w);
+        // Saved before the waking time was: eight, and the waker acted when it was queued.
+        let old = serde_json::from_str::<TimedWait>("[1,2,3,1,7,8,0,4]").unwrap();
+        assert_eq!(old, wait(1, 2, 3, 4));
+        assert_eq!(old.waker_ns(), old.wake_ns());
+        for short in ["[1,2,3,1,7,8,0]", "[]", "[1,2,3,1,7,8,0,4,2,9]"] {
+            assert!(serde_json::from_str::<TimedWait>(short).is_err(), "{short}");
+        }
         let s = TimedSample {
             tid: 5,
             ts_ns: 6,

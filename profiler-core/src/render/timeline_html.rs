@@ -399,6 +399,7 @@ mod tests {
                     kernel_stack: 0,
                     waker_tid: 0,
                     cpu_before_ns: 2_100 * MS,
+                    waking_ns: 0,
                 }],
             },
         );

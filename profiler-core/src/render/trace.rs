@@ -61,7 +61,7 @@ pub fn tracks(input: &TraceInput<'_>) -> Tracks {
                     if w.waker_tid != 0 && site.is_some_and(|s| input.ranked.contains(&s)) {
                         wakeups.push(Wakeup {
                             waker_tid: w.waker_tid,
-                            waker_ts_ns: w.wake_ns(),
+                            waker_ts_ns: w.waker_ns(),
                             wakee_tid: tid,
                             wakee_ts_ns: w.wake_ns(),
                         });

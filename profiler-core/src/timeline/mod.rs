@@ -47,6 +47,7 @@ pub fn build(
             kernel_stack: r.kernel_stack,
             waker_tid: r.waker_tid,
             cpu_before_ns: r.cpu_before_ns,
+            waking_ns: r.waking_ns,
         });
     }
     for (&tid, t) in &profile.threads {
@@ -135,6 +136,7 @@ fn open_wait(k: &Thread, stop_ns: u64, resolution_ns: u64) -> Option<TimedWait> 
         kernel_stack: slot.kernel_stack,
         waker_tid: slot.waker_tid,
         cpu_before_ns: k.stats.on_cpu_ns,
+        waking_ns: slot.wake_ts_ns,
     })
 }
 

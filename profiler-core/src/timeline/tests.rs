@@ -72,6 +72,7 @@ fn raw() -> RawTimeline {
             state: WaitState::Sleep as u16,
             flags: 0,
             waker_tid: 0,
+            waking_ns: 0,
         });
         at = to;
     }
