@@ -1816,7 +1816,7 @@ mod tests {
     fn wire_sizes_are_fixed() {
         use core::mem::size_of;
         assert_eq!(size_of::<Config>(), 80);
-        assert_eq!(size_of::<TimelineWait>(), 64);
+        assert_eq!(size_of::<TimelineWait>(), 72);
         assert_eq!(size_of::<TimelineSample>(), 32);
         assert_eq!(size_of::<SampleKey>(), 24);
         assert_eq!(size_of::<WaitKey>(), 24);
@@ -1833,10 +1833,10 @@ mod tests {
         assert_eq!(size_of::<TaskSnapshot>(), 80 + 8 * MAX_STACK_DEPTH);
         assert_eq!(size_of::<unwind::UnwindRow>(), 12);
         assert_eq!(size_of::<unwind::RowChunk>(), 12 * unwind::ROWS_PER_CHUNK);
-        assert_eq!(size_of::<unwind::ExecMapping>(), 32);
+        assert_eq!(size_of::<unwind::ExecMapping>(), 40);
         assert_eq!(
             size_of::<unwind::ProcMappings>(),
-            8 + 32 * unwind::MAX_MAPPINGS
+            8 + 40 * unwind::MAX_MAPPINGS
         );
         assert_eq!(Counter::ALL.len(), Counter::COUNT as usize);
         for (i, c) in Counter::ALL.iter().enumerate() {
