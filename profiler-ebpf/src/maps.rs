@@ -10,15 +10,24 @@ use profiler_common::{
     WaitEntry, WaitHist, WaitKey, WakerKey, WakerValue,
 };
 
-// Every hash map is preallocated: an insert from sched_switch (IRQs off, run-queue lock held)
-// into a BPF_F_NO_PREALLOC map draws on a small per-CPU cache that is refilled later, so bursts
-// of new keys fail with -ENOMEM (seen here at capture start). Sizes are set by the loader.
+// The tables of small entries are preallocated: an insert from sched_switch (IRQs off,
+// run-queue lock held) into a BPF_F_NO_PREALLOC map draws on a small per-CPU cache that an
+// irq_work refills once IRQs are on again, so a burst of new keys in one program run can
+// fail with -ENOMEM (seen here at capture start, where each CPU's cache holds one element).
+// The tables of large entries (stacks, site histograms, mapping tables) are not: their
+// memory follows what the capture finds, not the worst case the loader sized them for. A
+// switch inserts at most three stacks and one histogram, fewer than the cache's low mark
+// (7 and 2 elements), and the loader fills every CPU's cache before attaching
+// (`probes::warm_allocators`). Sizes are set by the loader.
+
+/// `BPF_F_NO_PREALLOC` (include/uapi/linux/bpf.h): entries are allocated as inserted.
+pub const NO_PREALLOC: u32 = 1;
 
 #[map]
 pub static SAMPLES: HashMap<SampleKey, SampleValue> = HashMap::with_max_entries(65_536, 0);
 
 #[map]
-pub static STACKS: HashMap<u64, Stack> = HashMap::with_max_entries(32_768, 0);
+pub static STACKS: HashMap<u64, Stack> = HashMap::with_max_entries(32_768, NO_PREALLOC);
 
 #[map]
 pub static WAITS: HashMap<WaitKey, WaitEntry> = HashMap::with_max_entries(32_768, 0);
@@ -56,7 +65,7 @@ pub fn add_lost_wait(tid: u32, ns: u64) {
 /// Blocked-time distribution per blocking site, shared by the site's threads (updated with
 /// atomic adds).
 #[map]
-pub static SITE_HISTS: HashMap<SiteKey, WaitHist> = HashMap::with_max_entries(4_096, 0);
+pub static SITE_HISTS: HashMap<SiteKey, WaitHist> = HashMap::with_max_entries(4_096, NO_PREALLOC);
 
 /// Run-queue delay distributions, indexed by [`RunqueueHist`].
 #[map]

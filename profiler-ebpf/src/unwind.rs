@@ -39,9 +39,11 @@ use crate::maps::{SCRATCH, Scratch};
 #[map]
 pub static UNWIND_ROWS: Array<RowChunk> = Array::with_max_entries(1, 0);
 
-/// Each target process's executable mappings (sized by the loader: `--max-processes`).
+/// Each target process's executable mappings (sized by the loader: `--max-processes`). Only
+/// user space inserts, so 20 KiB per process mapped, not per process the table could hold.
 #[map]
-pub static PROC_MAPPINGS: HashMap<u32, ProcMappings> = HashMap::with_max_entries(1, 0);
+pub static PROC_MAPPINGS: HashMap<u32, ProcMappings> =
+    HashMap::with_max_entries(1, crate::maps::NO_PREALLOC);
 
 /// Bumped by user space after every change of any process's mapping table (`names::
 /// MAP_TABLES_EPOCH`): a memo recorded before it is stale. An array entry every CPU reads and

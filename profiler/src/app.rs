@@ -35,8 +35,9 @@ use profiler_core::{
     unwind::tables::UnwindTables,
 };
 
-/// Row chunks (65,536 rows, 768 KiB each) kept free for files mapped during the capture.
-const UNWIND_CHUNKS_HEADROOM: usize = 4;
+/// Row chunks (65,536 rows, 768 KiB each) kept free for files mapped during the capture
+/// and a JVM's compiled code (a file no process maps any more gives its rows up first).
+const UNWIND_CHUNKS_HEADROOM: usize = 2;
 /// The same for a launched command: its programs (a build's compilers: cc1 alone needs
 /// about 5 chunks) are not known when the array is sized.
 const UNWIND_CHUNKS_HEADROOM_COMMAND: usize = 12;
@@ -469,7 +470,7 @@ async fn capture(
     let mut probes = Probes::load(&config)?;
     let (kernel_memory, maps) = probes::maps_kernel_memory();
     log::info!(
-        "kernel memory: {:.1} MiB in {maps} maps",
+        "kernel memory at load: {:.1} MiB in {maps} maps",
         kernel_memory as f64 / (1024.0 * 1024.0)
     );
     prepared.targets.uploads.set_capacity(config.dwarf_chunks);
@@ -493,9 +494,14 @@ async fn capture(
     );
     let (reason, stop_ns, mut drained, probes) =
         wait_out(args, &config, probes, open, prepared, waiter).await?;
+    // The most the maps held: at load, or at a drain (the tables of large entries grow).
+    let peak = drained
+        .counters
+        .get(profiler_common::Counter::KernelMemoryBytes)
+        .max(kernel_memory);
     drained
         .counters
-        .set(profiler_common::Counter::KernelMemoryBytes, kernel_memory);
+        .set(profiler_common::Counter::KernelMemoryBytes, peak);
     Ok(Captured {
         drained,
         seeds,
@@ -729,6 +735,10 @@ fn drain_all(
     drained
         .counters
         .set(profiler_common::Counter::Drains, stats.drains);
+    drained.counters.set(
+        profiler_common::Counter::KernelMemoryBytes,
+        stats.peak_kernel_memory,
+    );
     // Losses of user space's own, beside the kernel's.
     drained.counters.set(
         profiler_common::Counter::MappingRecordsLost,
@@ -752,6 +762,10 @@ fn drain_all(
         stats.peak_wakers,
         stats.peak_stacks,
         stats.peak_threads
+    );
+    log::info!(
+        "kernel memory: at most {:.1} MiB at a drain",
+        stats.peak_kernel_memory as f64 / (1024.0 * 1024.0)
     );
     if let Some(shortest) = stats.shortest_interval {
         log::info!(

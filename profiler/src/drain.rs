@@ -97,6 +97,9 @@ pub struct DrainStats {
     pub peak_wakers: usize,
     pub peak_stacks: usize,
     pub peak_threads: usize,
+    /// The most kernel memory the maps held at a drain (the tables of large entries grow
+    /// with what they hold and shrink at each drain: the most is just before one).
+    pub peak_kernel_memory: u64,
 }
 
 /// Everything drained so far, keys with the epoch cleared.
@@ -140,6 +143,7 @@ impl Drainer {
     /// Returns how full the fullest table was (0..1).
     pub fn drain(&mut self) -> Result<f64, ProbeError> {
         let started = Instant::now();
+        self.note_kernel_memory();
         FILL.with(|f| f.set(0.0));
         let old = ((self.epoch + 1) & 1) as u32;
         self.take(Some(old))?;
@@ -161,6 +165,7 @@ impl Drainer {
         pids: &[u32],
     ) -> Result<(Drained, DrainStats), ProbeError> {
         let started = Instant::now();
+        self.note_kernel_memory();
         self.take(None)?;
         let threads_left = self.threads.read_all()?;
         let threads_at_end = threads_left.len() as u64;
@@ -229,6 +234,11 @@ impl Drainer {
             timeline,
         };
         Ok((drained, self.stats))
+    }
+
+    fn note_kernel_memory(&mut self) {
+        let (bytes, _) = crate::probes::maps_kernel_memory();
+        self.stats.peak_kernel_memory = self.stats.peak_kernel_memory.max(bytes);
     }
 
     /// Merges the keys of `parity` (all keys with `None`) into the totals and deletes them.

@@ -1,7 +1,10 @@
 //! Load and attach: the eBPF object → programs in the kernel, plus the capture window switch.
 //! Together with `drain` and `snapshot`, the only code that talks to the kernel.
 
-use std::io::Read as _;
+use std::{
+    io::Read as _,
+    os::fd::{AsFd as _, AsRawFd as _},
+};
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
@@ -36,6 +39,12 @@ pub enum ProbeError {
     MissingProgram(&'static str),
     #[error("the eBPF object has no map `{0}`")]
     MissingMap(&'static str),
+    #[error("filling the allocator cache of map `{name}` on CPU {cpu} failed: {error}")]
+    Warm {
+        name: &'static str,
+        cpu: u32,
+        error: std::io::Error,
+    },
     #[error("{what} failed: {source}")]
     Program {
         what: String,
@@ -206,6 +215,7 @@ impl Probes {
     /// Attaches the sampler on every online CPU and the scheduler tracepoint. Programs do not
     /// record anything until [`Probes::start`].
     pub fn attach(&mut self) -> Result<(), ProbeError> {
+        self.warm_allocators()?;
         for name in [names::PROG_FORK, names::PROG_EXEC, names::PROG_EXIT] {
             let prog: &mut BtfTracePoint = program(&mut self.ebpf, name)?;
             prog.attach().map_err(|source| ProbeError::Program {
@@ -243,6 +253,48 @@ impl Probes {
             }
         }
         log::debug!("programs attached: {}", self.attached().join(", "));
+        Ok(())
+    }
+
+    /// Fills every CPU's allocator cache of the tables whose entries are allocated as they
+    /// are inserted (profiler-ebpf maps.rs): a CPU's cache starts with one element, and a
+    /// switch-out's second stack in the same program run would be lost as if the table were
+    /// full. An entry inserted and deleted on a CPU goes back to that CPU's cache.
+    fn warm_allocators(&self) -> Result<(), ProbeError> {
+        let cpus = online_cpus().map_err(|(what, e)| ProbeError::Cpus(what, e))?;
+        let mut tables = Vec::new();
+        for name in [names::MAP_STACKS, names::MAP_SITE_HISTS] {
+            let Some(aya::maps::Map::HashMap(data)) = self.ebpf.map(name) else {
+                return Err(ProbeError::MissingMap(name));
+            };
+            let info = data
+                .info()
+                .map_err(|source| ProbeError::Map { name, source })?;
+            tables.push(WarmTable {
+                name,
+                fd: data.fd().as_fd().as_raw_fd(),
+                key_size: info.key_size() as usize,
+                value_size: info.value_size() as usize,
+            });
+        }
+        let started = std::time::Instant::now();
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = cpus
+                .iter()
+                .map(|&cpu| {
+                    let tables = &tables;
+                    scope.spawn(move || warm_cpu(cpu, tables))
+                })
+                .collect();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().unwrap_or(Ok(())))
+        })?;
+        log::debug!(
+            "allocator caches filled on {} CPUs in {:.3} s",
+            cpus.len(),
+            started.elapsed().as_secs_f64()
+        );
         Ok(())
     }
 
@@ -477,6 +529,88 @@ impl Probes {
     pub(crate) fn ebpf(&self) -> &Ebpf {
         &self.ebpf
     }
+}
+
+/// A table whose entries the kernel allocates as they are inserted.
+struct WarmTable {
+    name: &'static str,
+    fd: std::os::fd::RawFd,
+    key_size: usize,
+    value_size: usize,
+}
+
+/// Entries inserted and deleted per table and CPU: above the fullest cache's high mark (22
+/// elements of a 1 KiB stack; a site histogram's is 7).
+const WARM_ENTRIES: u32 = 24;
+
+/// `enum bpf_cmd` (include/uapi/linux/bpf.h).
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+
+/// The element member of `union bpf_attr` (include/uapi/linux/bpf.h).
+#[repr(C)]
+#[derive(Default)]
+struct ElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// On CPU `cpu` (this thread pinned there), inserts [`WARM_ENTRIES`] entries into each table
+/// and deletes them: the CPU's cache then holds them. No program is attached yet, so no
+/// real entry can be among the keys.
+fn warm_cpu(cpu: u32, tables: &[WarmTable]) -> Result<(), ProbeError> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it.
+    let pinned = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) == 0
+    };
+    if !pinned {
+        // A CPU this process may not run on: its cache stays as the kernel made it.
+        return Ok(());
+    }
+    for t in tables {
+        let mut key = vec![0u8; t.key_size];
+        let value = vec![0u8; t.value_size];
+        for delete in [false, true] {
+            for i in 0..WARM_ENTRIES {
+                key[..4].copy_from_slice(&i.to_ne_bytes());
+                let mut attr = ElemAttr {
+                    map_fd: t.fd as u32,
+                    key: key.as_ptr() as u64,
+                    value: if delete { 0 } else { value.as_ptr() as u64 },
+                    ..ElemAttr::default()
+                };
+                let cmd = if delete {
+                    BPF_MAP_DELETE_ELEM
+                } else {
+                    BPF_MAP_UPDATE_ELEM
+                };
+                // SAFETY: `attr` is a valid `bpf_attr` prefix for the element commands; its
+                // pointers point at a key and a value of the table's sizes, alive for the
+                // call.
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_bpf,
+                        cmd,
+                        &mut attr as *mut ElemAttr,
+                        size_of::<ElemAttr>() as u32,
+                    )
+                };
+                if r < 0 {
+                    return Err(ProbeError::Warm {
+                        name: t.name,
+                        cpu,
+                        error: std::io::Error::last_os_error(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The programs' read-only configuration (`GLOBAL_CONFIG`).

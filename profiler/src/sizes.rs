@@ -1,10 +1,12 @@
 //! How large the kernel's tables are: from the target set (its threads and processes when
-//! the capture starts), unless a flag says otherwise. Every hash map the programs insert into
-//! is preallocated (an insert from `sched_switch`, interrupts off, cannot wait for memory), so
-//! a table's size is the kernel memory it holds for the whole capture. The aggregate tables
-//! are drained while the capture runs and hold two drain intervals' records, not the window's;
-//! the drainer drains sooner when one fills (drain.rs), and what still does not fit is a
-//! counted loss naming the flag.
+//! the capture starts), unless a flag says otherwise. The tables of small entries (threads,
+//! samples, waits, wakers) are preallocated (an insert from `sched_switch`, interrupts off,
+//! cannot wait for memory), so their size is the kernel memory they hold for the whole
+//! capture; the tables of large entries (stacks, site histograms, mapping tables) are
+//! allocated as they fill, and their size is only a bound (profiler-ebpf maps.rs). The
+//! aggregate tables are drained while the capture runs and hold two drain intervals' records,
+//! not the window's; the drainer drains sooner when one fills (drain.rs), and what still does
+//! not fit is a counted loss naming the flag.
 
 use crate::cli::Args;
 
