@@ -3,7 +3,7 @@
 
 use std::{
     io::Read as _,
-    os::fd::{AsFd as _, AsRawFd as _},
+    os::fd::{AsFd as _, AsRawFd as _, RawFd},
 };
 
 use aya::{
@@ -534,7 +534,7 @@ impl Probes {
 /// A table whose entries the kernel allocates as they are inserted.
 struct WarmTable {
     name: &'static str,
-    fd: std::os::fd::RawFd,
+    fd: RawFd,
     key_size: usize,
     value_size: usize,
 }
@@ -560,7 +560,7 @@ struct ElemAttr {
 
 /// On CPU `cpu` (this thread pinned there), inserts [`WARM_ENTRIES`] entries into each table
 /// and deletes them: the CPU's cache then holds them. No program is attached yet, so no
-/// real entry can be among the keys.
+/// real entry can be among the keys. Keys are at least 8 bytes (a stack id).
 fn warm_cpu(cpu: u32, tables: &[WarmTable]) -> Result<(), ProbeError> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it.
     let pinned = unsafe {
@@ -573,44 +573,57 @@ fn warm_cpu(cpu: u32, tables: &[WarmTable]) -> Result<(), ProbeError> {
         return Ok(());
     }
     for t in tables {
-        let mut key = vec![0u8; t.key_size];
+        let mut key = vec![0u8; t.key_size.max(8)];
         let value = vec![0u8; t.value_size];
-        for delete in [false, true] {
-            for i in 0..WARM_ENTRIES {
-                key[..4].copy_from_slice(&i.to_ne_bytes());
-                let mut attr = ElemAttr {
-                    map_fd: t.fd as u32,
-                    key: key.as_ptr() as u64,
-                    value: if delete { 0 } else { value.as_ptr() as u64 },
-                    ..ElemAttr::default()
-                };
-                let cmd = if delete {
-                    BPF_MAP_DELETE_ELEM
-                } else {
-                    BPF_MAP_UPDATE_ELEM
-                };
-                // SAFETY: `attr` is a valid `bpf_attr` prefix for the element commands; its
-                // pointers point at a key and a value of the table's sizes, alive for the
-                // call.
-                let r = unsafe {
-                    libc::syscall(
-                        libc::SYS_bpf,
-                        cmd,
-                        &mut attr as *mut ElemAttr,
-                        size_of::<ElemAttr>() as u32,
-                    )
-                };
-                if r < 0 {
-                    return Err(ProbeError::Warm {
-                        name: t.name,
-                        cpu,
-                        error: std::io::Error::last_os_error(),
-                    });
-                }
+        // Each CPU's keys its own: the workers run at once, and one's delete must not find
+        // its key taken by another's.
+        key[4..8].copy_from_slice(&cpu.to_ne_bytes());
+        let mut inserted = 0;
+        while inserted < WARM_ENTRIES {
+            key[..4].copy_from_slice(&inserted.to_ne_bytes());
+            if let Err(error) = elem(BPF_MAP_UPDATE_ELEM, t.fd, &key, Some(&value)) {
+                // A table a flag made smaller than every CPU's entries (E2BIG): as warm as
+                // it can be.
+                log::debug!("{} on CPU {cpu}: {inserted} entries ({error})", t.name);
+                break;
             }
+            inserted += 1;
+        }
+        for i in 0..inserted {
+            key[..4].copy_from_slice(&i.to_ne_bytes());
+            elem(BPF_MAP_DELETE_ELEM, t.fd, &key, None).map_err(|error| ProbeError::Warm {
+                name: t.name,
+                cpu,
+                error,
+            })?;
         }
     }
     Ok(())
+}
+
+/// One element command on map `fd`: `key` (and `value`) of the map's sizes.
+fn elem(cmd: libc::c_long, fd: RawFd, key: &[u8], value: Option<&[u8]>) -> std::io::Result<()> {
+    let mut attr = ElemAttr {
+        map_fd: fd as u32,
+        key: key.as_ptr() as u64,
+        value: value.map_or(0, |v| v.as_ptr() as u64),
+        ..ElemAttr::default()
+    };
+    // SAFETY: `attr` is a valid `bpf_attr` prefix for the element commands; its pointers point
+    // at a key and a value at least the map's sizes, alive for the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            &mut attr as *mut ElemAttr,
+            size_of::<ElemAttr>() as u32,
+        )
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// The programs' read-only configuration (`GLOBAL_CONFIG`).
