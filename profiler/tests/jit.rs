@@ -168,9 +168,16 @@ fn check_spinner(kind: Jvm, lines: &[Line]) {
         .filter(|l| l.state().is_none())
         .map(|l| l.count)
         .sum();
+    // Time the hypervisor stole while the spinner held the CPU is its own frame, not
+    // on-CPU time (a third of the window at times on this host's VM).
+    let stolen: u64 = spinner
+        .iter()
+        .filter(|l| l.has(STEAL))
+        .map(|l| l.count)
+        .sum();
     assert!(
-        on as f64 > 0.5 * WINDOW_US,
-        "spinner: only {on} µs on the CPU; µs per state: {:?}",
+        (on + stolen) as f64 > 0.5 * WINDOW_US,
+        "spinner: only {on} µs on the CPU and {stolen} µs stolen; µs per state: {:?}",
         states(&spinner)
     );
     // The spinner: on the CPU in leaf() called by middle(), below the JVM's thread start.

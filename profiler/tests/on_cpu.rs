@@ -16,6 +16,7 @@ fn on_cpu_samples_match_the_frequency_and_carry_the_call_chain() {
     let workload = Workload::spawn(Build::FramePointers, &["spin"]);
     let out = outputs("on-cpu-spin");
     let pid = workload.pid().to_string();
+    let steal_before = machine_steal_s();
     let (result, before, after) = capture_with_schedstat(
         &[
             "--pid",
@@ -37,12 +38,22 @@ fn on_cpu_samples_match_the_frequency_and_carry_the_call_chain() {
     let lines = read_folded(&out.folded);
     let total = sum(&lines, |_| true);
 
+    let steal = machine_steal_s() - steal_before;
+
     // (a) One thread busy for the whole capture: frequency × its CPU time (the kernel's
-    // account: on a loaded machine that is less than the window) samples, ±10 %.
+    // account: on a loaded machine that is less than the window) samples, ±10 %. The
+    // cpu-clock timer also runs while the hypervisor steals the CPU from the spinner, which
+    // the kernel does not charge to it: at most the machine's steal over the window more.
     let tid = workload.pid();
     let cpu = after[&tid].0 - before[&tid].0;
-    assert!(cpu > 0.5 * SECS as f64, "the spinner ran only {cpu} s");
-    assert_close("on-CPU samples", total as f64, FREQ as f64 * cpu, 0.10);
+    assert!(cpu > 0.3 * SECS as f64, "the spinner ran only {cpu} s");
+    let expected = FREQ as f64 * cpu;
+    let most = FREQ as f64 * (cpu + steal.min(SECS as f64));
+    assert!(
+        total as f64 >= 0.9 * expected && total as f64 <= 1.1 * most,
+        "on-CPU samples: {total}, {expected:.0} expected from the kernel's CPU time \
+         ({cpu:.3} s), at most {most:.0} with the {steal:.2} s the hypervisor stole"
+    );
 
     // (b) ≥ 95 % of them carry the whole call chain, each frame the caller of the next:
     // process name first, then user frames from the root (__libc_start_call_main from libc's

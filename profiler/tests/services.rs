@@ -268,13 +268,16 @@ fn a_command_is_profiled_from_its_start_and_its_exit_status_is_the_profilers() {
     let lines = read_folded(&out.folded);
     let total = sum(&lines, |_| true) as f64 / 1e6;
     let working = sum(&lines, |l| l.has_chain(&["main", "cpu_middle", "cpu_leaf"])) as f64 / 1e6;
+    // What the hypervisor stole while it held the CPU is its own frame (up to half of it on
+    // this host's VM at times).
+    let stolen = sum(&lines, |l| l.has(STEAL)) as f64 / 1e6;
     assert!(
         (1.8..3.0).contains(&total),
         "{total} s recorded for a 2 s command"
     );
     assert!(
-        working > 0.5 * total,
-        "{working} s of {total} s in cpu_leaf"
+        working + stolen > 0.5 * total && working > 0.25 * total,
+        "{working} s of {total} s in cpu_leaf, {stolen} s stolen"
     );
 
     // Ctrl-C ends the capture, the command is told too, the output is still written.

@@ -524,9 +524,6 @@ fn check_full_cells(r: &Run, window_start: u64, full: &[f64]) {
     }
 }
 
-/// The frame of time a thread held the CPU while the hypervisor ran something else.
-const STEAL: &str = "[held the CPU, not charged: hypervisor steal]";
-
 /// A diff's folded stacks (`stack before after`, µs per second of its range) and its JSON.
 struct RangeDiff {
     name: String,

@@ -389,6 +389,10 @@ pub fn outputs(name: &str) -> Outputs {
 
 /// CPU and run-queue seconds per thread of `pid`, from the kernel's own accounting
 /// (`/proc/<pid>/task/<tid>/schedstat`): the ground truth captures are checked against.
+/// The frame of time a thread held the CPU while the hypervisor ran something else (steal:
+/// the kernel does not charge it to the thread, and a busy host can take half a CPU).
+pub const STEAL: &str = "[held the CPU, not charged: hypervisor steal]";
+
 /// Seconds the hypervisor ran something else on this machine's CPUs (all CPUs summed): the
 /// `steal` column of /proc/stat, in USER_HZ (100 Hz) ticks. Zero on bare metal.
 pub fn machine_steal_s() -> f64 {
