@@ -57,8 +57,12 @@ pub struct Target {
     pub forked_ns: Option<u64>,
     /// When its last thread exited.
     pub exited_ns: Option<u64>,
-    /// Execs seen.
+    /// Execs: the most of the kernel's count and the exec records read.
     pub execs: u32,
+    /// Exec records (perf `COMM` with the exec flag) read. Kept apart from `execs`: the
+    /// kernel's count and the record of one exec arrive in either order, and one exec must
+    /// not count twice.
+    exec_records: u32,
     /// Ticks left in which `name` is read again: a forked child often names itself
     /// (`prctl(PR_SET_NAME)`, `pthread_setname_np`) just after the fork, after its first read.
     rename_checks: u8,
@@ -80,6 +84,7 @@ impl Target {
             forked_ns: None,
             exited_ns: None,
             execs: 0,
+            exec_records: 0,
             rename_checks: RENAME_CHECKS,
             gone: false,
             hotspot: None,
@@ -324,11 +329,18 @@ impl TargetSet {
                         continue;
                     };
                     // A new program: its own mappings follow. Counted here, so the kernel's
-                    // exec count read at the next tick does not drop what follows.
-                    target.execs += 1;
+                    // exec count read at the next tick does not drop what follows; a count
+                    // read first already holds this exec.
+                    target.exec_records += 1;
+                    target.name = c.name;
+                    if target.exec_records <= target.execs {
+                        // The kernel's count came first: the new program's mappings were
+                        // read again from /proc then, whole.
+                        continue;
+                    }
+                    target.execs = target.exec_records;
                     target.maps.exec();
                     target.hotspot = None;
-                    target.name = c.name;
                     target.rename_checks = RENAME_CHECKS;
                     self.uploads.forget_jit(c.pid);
                     changed.insert(c.pid);
