@@ -656,7 +656,9 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
                 .sum::<u32>()
                 .max(1);
             let processes = (prepared.targets.processes.len() as u32).max(1);
-            let sizes = sizes::table_sizes(args, threads, processes);
+            // The sampling timer runs on every online CPU, whatever this process's affinity.
+            let cpus = aya::util::online_cpus().map_or(1, |c| c.len() as u32);
+            let sizes = sizes::table_sizes(args, threads, processes, cpus);
             log::info!("{threads} threads in {processes} processes at start: tables {sizes:?}");
             sizes
         },
@@ -754,9 +756,10 @@ fn drain_all(
         }
     }
     log::info!(
-        "drained {} times during the capture ({:.3} s in all); most keys at one drain: {} waits, {} samples, {} wakers, {} stacks, {} threads",
+        "drained {} times during the capture ({:.3} s in all, {:.3} s of CPU); most keys at one drain: {} waits, {} samples, {} wakers, {} stacks, {} threads",
         stats.drains,
         stats.secs,
+        stats.cpu_secs,
         stats.peak_waits,
         stats.peak_samples,
         stats.peak_wakers,

@@ -280,8 +280,8 @@ pub struct Args {
     pub max_stacks: Option<u32>,
 
     /// Size of the in-kernel sample, wait and waker tables (distinct thread × stack keys
-    /// between two drains; a site histogram table an eighth of it). Default: sized from the
-    /// target's threads.
+    /// between two drains; a site histogram table an eighth of it). Default: waits and
+    /// wakers sized from the target's threads, samples from the CPUs and the frequency.
     #[arg(long, value_name = "N", value_parser = table_size)]
     pub max_keys: Option<u32>,
 

@@ -46,12 +46,19 @@ pub const DRAIN_INTERVAL: Duration = crate::capture::TICK;
 /// second, which a drain of a few milliseconds still keeps up with.
 const MIN_DRAIN_INTERVAL: Duration = Duration::from_millis(25);
 
+/// The first drain's interval.
+const FIRST_DRAIN_INTERVAL: Duration = Duration::from_millis(50);
+
 /// The next drain interval after a drain that found its fullest table `fill` full (0..1):
-/// half as long while a table is more than half full (a full table loses records), back
+/// while a table is more than half full, short enough to bring it to a quarter at the rate
+/// it filled (a full table may have overflowed at any rate: the shortest interval), since a
+/// full table loses records and halving step by step lost them for several drains; back
 /// towards [`DRAIN_INTERVAL`] while all are below an eighth.
 fn next_interval(current: Duration, fill: f64) -> Duration {
-    if fill > 0.5 {
-        (current / 2).max(MIN_DRAIN_INTERVAL)
+    if fill >= 0.99 {
+        MIN_DRAIN_INTERVAL
+    } else if fill > 0.5 {
+        current.mul_f64(0.25 / fill).max(MIN_DRAIN_INTERVAL)
     } else if fill < 0.125 {
         (current * 2).min(DRAIN_INTERVAL)
     } else {
@@ -87,7 +94,10 @@ pub struct Drainer {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DrainStats {
     pub drains: u64,
+    /// Wall time of the drains.
     pub secs: f64,
+    /// CPU time of the drains (the rest of `secs` is the drainer waiting for a CPU).
+    pub cpu_secs: f64,
     /// The shortest interval the drains came to (the tables filled faster than
     /// [`DRAIN_INTERVAL`] allowed).
     pub shortest_interval: Option<Duration>,
@@ -143,6 +153,7 @@ impl Drainer {
     /// Returns how full the fullest table was (0..1).
     pub fn drain(&mut self) -> Result<f64, ProbeError> {
         let started = Instant::now();
+        let cpu_started = thread_cpu_secs();
         self.note_kernel_memory();
         FILL.with(|f| f.set(0.0));
         let old = ((self.epoch + 1) & 1) as u32;
@@ -155,6 +166,7 @@ impl Drainer {
         lock(&self.window).set_epoch(self.epoch)?;
         self.stats.drains += 1;
         self.stats.secs += started.elapsed().as_secs_f64();
+        self.stats.cpu_secs += thread_cpu_secs() - cpu_started;
         Ok(FILL.with(std::cell::Cell::get))
     }
 
@@ -165,6 +177,7 @@ impl Drainer {
         pids: &[u32],
     ) -> Result<(Drained, DrainStats), ProbeError> {
         let started = Instant::now();
+        let cpu_started = thread_cpu_secs();
         self.note_kernel_memory();
         self.take(None)?;
         let threads_left = self.threads.read_all()?;
@@ -174,6 +187,7 @@ impl Drainer {
             add_thread(&mut self.totals.threads, tid, thread);
         }
         self.stats.secs += started.elapsed().as_secs_f64();
+        self.stats.cpu_secs += thread_cpu_secs() - cpu_started;
         let Totals {
             samples,
             waits,
@@ -322,22 +336,31 @@ impl Drainer {
     pub fn start(mut self) -> Background {
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
+            // See `priority`: a starved drainer loses records on a saturated machine.
+            crate::priority::boost_this_thread("the drainer");
             let mut warned = false;
-            let mut interval = DRAIN_INTERVAL;
+            // The first drains come early: a table sized from the thread count may fill
+            // within the first interval, before any drain could measure its pace; the
+            // intervals double back to the tick's while the tables stay nearly empty.
+            let mut interval = FIRST_DRAIN_INTERVAL;
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                 stopped.recv_timeout(interval)
             {
                 match self.drain() {
-                    Ok(fill) => interval = next_interval(interval, fill),
+                    Ok(fill) => {
+                        let next = next_interval(interval, fill);
+                        // Only a filling table shortens it (not the early start).
+                        if next < interval {
+                            let shortest = self.stats.shortest_interval.get_or_insert(next);
+                            *shortest = (*shortest).min(next);
+                        }
+                        interval = next;
+                    }
                     Err(e) if !warned => {
                         log::warn!("draining the tables during the capture failed: {e}");
                         warned = true;
                     }
                     Err(_) => {}
-                }
-                if interval < DRAIN_INTERVAL {
-                    let shortest = self.stats.shortest_interval.get_or_insert(interval);
-                    *shortest = (*shortest).min(interval);
                 }
             }
             self
@@ -606,6 +629,19 @@ impl<K: Pod, V: Pod> BatchMap<K, V> {
     }
 }
 
+/// The calling thread's CPU time so far (0 where the clock cannot be read).
+fn thread_cpu_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
 fn zeroed<T: Pod>() -> T {
     // SAFETY: Pod types are plain integers and arrays of them: all zeros is a valid value.
     unsafe { std::mem::zeroed() }
@@ -636,6 +672,10 @@ mod tests {
 
     #[test]
     fn a_filling_table_shortens_the_interval_and_an_emptied_one_restores_it() {
+        // A full table goes straight to the shortest interval; a half-full one to where it
+        // would be a quarter full.
+        assert_eq!(next_interval(DRAIN_INTERVAL, 1.0), MIN_DRAIN_INTERVAL);
+        assert_eq!(next_interval(DRAIN_INTERVAL, 0.625), DRAIN_INTERVAL * 2 / 5);
         let mut interval = DRAIN_INTERVAL;
         for _ in 0..10 {
             interval = next_interval(interval, 0.9);

@@ -660,7 +660,7 @@ fn size_maps(loader: &mut EbpfLoader<'_>, cfg: &ProbeConfig) {
     let sizes = &cfg.sizes;
     loader
         .map_max_entries(names::MAP_STACKS, sizes.stacks)
-        .map_max_entries(names::MAP_SAMPLES, sizes.keys)
+        .map_max_entries(names::MAP_SAMPLES, sizes.samples)
         .map_max_entries(names::MAP_WAITS, sizes.keys)
         // One entry with `--no-wakers`: nothing inserts into it, and the kernel memory goes.
         .map_max_entries(names::MAP_WAKERS, if cfg.wakers { sizes.keys } else { 1 })

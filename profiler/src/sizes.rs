@@ -16,8 +16,10 @@ pub struct TableSizes {
     pub threads: u32,
     pub processes: u32,
     pub stacks: u32,
-    /// Samples, waits and wakers.
+    /// Waits and wakers.
     pub keys: u32,
+    /// On-CPU samples: bounded by the samples taken between two drains, not by the threads.
+    pub samples: u32,
     /// Blocking sites' histograms (3.3 KiB each).
     pub site_hists: u32,
     /// The unwinder's and the kernel stacks' memos (LRU: a forgotten memo costs an unwind).
@@ -38,6 +40,18 @@ const PROCESS_CHURN: u32 = 64;
 /// machine, where the drainer itself waits for a CPU.
 const STACKS_PER_THREAD: u32 = 128;
 const KEYS_PER_THREAD: u32 = 128;
+/// Keys per thread of a target too large for `KEYS_PER_THREAD`: a thread between two drains
+/// has a wait or two, each with a waker, in the drain epoch that ends and the one that
+/// begins. A 5 000-thread JVM pool (each thread napping 200 ms) kept 16 384 keys with nothing
+/// lost; a 5 000-thread Python process handing its GIL on 50 000 times a second filled them.
+const KEYS_PER_THREAD_LARGE: u32 = 6;
+/// The most keys sized from the target (~290 bytes each for waits and wakers together).
+const MAX_KEYS: u32 = 65_536;
+/// The most blocking sites' histograms sized from the keys (two drain epochs' sites).
+const MAX_SITE_HISTS: u32 = 2_048;
+/// Seconds of samples on every CPU the sample table holds: two drain epochs of 200 ms, with
+/// room for a drainer starved of CPU for a second.
+const SAMPLE_SECONDS: u32 = 2;
 
 /// Timeline ring bytes per thread (records of ~64 bytes: 256 a thread between two drains, a
 /// wait of at least the 1 ms resolution every 0.8 ms); 1 MiB at least (16 384 records per
@@ -45,12 +59,24 @@ const KEYS_PER_THREAD: u32 = 128;
 const RING_BYTES_PER_THREAD: u32 = 16 * 1024;
 
 /// The sizes for `threads` threads in `processes` processes at the start (a launched command
-/// counts as one process with one thread: its build may start many more).
-pub fn table_sizes(args: &Args, threads: u32, processes: u32) -> TableSizes {
+/// counts as one process with one thread: its build may start many more), sampled on `cpus`
+/// CPUs.
+pub fn table_sizes(args: &Args, threads: u32, processes: u32, cpus: u32) -> TableSizes {
     let threads_sized = threads.saturating_mul(2).saturating_add(THREAD_CHURN);
+    let most_keys = threads
+        .saturating_mul(KEYS_PER_THREAD_LARGE)
+        .clamp(16_384, MAX_KEYS);
     let keys = args
         .max_keys
-        .unwrap_or_else(|| clamp(threads.saturating_mul(KEYS_PER_THREAD), 4_096, 16_384));
+        .unwrap_or_else(|| clamp(threads.saturating_mul(KEYS_PER_THREAD), 4_096, most_keys));
+    let freq = u32::try_from(args.freq).unwrap_or(u32::MAX);
+    let samples = args.max_keys.unwrap_or_else(|| {
+        clamp(
+            cpus.saturating_mul(freq).saturating_mul(SAMPLE_SECONDS),
+            1_024,
+            keys,
+        )
+    });
     TableSizes {
         threads: args
             .max_threads
@@ -66,7 +92,14 @@ pub fn table_sizes(args: &Args, threads: u32, processes: u32) -> TableSizes {
             .max_stacks
             .unwrap_or_else(|| clamp(threads.saturating_mul(STACKS_PER_THREAD), 2_048, 8_192)),
         keys,
-        site_hists: (keys / 8).max(64),
+        samples,
+        // Allocated as they fill, but 3.3 KiB each: a 5 000-thread Python process whose GIL
+        // hand-offs block at ever new sites filled 3 750 (12 MiB) at an eighth of its keys.
+        // `--max-keys` asks for an eighth, whatever it comes to.
+        site_hists: match args.max_keys {
+            Some(_) => (keys / 8).max(64),
+            None => clamp(keys / 8, 64, MAX_SITE_HISTS),
+        },
         memos: clamp(threads.saturating_mul(4), 512, 8_192),
         timeline_ring: args.timeline_ring_kib.map_or_else(
             || {
@@ -95,17 +128,28 @@ mod tests {
 
     #[test]
     fn a_small_process_gets_small_tables_and_a_large_one_larger() {
-        let small = table_sizes(&args(&[]), 2, 1);
+        let small = table_sizes(&args(&[]), 2, 1, 2);
         assert_eq!(small.threads, 2_048);
         assert_eq!(small.stacks, 2_048);
         assert_eq!(small.processes, 66);
-        let jvm = table_sizes(&args(&[]), 5_000, 1);
+        assert_eq!((small.keys, small.samples), (4_096, 1_024));
+        let pool = table_sizes(&args(&[]), 200, 1, 2);
+        assert_eq!(pool.keys, 16_384);
+        let jvm = table_sizes(&args(&[]), 5_000, 1, 2);
         assert_eq!(jvm.threads, 11_024);
         assert_eq!(jvm.stacks, 8_192);
-        assert_eq!(jvm.keys, 16_384);
+        assert_eq!(jvm.keys, 30_000);
+        assert_eq!(jvm.samples, 1_024);
+        assert_eq!(jvm.site_hists, 2_048);
         assert_eq!(jvm.memos, 8_192);
         assert_eq!(small.timeline_ring, 1 << 20);
         assert_eq!(jvm.timeline_ring, 4 << 20);
+        // Samples follow the CPUs and the frequency, never past the keys.
+        let big_host = table_sizes(&args(&["-F", "999"]), 5_000, 1, 64);
+        assert_eq!(big_host.samples, 30_000);
+        assert_eq!(table_sizes(&args(&[]), 5_000, 1, 64).samples, 12_672);
+        let huge = table_sizes(&args(&[]), 60_000, 1, 2);
+        assert_eq!(huge.keys, 65_536);
     }
 
     #[test]
@@ -114,7 +158,14 @@ mod tests {
             &args(&["--max-threads", "7", "--max-keys", "800"]),
             5_000,
             1,
+            2,
         );
         assert_eq!((s.threads, s.keys, s.site_hists), (7, 800, 100));
+        let big = table_sizes(&args(&["--max-keys", "100000"]), 2, 1, 2);
+        assert_eq!(
+            (big.keys, big.samples, big.site_hists),
+            (100_000, 100_000, 12_500)
+        );
+        assert_eq!(s.samples, 800);
     }
 }
