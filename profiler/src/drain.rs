@@ -7,8 +7,8 @@
 //! totals kept here, and then bumps the epoch. Stacks are written once and never changed in
 //! the kernel: each drain takes all of them (read and delete in one step); a stack seen again
 //! is stored again. Threads that exited (their last switch-out is behind them) leave the
-//! thread table one drain after they were first seen gone. After the window closes, one last
-//! drain takes everything.
+//! thread table one sweep after they were first seen gone (a drain sweeps the thread table
+//! at most once a tick). After the window closes, one last drain takes everything.
 //!
 //! Reads and deletes go through the batch commands of `bpf(2)` (one system call per few
 //! thousand entries, not three per entry).
@@ -84,8 +84,10 @@ pub struct Drainer {
     timeline: Option<TimelineReader>,
     /// The epoch the programs write now.
     epoch: u64,
-    /// Threads seen exited at the last drain: taken at this one.
+    /// Threads seen exited at the last sweep of the thread table: taken at the next one.
     exited: HashSet<u32>,
+    /// When the thread table was last swept for exited threads.
+    threads_swept: Option<Instant>,
     totals: Totals,
     pub stats: DrainStats,
 }
@@ -143,6 +145,7 @@ impl Drainer {
             timeline,
             epoch,
             exited: HashSet::new(),
+            threads_swept: None,
             totals: Totals::default(),
             stats: DrainStats::default(),
         })
@@ -158,7 +161,16 @@ impl Drainer {
         FILL.with(|f| f.set(0.0));
         let old = ((self.epoch + 1) & 1) as u32;
         self.take(Some(old))?;
-        self.take_exited_threads()?;
+        // Exits need no faster pace than the tick's (the thread table has room for a tick's
+        // churn), and a sweep reads every thread's entry: at 25 ms intervals, most of it
+        // again and again on a target with thousands of threads.
+        if self
+            .threads_swept
+            .is_none_or(|t| t.elapsed() >= DRAIN_INTERVAL)
+        {
+            self.take_exited_threads()?;
+            self.threads_swept = Some(Instant::now());
+        }
         if let Some(t) = &mut self.timeline {
             t.read();
         }
@@ -299,7 +311,7 @@ impl Drainer {
         Ok(())
     }
 
-    /// Threads whose last switch-out is behind them leave the table, one drain after they
+    /// Threads whose last switch-out is behind them leave the table, one sweep after they
     /// were first seen exited: a program that read the entry just before the exit was marked
     /// (a sample of the exiting thread) has long finished by then.
     fn take_exited_threads(&mut self) -> Result<(), ProbeError> {
