@@ -468,7 +468,7 @@ async fn capture(
     let load_started = Instant::now();
     let config = probe_config(args, verbose, prepared);
     let mut probes = Probes::load(&config)?;
-    let (kernel_memory, maps) = probes::maps_kernel_memory();
+    let (kernel_memory, maps) = probes.map_memory().read();
     log::info!(
         "kernel memory at load: {:.1} MiB in {maps} maps",
         kernel_memory as f64 / (1024.0 * 1024.0)

@@ -33,7 +33,8 @@ use profiler_core::{
 /// `CGROUP2_SUPER_MAGIC` (include/uapi/linux/magic.h).
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 /// Processes whose mappings are re-read per tick (for libraries loaded mid-capture) besides
-/// new and exec'd ones: a service of hundreds of processes is covered over a few seconds.
+/// new and exec'd ones, while the kernel's mapping records do not tell of each mapping: a
+/// service of hundreds of processes is covered over a few seconds.
 const REFRESHES_PER_TICK: usize = 16;
 
 /// What the user asked to profile.
@@ -70,6 +71,8 @@ pub struct Target {
     gone: bool,
     /// A HotSpot JVM's code cache, followed (found when its mappings show libjvm.so).
     pub hotspot: Option<HotSpot>,
+    /// Maps libjvm.so, but its structures could not be read yet: tried again each tick.
+    jvm_unattached: bool,
 }
 
 impl Target {
@@ -88,15 +91,20 @@ impl Target {
             rename_checks: RENAME_CHECKS,
             gone: false,
             hotspot: None,
+            jvm_unattached: false,
         }
     }
 
-    /// After its mappings were (re)read: a JVM is found; a JVM's code cache is read again
+    /// After its mappings were (re)read or recorded: a JVM is found; a JVM's code cache is read again
     /// when due (for its names even with `--unwind fp`). Whether its JIT rows changed (its
     /// mapping table must be uploaded).
-    fn follow_jit(&mut self, uploads: &mut Uploads, mappings_read: bool, gaps_met: bool) -> bool {
-        if mappings_read && self.hotspot.is_none() && self.maps.mappings().iter().any(is_libjvm) {
+    fn follow_jit(&mut self, uploads: &mut Uploads, mappings_new: bool, gaps_met: bool) -> bool {
+        if (mappings_new || self.jvm_unattached)
+            && self.hotspot.is_none()
+            && self.maps.mappings().iter().any(is_libjvm)
+        {
             self.hotspot = HotSpot::attach(self.pid);
+            self.jvm_unattached = self.hotspot.is_none();
         }
         match self.hotspot.as_mut().and_then(|h| h.refresh(gaps_met)) {
             Some(update) => uploads.set_jit(self.pid, update.base, update.end, &update.rows),
@@ -125,6 +133,14 @@ pub struct TargetSet {
     cgroup: Option<PathBuf>,
     follow_children: bool,
     next_refresh: usize,
+    /// Re-reads of `/proc/<pid>/maps` still owed: with mapping records flowing, one round
+    /// over the processes closes the gap between their first read and the records' start,
+    /// and a round follows each loss of records; no more (a read of a large process's maps
+    /// costs ~1 ms of kernel time, and on a PostgreSQL cluster re-reading each process every
+    /// tick was a third of the profiler's CPU time). Without records, every tick owes some.
+    refreshes_owed: usize,
+    /// Processes whose mappings the records changed since the last tick.
+    recorded: BTreeSet<u32>,
     /// The kernel's mapping records of every process (`mmap_events`): new processes'
     /// executables and libraries as they are mapped, so a process that lives 10 ms is
     /// unwound and named like one that lives an hour. None when they could not be opened
@@ -200,6 +216,8 @@ impl TargetSet {
             cgroup: selection.cgroup.clone(),
             follow_children: selection.follow_children,
             next_refresh: 0,
+            refreshes_owed: 0,
+            recorded: BTreeSet::new(),
             events: None,
             mapping_records_lost: 0,
             jit_gap_frames: 0,
@@ -215,6 +233,8 @@ impl TargetSet {
             cgroup: None,
             follow_children: true,
             next_refresh: 0,
+            refreshes_owed: 0,
+            recorded: BTreeSet::new(),
             events: None,
             mapping_records_lost: 0,
             jit_gap_frames: 0,
@@ -248,7 +268,10 @@ impl TargetSet {
     /// `/proc/<pid>/maps` alone, and says so.
     pub fn open_mapping_records(&mut self) {
         match MmapEvents::open() {
-            Ok(events) => self.events = Some(events),
+            Ok(events) => {
+                self.events = Some(events);
+                self.refreshes_owed = self.processes.len();
+            }
             Err(e) => log::warn!(
                 "mapping records unavailable ({e}): processes that exit within a tick are \
                  unwound by frame pointers and may stay unnamed"
@@ -351,10 +374,14 @@ impl TargetSet {
                         changed.insert(m.pid);
                     }
                 }
-                Event::Lost { count, .. } => self.mapping_records_lost += count,
+                Event::Lost { count, .. } => {
+                    self.mapping_records_lost += count;
+                    self.refreshes_owed = self.processes.len();
+                }
                 _ => {}
             }
         }
+        self.recorded.extend(&changed);
         self.publish(probes, &changed);
     }
 
@@ -496,10 +523,16 @@ impl TargetSet {
             .filter(|t| !t.gone)
             .map(|t| t.pid)
             .collect();
-        for i in 0..REFRESHES_PER_TICK.min(live.len()) {
+        let refreshes = if self.events.is_some() {
+            REFRESHES_PER_TICK.min(self.refreshes_owed)
+        } else {
+            REFRESHES_PER_TICK
+        };
+        self.refreshes_owed -= refreshes.min(self.refreshes_owed);
+        for i in 0..refreshes.min(live.len()) {
             reload.insert(live[(self.next_refresh + i) % live.len()]);
         }
-        self.next_refresh = self.next_refresh.wrapping_add(REFRESHES_PER_TICK);
+        self.next_refresh = self.next_refresh.wrapping_add(refreshes);
         // A process gone since its event: its maps cannot be read, nothing to upload.
         reload.retain(|pid| {
             self.processes
@@ -508,8 +541,10 @@ impl TargetSet {
         });
         // JVMs' code caches: new code unwinds once its rows are in, named from then on.
         let gaps_met = self.jit_gaps_met(probes);
+        let recorded = std::mem::take(&mut self.recorded);
         for target in self.processes.values_mut().filter(|t| !t.gone) {
-            if target.follow_jit(&mut self.uploads, reload.contains(&target.pid), gaps_met) {
+            let mappings_new = reload.contains(&target.pid) || recorded.contains(&target.pid);
+            if target.follow_jit(&mut self.uploads, mappings_new, gaps_met) {
                 reload.insert(target.pid);
             }
         }
