@@ -80,6 +80,70 @@ fn a_stock_jvm_with_c1_only_has_whole_named_java_stacks() {
     java_stacks(Jvm::C1Only);
 }
 
+/// A JVM the profiler launches (`-- java …`): libjvm.so is loaded after the exec, so the JVM
+/// is found from the kernel's mapping records or the exec's re-read of its mappings, not from
+/// a periodic re-read of every process's maps. Its Java frames are named like an attached
+/// JVM's once found: most of the spinner's time on the CPU under spin → middle → leaf.
+#[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
+fn a_jvm_the_profiler_launches_has_named_java_stacks() {
+    require_root();
+    let _serial = serial();
+    let dir = javac(None, "JitWork");
+    let out = outputs("jit-launched");
+    // Debian's alternatives link (`cargo xtask test` installs openjdk-17-jdk-headless).
+    let java = "/usr/bin/java";
+    // The window ends before the JVM does: interpreted frames are named from their
+    // `Method*` at the end, which needs the JVM still running (a JVM that exits inside the
+    // window keeps its compiled frames' names, read during the capture, not those).
+    let result = profile(&[
+        "--secs",
+        "5",
+        "--per-thread",
+        "--folded",
+        out.folded.to_str().unwrap(),
+        "-o",
+        out.svg.to_str().unwrap(),
+        "--",
+        java,
+        "-XX:CompileCommand=quiet",
+        "-XX:CompileCommand=dontinline,JitWork::*",
+        "-cp",
+        dir.to_str().unwrap(),
+        "JitWork",
+        "8",
+    ]);
+    assert_success(&result);
+    let lines = read_folded(&out.folded);
+    let spinner: Vec<&Line> = lines.iter().filter(|l| l.thread() == "spinner").collect();
+    let on: u64 = spinner
+        .iter()
+        .filter(|l| l.state().is_none())
+        .map(|l| l.count)
+        .sum();
+    let named: u64 = spinner
+        .iter()
+        .filter(|l| {
+            l.state().is_none()
+                && has_chain_containing(l, &["JitWork.spin", "JitWork.middle", "JitWork.leaf"])
+        })
+        .map(|l| l.count)
+        .sum();
+    eprintln!(
+        "launched JVM: spinner {:.1} s on the CPU, {:.1} % under spin → middle → leaf",
+        on as f64 / 1e6,
+        100.0 * named as f64 / on.max(1) as f64
+    );
+    // The spinner runs from ~0.3 s after the exec; the first code-cache read comes within a
+    // tick of the JVM mapping libjvm.so.
+    assert!(on as f64 > 2e6, "spinner: only {on} µs on the CPU");
+    assert!(
+        named as f64 >= 0.7 * on as f64,
+        "spinner: {named} of {on} µs on the CPU under spin → middle → leaf: {:#?}",
+        top(&spinner)
+    );
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Jvm {
     FramePointersAndPerfMap,
