@@ -37,6 +37,9 @@ const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 /// service of hundreds of processes is covered over a few seconds.
 const REFRESHES_PER_TICK: usize = 16;
 
+/// Ticks at which a JVM whose structures could not be read is tried again (5 s).
+const JVM_ATTACH_RETRIES: u8 = 25;
+
 /// What the user asked to profile.
 #[derive(Clone, Debug, Default)]
 pub struct Selection {
@@ -71,8 +74,9 @@ pub struct Target {
     gone: bool,
     /// A HotSpot JVM's code cache, followed (found when its mappings show libjvm.so).
     pub hotspot: Option<HotSpot>,
-    /// Maps libjvm.so, but its structures could not be read yet: tried again each tick.
-    jvm_unattached: bool,
+    /// Maps libjvm.so, but its structures could not be read yet: tried again at this many
+    /// more ticks.
+    jvm_retries: u8,
 }
 
 impl Target {
@@ -91,20 +95,28 @@ impl Target {
             rename_checks: RENAME_CHECKS,
             gone: false,
             hotspot: None,
-            jvm_unattached: false,
+            jvm_retries: 0,
         }
     }
 
-    /// After its mappings were (re)read or recorded: a JVM is found; a JVM's code cache is read again
-    /// when due (for its names even with `--unwind fp`). Whether its JIT rows changed (its
-    /// mapping table must be uploaded).
+    /// After its mappings were (re)read or recorded: a JVM is found; a JVM's code cache is
+    /// read again when due (for its names even with `--unwind fp`). Whether its JIT rows
+    /// changed (its mapping table must be uploaded).
     fn follow_jit(&mut self, uploads: &mut Uploads, mappings_new: bool, gaps_met: bool) -> bool {
-        if (mappings_new || self.jvm_unattached)
+        let retry = self.jvm_retries > 0;
+        if (mappings_new || retry)
             && self.hotspot.is_none()
             && self.maps.mappings().iter().any(is_libjvm)
         {
             self.hotspot = HotSpot::attach(self.pid);
-            self.jvm_unattached = self.hotspot.is_none();
+            // A JVM found while it maps its libraries may not have its structures yet: tried
+            // again for a while (a mapping record comes once, a re-read of the maps may not
+            // come again).
+            self.jvm_retries = match (&self.hotspot, retry) {
+                (Some(_), _) => 0,
+                (None, false) => JVM_ATTACH_RETRIES,
+                (None, true) => self.jvm_retries - 1,
+            };
         }
         match self.hotspot.as_mut().and_then(|h| h.refresh(gaps_met)) {
             Some(update) => uploads.set_jit(self.pid, update.base, update.end, &update.rows),
