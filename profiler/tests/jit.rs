@@ -121,14 +121,7 @@ fn a_jvm_the_profiler_launches_has_named_java_stacks() {
         .filter(|l| l.state().is_none())
         .map(|l| l.count)
         .sum();
-    let named: u64 = spinner
-        .iter()
-        .filter(|l| {
-            l.state().is_none()
-                && has_chain_containing(l, &["JitWork.spin", "JitWork.middle", "JitWork.leaf"])
-        })
-        .map(|l| l.count)
-        .sum();
+    let named = on_cpu_under_spin(&spinner);
     eprintln!(
         "launched JVM: spinner {:.1} s on the CPU, {:.1} % under spin → middle → leaf",
         on as f64 / 1e6,
@@ -264,14 +257,7 @@ fn check_spinner(kind: Jvm, lines: &[Line]) {
     // Read from the JVM itself, every Java frame has its name: spin() (interpreted, or
     // compiled on stack replacement) is the caller of middle().
     if kind.stock() {
-        let named: u64 = spinner
-            .iter()
-            .filter(|l| {
-                l.state().is_none()
-                    && has_chain_containing(l, &["JitWork.spin", "JitWork.middle", "JitWork.leaf"])
-            })
-            .map(|l| l.count)
-            .sum();
+        let named = on_cpu_under_spin(&spinner);
         eprintln!(
             "{kind:?}: spinner {:.1} % of its on-CPU time under spin → middle → leaf",
             100.0 * named as f64 / on as f64
@@ -282,6 +268,18 @@ fn check_spinner(kind: Jvm, lines: &[Line]) {
             top(&spinner)
         );
     }
+}
+
+/// The spinner's µs on the CPU under spin → middle → leaf, every Java frame named.
+fn on_cpu_under_spin(spinner: &[&Line]) -> u64 {
+    spinner
+        .iter()
+        .filter(|l| {
+            l.state().is_none()
+                && has_chain_containing(l, &["JitWork.spin", "JitWork.middle", "JitWork.leaf"])
+        })
+        .map(|l| l.count)
+        .sum()
 }
 
 /// The sleeper: asleep in Thread.sleep, below the JVM's thread start.
