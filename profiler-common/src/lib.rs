@@ -318,8 +318,15 @@ pub const fn hash_finish(mut h: u64) -> u64 {
 
 /// One stack, as stored in [`names::MAP_STACKS`]: frames leaf first, the low 32 bits of `len`
 /// of them valid, the rest zero. The high 32 bits of `len` hold the mapping-table generation
-/// a user stack was unwound under (0 for kernel stacks, and for user stacks walked without a
-/// table): which layout's files name its addresses.
+/// a user stack was unwound under (0 for kernel stacks and helper-fetched user stacks,
+/// [`NO_TABLE_GENERATION`] for a walk whose process had no table): which layout's files name
+/// its addresses.
+/// The generation of a user stack walked while its process had no mapping table (an exec
+/// moments ago, or a child forked before its parent's table was published): by frame pointers
+/// alone, which in code built without them read on into garbage. Never a table's generation
+/// (uploads count up from 1).
+pub const NO_TABLE_GENERATION: u32 = u32::MAX;
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Stack {

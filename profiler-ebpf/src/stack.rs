@@ -137,7 +137,11 @@ fn dwarf_user_stack(
     add(Counter::UnwindFrames, n);
     // The same addresses mean other functions under another layout: the layout (its mapping
     // table's generation) is part of the id, and stored for user space to name the frames.
-    let id = store_hashed(scratch, n, hash, unwind::current_generation());
+    let generation = match unwind::current_generation() {
+        0 => profiler_common::NO_TABLE_GENERATION,
+        g => g,
+    };
+    let id = store_hashed(scratch, n, hash, generation);
     let seen = if memo {
         unstash(Stash::UserRecognised)
     } else {

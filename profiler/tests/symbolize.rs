@@ -260,6 +260,7 @@ fn a_file_mapped_by_many_processes_is_looked_up_once() {
         .enumerate()
         .map(|(i, ((_, _, maps, perf_map), stack))| UserStacks {
             fallback: None,
+            cut_at_unmapped: false,
             maps,
             perf_map,
             stacks: vec![(i as u64, &stack[..])],
@@ -367,6 +368,7 @@ fn measure(commands: &[&[&str]], maps: &[ProcessMaps], per_file: u64) {
         let processes: Vec<UserStacks<'_>> = range
             .map(|i| UserStacks {
                 fallback: None,
+                cut_at_unmapped: false,
                 maps: &maps[i],
                 perf_map: &no_jit,
                 stacks: stacks[i]

@@ -12,7 +12,7 @@
 //! (BPF program and tracepoint trampolines) is cut off the top of kernel stacks.
 
 use std::{
-    collections::{BTreeSet, HashMap, hash_map::Entry},
+    collections::{BTreeSet, HashMap, HashSet, hash_map::Entry},
     io::Write as _,
     path::PathBuf,
     sync::Arc,
@@ -33,6 +33,7 @@ use crate::{
 
 pub use crate::model::Name;
 use crate::model::{FrameFile, Kind, NO_FILE, Profile, StackNames};
+use profiler_common::NO_TABLE_GENERATION;
 
 /// Marks kernel frames for inferno (and for readers).
 pub const KERNEL_SUFFIX: &str = "_[k]";
@@ -68,6 +69,9 @@ pub struct Spaces<'a> {
 enum Space {
     Layout(u32),
     Process(u32),
+    /// Walked without any table (generation 0: an exec moments ago, a child forked before its
+    /// parent's table was published): by frame pointers alone, named by the process's mappings.
+    Bare(u32),
 }
 
 /// Names every stack the profile refers to (samples, waits and wakers).
@@ -92,7 +96,9 @@ pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
         .map(|((space, ids), perf_map)| UserStacks {
             maps: match space {
                 (Space::Layout(g), _) => &spaces.layouts[g],
-                (Space::Process(p), _) => spaces.processes.get(p).copied().unwrap_or(&none),
+                (Space::Process(p) | Space::Bare(p), _) => {
+                    spaces.processes.get(p).copied().unwrap_or(&none)
+                }
             },
             // A layout was published while the process's records were still coming in (an
             // exec's table before its libraries' mappings reached us): what it lacks, the
@@ -100,7 +106,18 @@ pub fn name_stacks(profile: &Profile, spaces: &Spaces<'_>) -> StackNames {
             // do not share addresses (ASLR), so this names no frame wrongly in practice.
             fallback: match space {
                 (Space::Layout(_), pid) => spaces.processes.get(pid).copied(),
-                (Space::Process(_), _) => None,
+                (Space::Process(_) | Space::Bare(_), _) => None,
+            },
+            // A frame-pointer walk through code built without them reads on into garbage,
+            // and the leaf of a stack taken mid-exec is the previous program's: what the
+            // process's mappings cannot place is not a frame of it, nor is anything above.
+            // (Unless nothing of the process is known: then every frame is `[unmapped]`.)
+            cut_at_unmapped: match space {
+                (Space::Bare(p), _) => spaces
+                    .processes
+                    .get(p)
+                    .is_some_and(|m| !m.mappings().is_empty()),
+                _ => false,
             },
             perf_map,
             stacks: ids
@@ -169,6 +186,7 @@ fn user_groups(
         }
         let space = match profile.stack_generations.get(&id) {
             Some(g) if spaces.layouts.contains_key(g) => Space::Layout(*g),
+            Some(&NO_TABLE_GENERATION) => Space::Bare(pid),
             _ => Space::Process(pid),
         };
         groups.entry((space, pid)).or_default().push(id);
@@ -181,6 +199,9 @@ pub struct UserStacks<'a> {
     pub maps: &'a ProcessMaps,
     /// Where to look for an address `maps` does not have.
     pub fallback: Option<&'a ProcessMaps>,
+    /// Whether the stacks were walked without a table: their frames from the first address
+    /// no mapping places (leaf side) up are dropped, not shown as `[unmapped]`.
+    pub cut_at_unmapped: bool,
     pub perf_map: &'a PerfMap,
     /// (stack id, frames leaf first).
     pub stacks: Vec<(u64, &'a [u64])>,
@@ -226,6 +247,8 @@ enum FileKey {
 enum Place {
     /// Named without reading a file: (name, index in the file table).
     Named(Name, u32),
+    /// In none of the process's mappings, nor JIT code it announced.
+    Unmapped(Name),
     /// At `offset` in the `wanted`th file looked up.
     InFile {
         wanted: usize,
@@ -301,6 +324,7 @@ impl Symbolizer {
         let process = UserStacks {
             maps,
             fallback: None,
+            cut_at_unmapped: false,
             perf_map,
             stacks: stacks.into_iter().collect(),
         };
@@ -344,11 +368,16 @@ impl Symbolizer {
         }
         let mut named = HashMap::new();
         for (p, places) in processes.iter().zip(places) {
+            let mut unmapped: HashSet<u64> = HashSet::new();
             let names: HashMap<u64, (Name, u32)> = places
                 .into_iter()
                 .map(|(addr, place)| {
                     let name = match place {
                         Place::Named(name, file) => (name, file),
+                        Place::Unmapped(name) => {
+                            unmapped.insert(addr);
+                            (name, NO_FILE)
+                        }
                         Place::InFile {
                             wanted,
                             offset,
@@ -363,7 +392,14 @@ impl Symbolizer {
                 })
                 .collect();
             for &(id, stack) in &p.stacks {
-                let (frames, in_files) = lookup_addresses(stack)
+                let kept = if p.cut_at_unmapped {
+                    lookup_addresses(stack)
+                        .take_while(|a| !unmapped.contains(a))
+                        .count()
+                } else {
+                    stack.len()
+                };
+                let (frames, in_files) = lookup_addresses(&stack[..kept])
                     .rev()
                     .flat_map(|a| {
                         let (name, file) = names
@@ -477,13 +513,16 @@ impl Symbolizer {
                 fallback.find(addr).map(|m| (true, fallback, m))
             });
             let Some((in_fallback, maps, mapping)) = found else {
-                let name = perf_map.find(addr).unwrap_or("[unmapped]");
+                let place = match perf_map.find(addr) {
+                    Some(jit) => Place::Named(Arc::from(jit), NO_FILE),
+                    None => Place::Unmapped(Arc::from("[unmapped]")),
+                };
                 log::trace!(
                     "process {}: {addr:#x} is in none of its {} known mappings",
                     maps.pid(),
                     maps.mappings().len()
                 );
-                places.insert(addr, Place::Named(Arc::from(name), NO_FILE));
+                places.insert(addr, place);
                 continue;
             };
             let info = match mapped.entry((in_fallback, mapping.start)) {
@@ -757,6 +796,41 @@ mod tests {
             Symbolizer::new().user_stacks(&ProcessMaps::default(), &perf_map, [(7, &stack[..])]);
         let frames: Vec<&str> = named[&7].iter().map(|n| &**n).collect();
         assert_eq!(frames, ["Chain.doFilter", "Journal.record_[i]", "stub"]);
+    }
+
+    #[test]
+    fn a_stack_walked_without_a_table_stops_before_what_no_mapping_places() {
+        let maps = ProcessMaps::from_mappings(crate::procmap::parse_maps(
+            "400000-500000 r-xp 00000000 00:00 0 [anon:code]\n",
+        ));
+        let perf_map = PerfMap::default();
+        // Leaf first: a placed leaf, a garbage caller from a frame-pointer walk, more above.
+        let garbage_above = [0x401000, 0x9999, 0x402000];
+        let garbage_leaf = [0x9999, 0x402000];
+        let stacks = |cut_at_unmapped| UserStacks {
+            maps: &maps,
+            fallback: None,
+            cut_at_unmapped,
+            perf_map: &perf_map,
+            stacks: vec![(1, &garbage_above[..]), (2, &garbage_leaf[..])],
+        };
+        let names = |cut| {
+            let named =
+                Symbolizer::new().user_stacks_in_files(&[stacks(cut)], &mut FileTable::default());
+            let frames =
+                |id: u64| -> Vec<String> { named[&id].0.iter().map(|n| n.to_string()).collect() };
+            (frames(1), frames(2))
+        };
+        let (above, leaf) = names(true);
+        assert_eq!(above, ["[anon:code]+0x1000"]);
+        assert!(leaf.is_empty(), "{leaf:?}");
+        // A walk with a table keeps what it found: JIT code the perf map does not know yet.
+        let (above, leaf) = names(false);
+        assert_eq!(
+            above,
+            ["[anon:code]+0x1fff", "[unmapped]", "[anon:code]+0x1000"]
+        );
+        assert_eq!(leaf, ["[anon:code]+0x1fff", "[unmapped]"]);
     }
 
     #[test]
