@@ -579,7 +579,11 @@ async fn wait_out(
         .timeline_min_ns
         .map(|ns| TimelineReader::new(&mut probes, ns, args.timeline_max_records))
         .transpose()?;
-    let draining = Drainer::new(&mut probes, Arc::clone(&window), timeline)?.start();
+    let (new_stacks, named_at_ticks) = std::sync::mpsc::channel();
+    prepared.targets.new_stacks = Some(named_at_ticks);
+    let draining = Drainer::new(&mut probes, Arc::clone(&window), timeline)?
+        .send_new_stacks(new_stacks)
+        .start();
     if config.dwarf_chunks.is_some() {
         match LateSamples::new(&mut probes) {
             Ok(late) => prepared.targets.late = Some(late),

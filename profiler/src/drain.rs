@@ -18,7 +18,7 @@ use std::{
     io,
     marker::PhantomData,
     os::fd::{AsFd as _, AsRawFd as _},
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError, mpsc},
     time::{Duration, Instant},
 };
 
@@ -27,8 +27,8 @@ use aya::{
     maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray},
 };
 use profiler_common::{
-    Counter, ProcEvent, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread,
-    WAIT_HIST_BUCKETS, WaitEntry, WaitHist, WaitKey, WaitValue, WakerKey, WakerValue,
+    Counter, NO_TABLE_GENERATION, ProcEvent, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack,
+    Thread, WAIT_HIST_BUCKETS, WaitEntry, WaitHist, WaitKey, WaitValue, WakerKey, WakerValue,
     exit_overcount_ns, names, thread_flags, unwind::ProcMappings,
 };
 
@@ -90,7 +90,17 @@ pub struct Drainer {
     threads_swept: Option<Instant>,
     map_memory: MapMemory,
     totals: Totals,
+    /// Where each user stack unwound under a table goes when first drained: the target set
+    /// names a JVM's interpreted and inlined methods in it while the JVM still runs.
+    new_stacks: Option<mpsc::Sender<NewStack>>,
     pub stats: DrainStats,
+}
+
+/// A user stack the drainer met for the first time: the mapping-table generation it was
+/// unwound under (which process's layout) and its frames, leaf first.
+pub struct NewStack {
+    pub generation: u32,
+    pub frames: Box<[u64]>,
 }
 
 /// What the drains cost and how full the tables came to be.
@@ -158,8 +168,15 @@ impl Drainer {
             threads_swept: None,
             map_memory: probes.map_memory().clone(),
             totals: Totals::default(),
+            new_stacks: None,
             stats: DrainStats::default(),
         })
+    }
+
+    /// Hands each user stack unwound under a table, when first drained, to `to`.
+    pub fn send_new_stacks(mut self, to: mpsc::Sender<NewStack>) -> Self {
+        self.new_stacks = Some(to);
+        self
     }
 
     /// One drain while the capture runs: the keys of the epoch before the current one, the
@@ -319,13 +336,28 @@ impl Drainer {
         let stacks = self.stacks.take_all()?;
         self.stats.peak_stacks = self.stats.peak_stacks.max(stacks.len());
         for (id, stack) in stacks {
-            t.stacks.insert(
-                id,
-                StackTotal {
-                    generation: stack.generation(),
-                    frames: stack.frames().into(),
-                },
-            );
+            let generation = stack.generation();
+            let frames: Box<[u64]> = stack.frames().into();
+            // The kernel stores a stack again each time it recurs after a drain took it.
+            let new = t
+                .stacks
+                .insert(
+                    id,
+                    StackTotal {
+                        generation,
+                        frames: frames.clone(),
+                    },
+                )
+                .is_none();
+            let named_elsewhere = new && generation != 0 && generation != NO_TABLE_GENERATION;
+            let sent = match &self.new_stacks {
+                Some(to) if named_elsewhere => to.send(NewStack { generation, frames }).is_ok(),
+                _ => true,
+            };
+            if !sent {
+                // The receiver is gone (the window closed): nobody names from here on.
+                self.new_stacks = None;
+            }
         }
         Ok(())
     }

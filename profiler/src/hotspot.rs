@@ -357,6 +357,21 @@ impl HotSpot {
         PerfMap::from_entries(entries).with_inlined(inlined)
     }
 
+    /// Names, now, the methods `frames` (as [`Self::names`] takes them) show: interpreted ones
+    /// and those inlined into compiled code. Kept for `names`, which runs after the window,
+    /// when a JVM that exited inside it can no longer be read.
+    pub fn name_methods(&mut self, frames: impl IntoIterator<Item = u64>) {
+        for frame in frames {
+            if let Some(method) = java_method_of(frame) {
+                let _ = self.method_name(method);
+            } else if let Some(chain) = self.inlined_at(frame).map(<[u64]>::to_vec) {
+                for &method in chain.iter().skip(1) {
+                    let _ = self.method_name(method);
+                }
+            }
+        }
+    }
+
     /// A `Method*`'s name, resolved once.
     fn method_name(&mut self, method: u64) -> Option<String> {
         if !self.methods.contains_key(&method) {

@@ -11,9 +11,11 @@ use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     io,
     path::{Path, PathBuf},
+    sync::mpsc,
 };
 
 use crate::{
+    drain::NewStack,
     hotspot::HotSpot,
     late::{self, LateSamples, LateUnwound},
     mmap_events::{Event, MmapEvents},
@@ -165,6 +167,10 @@ pub struct TargetSet {
     /// Samples of processes the kernel had no table for, unwound here (with `--unwind
     /// dwarf`, once the capture runs).
     pub late: Option<LateSamples>,
+    /// User stacks as the drainer first meets them: a JVM's interpreted and inlined methods
+    /// in them are named at the next tick, while it runs (a JVM that exits inside the window
+    /// cannot be read after it).
+    pub new_stacks: Option<mpsc::Receiver<NewStack>>,
 }
 
 /// What `late.rs` unwinds with: each process's mapping table as the kernel would get it.
@@ -234,6 +240,7 @@ impl TargetSet {
             mapping_records_lost: 0,
             jit_gap_frames: 0,
             late: None,
+            new_stacks: None,
         })
     }
 
@@ -251,6 +258,7 @@ impl TargetSet {
             mapping_records_lost: 0,
             jit_gap_frames: 0,
             late: None,
+            new_stacks: None,
         }
     }
 
@@ -460,6 +468,7 @@ impl TargetSet {
     pub fn tick(&mut self, probes: &mut Probes) -> Tick {
         let mut tick = Tick::default();
         self.follow_mappings(probes);
+        self.name_java_methods();
         let mut reload: BTreeSet<u32> = BTreeSet::new();
         self.follow_events(probes, &mut tick, &mut reload);
         self.join_cgroup(probes, &mut reload);
@@ -468,6 +477,26 @@ impl TargetSet {
         self.forget_gone(probes);
         tick.all_gone = self.processes.values().all(|t| t.gone);
         tick
+    }
+
+    /// The Java methods of the stacks drained since the last tick named now, while their JVM
+    /// runs: by the process whose layout each stack was unwound under.
+    fn name_java_methods(&mut self) {
+        let Some(new_stacks) = &self.new_stacks else {
+            return;
+        };
+        for stack in new_stacks.try_iter() {
+            let Some(pid) = self.uploads.layouts.get(&stack.generation).map(|m| m.pid()) else {
+                continue;
+            };
+            if let Some(hotspot) = self
+                .processes
+                .get_mut(&pid)
+                .and_then(|t| t.hotspot.as_mut())
+            {
+                hotspot.name_methods(lookup_addresses(&stack.frames));
+            }
+        }
     }
 
     /// Forks, execs and exits the kernel side recorded; the processes whose maps must be
