@@ -368,38 +368,14 @@ impl Symbolizer {
         }
         let mut named = HashMap::new();
         for (p, places) in processes.iter().zip(places) {
-            let mut unmapped: HashSet<u64> = HashSet::new();
-            let names: HashMap<u64, (Name, u32)> = places
-                .into_iter()
-                .map(|(addr, place)| {
-                    let name = match place {
-                        Place::Named(name, file) => (name, file),
-                        Place::Unmapped(name) => {
-                            unmapped.insert(addr);
-                            (name, NO_FILE)
-                        }
-                        Place::InFile {
-                            wanted,
-                            offset,
-                            display,
-                            file,
-                        } => match found.get(&(wanted, offset)) {
-                            Some(name) => (name.clone(), file),
-                            None => (Arc::from(format!("{display}+{offset:#x}")), file),
-                        },
-                    };
-                    (addr, name)
-                })
-                .collect();
+            let (names, unmapped) = place_names(places, &found);
             for &(id, stack) in &p.stacks {
-                let kept = if p.cut_at_unmapped {
-                    lookup_addresses(stack)
-                        .take_while(|a| !unmapped.contains(a))
-                        .count()
+                let stack = if p.cut_at_unmapped {
+                    placed_part(stack, &unmapped)
                 } else {
-                    stack.len()
+                    stack
                 };
-                let (frames, in_files) = lookup_addresses(&stack[..kept])
+                let (frames, in_files) = lookup_addresses(stack)
                     .rev()
                     .flat_map(|a| {
                         let (name, file) = names
@@ -780,6 +756,46 @@ pub fn lookup_addresses(stack: &[u64]) -> impl DoubleEndedIterator<Item = u64> +
                 a.saturating_sub(1)
             }
         })
+}
+
+/// A process's addresses named (name, index in the file table) from their places and the
+/// symbols `found` in files; and the addresses no mapping places.
+fn place_names(
+    places: HashMap<u64, Place>,
+    found: &HashMap<(usize, u64), Name>,
+) -> (HashMap<u64, (Name, u32)>, HashSet<u64>) {
+    let mut unmapped: HashSet<u64> = HashSet::new();
+    let names = places
+        .into_iter()
+        .map(|(addr, place)| {
+            let name = match place {
+                Place::Named(name, file) => (name, file),
+                Place::Unmapped(name) => {
+                    unmapped.insert(addr);
+                    (name, NO_FILE)
+                }
+                Place::InFile {
+                    wanted,
+                    offset,
+                    display,
+                    file,
+                } => match found.get(&(wanted, offset)) {
+                    Some(name) => (name.clone(), file),
+                    None => (Arc::from(format!("{display}+{offset:#x}")), file),
+                },
+            };
+            (addr, name)
+        })
+        .collect();
+    (names, unmapped)
+}
+
+/// The frames of `stack` (leaf first) below the first one in `unmapped`.
+fn placed_part<'s>(stack: &'s [u64], unmapped: &HashSet<u64>) -> &'s [u64] {
+    let placed = lookup_addresses(stack)
+        .take_while(|a| !unmapped.contains(a))
+        .count();
+    &stack[..placed]
 }
 
 #[cfg(test)]
