@@ -750,6 +750,12 @@ fn drain_all(
         profiler_common::Counter::MappingRecordsLost,
         targets.mapping_records_lost,
     );
+    if targets.uploads.held_back > 0 {
+        log::info!(
+            "{} mapping tables held back: their process exec'd before they reached the kernel",
+            targets.uploads.held_back
+        );
+    }
     if let Some(tables) = targets.uploads.tables() {
         drained.counters.set(
             profiler_common::Counter::UnwindRowsNotLoaded,

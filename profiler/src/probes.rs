@@ -427,6 +427,13 @@ impl Probes {
         Ok(hash.iter().filter_map(Result::ok).collect())
     }
 
+    /// The kernel's count of `tgid`'s execs since the capture began (None: none recorded).
+    pub fn kernel_execs(&self, tgid: u32) -> Option<u32> {
+        let map = self.ebpf.map(names::MAP_PROCS)?;
+        let hash: HashMap<&MapData, u32, ProcEvent> = HashMap::try_from(map).ok()?;
+        hash.get(&tgid, 0).ok().map(|e| e.execs)
+    }
+
     /// Forgets a process that is gone: its event and its mapping table (the tables would
     /// otherwise fill with process churn).
     pub fn forget_process(&mut self, tgid: u32) {

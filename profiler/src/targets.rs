@@ -419,7 +419,7 @@ impl TargetSet {
         }
         let changed = pids
             .iter()
-            .filter_map(|pid| self.processes.get(pid).map(|t| (*pid, &t.maps)));
+            .filter_map(|pid| self.processes.get(pid).map(|t| (*pid, &t.maps, t.execs)));
         if let Err(e) = self.uploads.publish(probes, changed) {
             log::warn!("the kernel's tables were not all updated: {e}");
         }
@@ -430,7 +430,10 @@ impl TargetSet {
         for &pid in self.processes.keys() {
             self.uploads.add_target(probes, pid)?;
         }
-        let all = self.processes.iter().map(|(&pid, t)| (pid, &t.maps));
+        let all = self
+            .processes
+            .iter()
+            .map(|(&pid, t)| (pid, &t.maps, t.execs));
         self.uploads.publish(probes, all)
     }
 

@@ -18,6 +18,8 @@ pub struct Uploads {
     tables: Option<UnwindTables>,
     /// Every mapping-table layout handed to the kernel, by generation.
     pub layouts: HashMap<u32, ProcessMaps>,
+    /// Tables not uploaded because their process had exec'd since their maps were read.
+    pub held_back: u64,
 }
 
 impl Uploads {
@@ -25,6 +27,7 @@ impl Uploads {
         Self {
             tables,
             layouts: HashMap::new(),
+            held_back: 0,
         }
     }
 
@@ -86,12 +89,17 @@ impl Uploads {
         probes.set_target(pid, true)
     }
 
-    /// Rows not in the kernel yet, then the mapping table of each of `processes`. Every
-    /// table is tried; the first error is returned.
+    /// Rows not in the kernel yet, then the mapping table of each of `processes` (pid, maps,
+    /// execs they were read after). Every table is tried; the first error is returned.
+    ///
+    /// A process the kernel saw exec more often than its maps know of is skipped: the exec
+    /// took its old table away, and a table of the old program put back now would unwind the
+    /// new one with rows of code no longer there, until the next tick learns of the exec (a
+    /// child a build forks and execs at once, read between the two).
     pub fn publish<'a>(
         &mut self,
         probes: &mut Probes,
-        processes: impl Iterator<Item = (u32, &'a ProcessMaps)>,
+        processes: impl Iterator<Item = (u32, &'a ProcessMaps, u32)>,
     ) -> Result<(), ProbeError> {
         let Some(tables) = self.tables.as_mut() else {
             return Ok(());
@@ -104,7 +112,15 @@ impl Uploads {
                 Err(e) => first_error = Some(e),
             }
         }
-        for (pid, maps) in processes {
+        for (pid, maps, execs) in processes {
+            if probes
+                .kernel_execs(pid)
+                .is_some_and(|kernel| kernel > execs)
+            {
+                log::debug!("process {pid} exec'd since its maps were read: table held back");
+                self.held_back += 1;
+                continue;
+            }
             let table = tables.proc_mappings(maps);
             self.layouts
                 .entry(table.generation)
