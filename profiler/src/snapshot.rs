@@ -52,6 +52,7 @@ pub fn seed_threads(
             None => thread.stats.last_in_ns = start_ns,
             Some(state) => {
                 let user = user_stack(snap, targets, &mut processes);
+                targets.seeded_stack(snap.tgid, &user);
                 let kernel: Vec<u64> = snap
                     .kernel_frames
                     .iter()

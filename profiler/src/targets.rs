@@ -171,6 +171,9 @@ pub struct TargetSet {
     /// in them are named at the next tick, while it runs (a JVM that exits inside the window
     /// cannot be read after it).
     pub new_stacks: Option<mpsc::Receiver<NewStack>>,
+    /// JVMs' user stacks of the start snapshot (pid, frames leaf first), named at the first
+    /// tick like the drained ones.
+    seeded_java: Vec<(u32, Vec<u64>)>,
 }
 
 /// What `late.rs` unwinds with: each process's mapping table as the kernel would get it.
@@ -241,6 +244,7 @@ impl TargetSet {
             jit_gap_frames: 0,
             late: None,
             new_stacks: None,
+            seeded_java: Vec::new(),
         })
     }
 
@@ -259,6 +263,7 @@ impl TargetSet {
             jit_gap_frames: 0,
             late: None,
             new_stacks: None,
+            seeded_java: Vec::new(),
         }
     }
 
@@ -482,23 +487,37 @@ impl TargetSet {
         tick
     }
 
-    /// The Java methods of the stacks drained since the last tick named now, while their JVM
-    /// runs: by the process whose layout each stack was unwound under.
+    /// The Java methods of the start snapshot's stacks and of those drained since the last
+    /// tick named now, while their JVM runs: a drained stack's by the process whose layout it
+    /// was unwound under.
     fn name_java_methods(&mut self) {
-        let Some(new_stacks) = &self.new_stacks else {
-            return;
-        };
-        for stack in new_stacks.try_iter() {
-            let Some(pid) = self.uploads.layouts.get(&stack.generation).map(|m| m.pid()) else {
-                continue;
-            };
+        let mut stacks = std::mem::take(&mut self.seeded_java);
+        if let Some(new_stacks) = &self.new_stacks {
+            stacks.extend(new_stacks.try_iter().filter_map(|stack| {
+                let pid = self.uploads.layouts.get(&stack.generation)?.pid();
+                self.processes.get(&pid)?.hotspot.as_ref()?;
+                Some((pid, stack.frames.into_vec()))
+            }));
+        }
+        for (pid, frames) in stacks {
             if let Some(hotspot) = self
                 .processes
                 .get_mut(&pid)
                 .and_then(|t| t.hotspot.as_mut())
             {
-                hotspot.name_methods(lookup_addresses(&stack.frames));
+                hotspot.name_methods(lookup_addresses(&frames));
             }
+        }
+    }
+
+    /// A user stack the start snapshot walked in `pid`: a JVM's are named at the first tick.
+    pub fn seeded_stack(&mut self, pid: u32, frames: &[u64]) {
+        if self
+            .processes
+            .get(&pid)
+            .is_some_and(|t| t.hotspot.is_some())
+        {
+            self.seeded_java.push((pid, frames.to_vec()));
         }
     }
 

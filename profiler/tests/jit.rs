@@ -118,6 +118,64 @@ fn a_jvm_that_exits_inside_the_window_keeps_its_java_names() {
     );
 }
 
+/// The same for a JVM the profiler attaches to by PID: the Java main thread, asleep in
+/// `JitWork.main → Thread.sleep` since before the window, is seen only by the start snapshot;
+/// that stack's methods are named at the first tick. Measured on 2026-12-04 (AMD EPYC, 2
+/// vCPUs), `JitWork 5` attached at 1.5 s: 19 % of all the capture's time under an `[unmapped]`
+/// frame before (that sleep among it), 0.01 % after (the exit's own new frames).
+#[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
+fn a_jvm_attached_by_pid_that_exits_inside_the_window_keeps_its_java_names() {
+    require_root();
+    let _serial = serial();
+    let dir = javac(None, "JitWork");
+    let out = outputs("jit-attached-exits");
+    let jvm = Workload {
+        child: Command::new("/usr/bin/java")
+            .args(["-XX:CompileCommand=quiet", "-cp"])
+            .arg(&dir)
+            .args(["JitWork", "5"])
+            .spawn()
+            .expect("start java"),
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = jvm.child.id().to_string();
+    let result = profile(&[
+        "--pid",
+        &pid,
+        "--secs",
+        "30",
+        "--per-thread",
+        "--folded",
+        out.folded.to_str().unwrap(),
+        "-o",
+        out.svg.to_str().unwrap(),
+    ]);
+    assert_success(&result);
+    let lines = read_folded(&out.folded);
+    let total: u64 = lines.iter().map(|l| l.count).sum();
+    let unmapped: u64 = lines
+        .iter()
+        .filter(|l| l.frames.iter().any(|f| f == "[unmapped]"))
+        .map(|l| l.count)
+        .sum();
+    let main_asleep: u64 = lines
+        .iter()
+        .filter(|l| has_chain_containing(l, &["JitWork.main", "java.lang.Thread.sleep"]))
+        .map(|l| l.count)
+        .sum();
+    eprintln!(
+        "attached JVM exiting: {:.2} % under [unmapped], main asleep {:.1} s",
+        100.0 * unmapped as f64 / total.max(1) as f64,
+        main_asleep as f64 / 1e6
+    );
+    assert!(main_asleep > 2_000_000, "main asleep: {main_asleep} µs");
+    assert!(
+        (unmapped as f64) < 0.02 * total as f64,
+        "{unmapped} of {total} µs under [unmapped]"
+    );
+}
+
 /// `profiler --secs <secs> -- java … JitWork <exit_after>`: the spinner's µs on the CPU, those
 /// under spin → middle → leaf, and its heaviest stacks (for a failure's message).
 fn launched_jit_work(name: &str, secs: u32, exit_after: u32) -> (u64, u64, String) {
