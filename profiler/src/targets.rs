@@ -591,7 +591,7 @@ impl TargetSet {
         } else {
             REFRESHES_PER_TICK
         };
-        self.refreshes_owed -= refreshes.min(self.refreshes_owed);
+        self.refreshes_owed = self.refreshes_owed.saturating_sub(refreshes);
         for i in 0..refreshes.min(live.len()) {
             reload.insert(live[(self.next_refresh + i) % live.len()]);
         }
