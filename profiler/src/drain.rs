@@ -14,7 +14,7 @@
 //! thousand entries, not three per entry).
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{HashMap, HashSet, hash_map::Entry},
     io,
     marker::PhantomData,
     os::fd::{AsFd as _, AsRawFd as _},
@@ -336,28 +336,27 @@ impl Drainer {
         let stacks = self.stacks.take_all()?;
         self.stats.peak_stacks = self.stats.peak_stacks.max(stacks.len());
         for (id, stack) in stacks {
+            // The kernel stores a stack again each time it recurs after a drain took it: its
+            // id (a hash of its frames and generation) is then already here.
+            let Entry::Vacant(slot) = t.stacks.entry(id) else {
+                continue;
+            };
             let generation = stack.generation();
             let frames: Box<[u64]> = stack.frames().into();
-            // The kernel stores a stack again each time it recurs after a drain took it.
-            let new = t
-                .stacks
-                .insert(
-                    id,
-                    StackTotal {
+            let sent = match &self.new_stacks {
+                Some(to) if generation != 0 && generation != NO_TABLE_GENERATION => to
+                    .send(NewStack {
                         generation,
                         frames: frames.clone(),
-                    },
-                )
-                .is_none();
-            let named_elsewhere = new && generation != 0 && generation != NO_TABLE_GENERATION;
-            let sent = match &self.new_stacks {
-                Some(to) if named_elsewhere => to.send(NewStack { generation, frames }).is_ok(),
+                    })
+                    .is_ok(),
                 _ => true,
             };
             if !sent {
                 // The receiver is gone (the window closed): nobody names from here on.
                 self.new_stacks = None;
             }
+            slot.insert(StackTotal { generation, frames });
         }
         Ok(())
     }
