@@ -164,7 +164,9 @@ pub struct Config {
     pub task_on_cpu_offset: u32,
     /// Bit set of [`config_flags`].
     pub flags: u32,
-    pub _pad: u32,
+    /// `offsetof(struct task_struct, start_time)`: when the task was created (CLOCK_MONOTONIC,
+    /// `bpf_ktime_get_ns`'s clock).
+    pub task_start_time_offset: u32,
     /// Waits shorter than this are not aggregated (`--min-block-us`).
     pub min_block_ns: u64,
     /// Waits longer than this are not aggregated (`--max-block-us`); `u64::MAX` = no limit.

@@ -61,7 +61,7 @@ static CONFIG: Global<Config> = Global::new(Config {
     task_run_delay_offset: 0,
     task_on_cpu_offset: 0,
     flags: 0,
-    _pad: 0,
+    task_start_time_offset: 0,
     min_block_ns: 0,
     max_block_ns: u64::MAX,
     timeline_min_ns: u64::MAX,

@@ -85,11 +85,12 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
         let preempt: u64 = ctx.arg(ARG_PREEMPT);
         let prev_state: u64 = ctx.arg(ARG_PREV_STATE);
         // SAFETY: `prev` is the live current task.
-        let (tid, exec_ns, delay_ns): (u32, u64, u64) = unsafe {
+        let (tid, exec_ns, delay_ns, created_ns): (u32, u64, u64, u64) = unsafe {
             (
                 load(prev, cfg.task_pid_offset),
                 load(prev, cfg.task_exec_offset),
                 load(prev, cfg.task_run_delay_offset),
+                load(prev, cfg.task_start_time_offset),
             )
         };
         let out = SwitchOut {
@@ -99,6 +100,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
             start_ns,
             exec_ns,
             delay_ns,
+            created_ns,
             preempt: (preempt & 1) as u32,
             prev_state: prev_state as u32,
         };
@@ -129,6 +131,8 @@ pub struct SwitchOut {
     /// `prev->se.sum_exec_runtime` and `prev->sched_info.run_delay`.
     exec_ns: u64,
     delay_ns: u64,
+    /// `prev->start_time`: when the thread was created.
+    created_ns: u64,
     /// `preempt` as 0 or 1 (a `bool` argument would be an unknown byte to the verifier).
     preempt: u32,
     prev_state: u32,
@@ -193,8 +197,11 @@ fn account(cfg: &Config, out: &SwitchOut, wait: WaitStart) -> u64 {
     let exiting = is_exiting(out.prev_state);
     let mut notes = 0;
     let Some(thread) = THREADS.get_ptr_mut(&out.tid) else {
-        // Not seen yet (the start snapshot raced with it): on the CPU since the capture began.
-        let on = out.now.saturating_sub(out.start_ns);
+        // Not seen yet (the start snapshot raced with it, or its entry went missing: a tid
+        // reused moments after its thread exited can have the new thread's entry swept with
+        // the old one's): on the CPU since the capture began, or since it was created if
+        // later, so that a short-lived thread is never charged the window.
+        let on = out.now.saturating_sub(out.start_ns.max(out.created_ns));
         let Some(thread) = new_thread() else {
             return 0;
         };

@@ -36,6 +36,8 @@ pub struct TaskOffsets {
     pub run_delay: u32,
     /// `on_cpu`.
     pub on_cpu: u32,
+    /// `start_time`: the task's creation, CLOCK_MONOTONIC ns.
+    pub start_time: u32,
     /// How to reach this CPU's preempt count; `None` on a kernel whose BTF lacks a piece of
     /// it (no `cfs_rq.rq` without CONFIG_FAIR_GROUP_SCHED): wakers are then told apart by
     /// their kernel stacks, at a higher cost.
@@ -119,6 +121,7 @@ pub fn task_offsets(btf_path: &Path) -> Result<TaskOffsets, KernelError> {
         exec,
         run_delay,
         on_cpu: field("on_cpu")?,
+        start_time: field("start_time")?,
         preempt_count,
     })
 }

@@ -665,7 +665,7 @@ fn kernel_config(cfg: &ProbeConfig) -> Config {
         min_block_ns: cfg.min_block_ns,
         max_block_ns: cfg.max_block_ns,
         timeline_min_ns: cfg.timeline_min_ns.unwrap_or(u64::MAX),
-        _pad: 0,
+        task_start_time_offset: cfg.offsets.start_time,
     }
 }
 
