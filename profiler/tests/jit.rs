@@ -89,15 +89,9 @@ fn a_stock_jvm_with_c1_only_has_whole_named_java_stacks() {
 fn a_jvm_the_profiler_launches_has_named_java_stacks() {
     require_root();
     let _serial = serial();
-    // The window (5 s) ends before the JVM does (8 s).
-    let (on, named, spinner) = launched_jit_work("jit-launched", 5, 8);
-    // The spinner runs from ~0.3 s after the exec; the first code-cache read comes within a
-    // tick of the JVM mapping libjvm.so.
-    assert!(on as f64 > 2e6, "spinner: only {on} µs on the CPU");
-    assert!(
-        named as f64 >= 0.7 * on as f64,
-        "spinner: {named} of {on} µs on the CPU under spin → middle → leaf: {spinner}"
-    );
+    // The window (5 s) ends before the JVM does (8 s). The spinner runs from ~0.3 s after the
+    // exec; the first code-cache read comes within a tick of the JVM mapping libjvm.so.
+    launched_jit_work_is_named("jit-launched", 5, 8, 2e6);
 }
 
 /// A JVM run under the profiler to its end (a build's `javac`, a batch job): its interpreted
@@ -110,12 +104,7 @@ fn a_jvm_the_profiler_launches_has_named_java_stacks() {
 fn a_jvm_that_exits_inside_the_window_keeps_its_java_names() {
     require_root();
     let _serial = serial();
-    let (on, named, spinner) = launched_jit_work("jit-exits", 30, 4);
-    assert!(on as f64 > 1.5e6, "spinner: only {on} µs on the CPU");
-    assert!(
-        named as f64 >= 0.7 * on as f64,
-        "spinner: {named} of {on} µs on the CPU under spin → middle → leaf: {spinner}"
-    );
+    launched_jit_work_is_named("jit-exits", 30, 4, 1.5e6);
 }
 
 /// The same for a JVM the profiler attaches to by PID: the Java main thread, asleep in
@@ -176,9 +165,9 @@ fn a_jvm_attached_by_pid_that_exits_inside_the_window_keeps_its_java_names() {
     );
 }
 
-/// `profiler --secs <secs> -- java … JitWork <exit_after>`: the spinner's µs on the CPU, those
-/// under spin → middle → leaf, and its heaviest stacks (for a failure's message).
-fn launched_jit_work(name: &str, secs: u32, exit_after: u32) -> (u64, u64, String) {
+/// `profiler --secs <secs> -- java … JitWork <exit_after>`: the spinner was on the CPU more
+/// than `min_on_us`, at least 70 % of it under spin → middle → leaf.
+fn launched_jit_work_is_named(name: &str, secs: u32, exit_after: u32, min_on_us: f64) {
     let dir = javac(None, "JitWork");
     let out = outputs(name);
     // Debian's alternatives link (`cargo xtask test` installs openjdk-17-jdk-headless).
@@ -215,7 +204,12 @@ fn launched_jit_work(name: &str, secs: u32, exit_after: u32) -> (u64, u64, Strin
         on as f64 / 1e6,
         100.0 * named as f64 / on.max(1) as f64
     );
-    (on, named, format!("{:#?}", top(&spinner)))
+    assert!(on as f64 > min_on_us, "spinner: only {on} µs on the CPU");
+    assert!(
+        named as f64 >= 0.7 * on as f64,
+        "spinner: {named} of {on} µs on the CPU under spin → middle → leaf: {:#?}",
+        top(&spinner)
+    );
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
