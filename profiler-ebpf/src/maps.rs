@@ -6,8 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
 };
 use profiler_common::{
-    BPF_NOEXIST, Control, Counter, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread,
-    WaitEntry, WaitHist, WaitKey, WakerKey, WakerValue,
+    BPF_NOEXIST, Control, Counter, EEXIST, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack,
+    Thread, WaitEntry, WaitHist, WaitKey, WakerKey, WakerValue,
 };
 
 // The tables of small entries are preallocated: an insert from sched_switch (IRQs off,
@@ -151,6 +151,20 @@ pub fn new_thread() -> Option<&'static mut Thread> {
     unsafe {
         core::ptr::write_bytes(p, 0, 1);
         Some(&mut *p)
+    }
+}
+
+/// Inserts a thread's first entry. Another CPU, or the start snapshot seeding from user space,
+/// may have created it since this program looked it up: that entry stands, and the next cycle
+/// it closes covers what this event would have begun (the scheduler's counters place the
+/// time). Only a full table loses anything: counted, and the counter's value before returned
+/// (0: the first loss on this CPU), `None` when nothing was lost. Counting the lost race as a
+/// full table reported "thread table full" for a 64-thread process in a 2 048-entry table.
+#[inline(always)]
+pub fn insert_thread(tid: u32, thread: &Thread) -> Option<u64> {
+    match THREADS.insert(&tid, thread, BPF_NOEXIST) {
+        Err(e) if e != -EEXIST => Some(count(Counter::ThreadsFull)),
+        _ => None,
     }
 }
 

@@ -13,7 +13,7 @@ use profiler_common::{
 
 use crate::{
     config, late,
-    maps::{SAMPLES, Scratch, THREADS, capture_start, count, opaque, parity},
+    maps::{SAMPLES, Scratch, THREADS, capture_start, count, insert_thread, opaque, parity},
     stack,
     targets::is_target,
     timeline, unwind,
@@ -135,9 +135,7 @@ fn remember_thread(flags: u32, tid: u32, tgid: u32, started: u64) {
                 },
                 ..Thread::default()
             };
-            if THREADS.insert(&tid, &thread, BPF_NOEXIST).is_err() {
-                count(Counter::ThreadsFull);
-            }
+            insert_thread(tid, &thread);
         }
     }
 }

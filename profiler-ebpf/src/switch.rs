@@ -42,7 +42,8 @@ use crate::{
     config, kstack,
     maps::{
         RUNQUEUE_HISTS, SCRATCH_HIST, SITE_HISTS, Scratch, Stash, THREADS, WAITS, WAKERS, add,
-        add_lost_wait, capture_start, count, new_thread, opaque, parity, stash, unstash,
+        add_lost_wait, capture_start, count, insert_thread, new_thread, opaque, parity, stash,
+        unstash,
     },
     stack,
     targets::is_target,
@@ -216,9 +217,7 @@ fn account(cfg: &Config, out: &SwitchOut, wait: WaitStart) -> u64 {
         stats.last_delay_ns = out.delay_ns;
         stats.flags = thread_flags::BASELINE;
         stats.tgid = out.tgid;
-        if THREADS.insert(&out.tid, thread, BPF_NOEXIST).is_err()
-            && count(Counter::ThreadsFull) == 0
-        {
+        if insert_thread(out.tid, thread) == Some(0) {
             notes |= note::THREADS_FULL;
         }
         return notes;
@@ -405,9 +404,7 @@ fn switch_in(cfg: &Config, next: *const u8, tid: u32, tgid: u32, now: u64) -> Op
         thread.stats.comm = comm_of(cfg, next);
         thread.stats.last_in_ns = now;
         thread.stats.tgid = tgid;
-        if THREADS.insert(&tid, thread, BPF_NOEXIST).is_err() {
-            count(Counter::ThreadsFull);
-        }
+        insert_thread(tid, thread);
         return None;
     };
     // SAFETY: as in `switch_out`.

@@ -19,13 +19,13 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use profiler_common::{
-    BPF_NOEXIST, COMM_LEN, Config, Counter, Thread, ThreadStats, WaitStart, WaitState,
-    config_flags, stack_id, thread_flags, waker_context,
+    COMM_LEN, Config, Counter, Thread, ThreadStats, WaitStart, WaitState, config_flags, stack_id,
+    thread_flags, waker_context,
 };
 
 use crate::{
     config,
-    maps::{Scratch, THREADS, capture_start, count},
+    maps::{Scratch, THREADS, capture_start, count, insert_thread},
     stack,
     targets::is_target,
     task::load,
@@ -115,13 +115,11 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
                     },
                     wait,
                 };
-                if THREADS.insert(&tid, &thread, BPF_NOEXIST).is_err() {
-                    count(Counter::ThreadsFull);
-                }
+                insert_thread(tid, &thread);
             }
         }
         if !no_wakers {
-            charge_waker(&cfg, &waker, now);
+            charge_waker(&waker, now);
         }
         return;
     }
@@ -150,13 +148,13 @@ fn on_wakeup(ctx: &BtfTracePointContext, new: bool) {
         wake_ts_ns: now,
         ..*slot
     });
-    charge_waker(&cfg, &waker, now);
+    charge_waker(&waker, now);
 }
 
 /// A target thread waking another runs this program on its own CPU time: that time is
 /// reported as the profiler's, not as the thread's work.
 #[inline(always)]
-fn charge_waker(cfg: &Config, waker: &Waker, started: u64) {
+fn charge_waker(waker: &Waker, started: u64) {
     if !is_target((waker.pid_tgid >> 32) as u32) {
         return;
     }
