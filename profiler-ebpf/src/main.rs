@@ -67,9 +67,18 @@ static CONFIG: Global<Config> = Global::new(Config {
     timeline_min_ns: u64::MAX,
 });
 
+/// The load-time configuration, read in place. Each field is read where it is used: a copy
+/// of the whole struct (what `Global::load` makes) took ~100 bytes of the BPF stack in every
+/// program that read it, and `sched_switch` with the subprograms it calls must fit 512 bytes
+/// together on kernels without private BPF stacks (before 6.13, or where the JIT declines
+/// them: seen on an Intel Xeon host with 6.18).
 #[inline(always)]
-fn config() -> Config {
-    CONFIG.load()
+fn config() -> &'static Config {
+    // The address laundered through `black_box`: through a plain reference the compiler would
+    // fold the compile-time defaults above in place of the loader's values.
+    let config = core::hint::black_box(core::ptr::from_ref(&CONFIG).cast::<Config>());
+    // SAFETY: `Global` is `repr(transparent)` over the value, initialised and frozen at load.
+    unsafe { &*config }
 }
 
 /// `CONFIG.task_tgid_offset` alone, for the PID filter that every event on the machine runs:

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     BPF_NOEXIST, Control, Counter, EEXIST, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack,
-    Thread, WaitEntry, WaitHist, WaitKey, WakerKey, WakerValue,
+    Thread, WaitEntry, WaitHist, WaitKey, WaitStart, WakerKey, WakerValue,
 };
 
 // The tables of small entries are preallocated: an insert from sched_switch (IRQs off,
@@ -137,17 +137,18 @@ pub fn unstash(slot: Stash) -> u64 {
     }
 }
 
-/// Where a thread's first entry is built before it is inserted: with the switch program's
-/// other locals, a `Thread` on the stack passes the BPF stack's 512 bytes.
+/// Where a thread's first entry is built before it is inserted: with the programs' other
+/// locals, a `Thread` on the stack passes the BPF stack's 512 bytes. One per [`Scratch`], so
+/// that a sample interrupting a tracepoint program cannot overwrite its entry.
 #[map]
-pub static NEW_THREAD: PerCpuArray<Thread> = PerCpuArray::with_max_entries(1, 0);
+pub static NEW_THREAD: PerCpuArray<Thread> = PerCpuArray::with_max_entries(Scratch::COUNT, 0);
 
-/// The zeroed per-CPU [`NEW_THREAD`] entry.
+/// The zeroed per-CPU [`NEW_THREAD`] entry of `scratch`'s programs.
 #[inline(always)]
-pub fn new_thread() -> Option<&'static mut Thread> {
-    let p = NEW_THREAD.get_ptr_mut(0)?;
+pub fn new_thread(scratch: Scratch) -> Option<&'static mut Thread> {
+    let p = NEW_THREAD.get_ptr_mut(scratch as u32)?;
     // SAFETY: a per-CPU map value, used by this program on this CPU only until it inserts it
-    // (programs do not nest on one CPU's sched_switch).
+    // (programs of one kind do not nest on one CPU).
     unsafe {
         core::ptr::write_bytes(p, 0, 1);
         Some(&mut *p)
@@ -168,6 +169,12 @@ pub fn insert_thread(tid: u32, thread: &Thread) -> Option<u64> {
     }
 }
 
+/// Where a switch-out builds the wait it begins, for `switch_account` to store: 96 bytes that
+/// on the stack counted against the 512 that `sched_switch` shares with the subprograms it
+/// calls (see `config`).
+#[map]
+pub static NEW_WAIT: PerCpuArray<WaitStart> = PerCpuArray::with_max_entries(1, 0);
+
 /// Where a new site histogram is built: at 3.3 KiB it does not fit the BPF stack. All zeros
 /// between uses.
 #[map]
@@ -182,7 +189,7 @@ pub enum Scratch {
 }
 
 impl Scratch {
-    const COUNT: u32 = 3;
+    pub const COUNT: u32 = 3;
 }
 
 /// Adds one to a loss or event counter and returns its previous value on this CPU (0 means

@@ -41,8 +41,8 @@ use profiler_common::{
 use crate::{
     config, kstack,
     maps::{
-        RUNQUEUE_HISTS, SCRATCH_HIST, SITE_HISTS, Scratch, Stash, THREADS, WAITS, WAKERS, add,
-        add_lost_wait, capture_start, count, insert_thread, new_thread, opaque, parity, stash,
+        NEW_WAIT, RUNQUEUE_HISTS, SCRATCH_HIST, SITE_HISTS, Scratch, Stash, THREADS, WAITS, WAKERS,
+        add, add_lost_wait, capture_start, count, insert_thread, new_thread, opaque, parity, stash,
         unstash,
     },
     stack,
@@ -105,12 +105,12 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
             preempt: (preempt & 1) as u32,
             prev_state: prev_state as u32,
         };
-        switch_out(&ctx, &cfg, &out);
+        switch_out(&ctx, cfg, &out);
     }
     if next_is_target {
         // SAFETY: as above.
         let next_tid: u32 = unsafe { load(next, cfg.task_pid_offset) };
-        if let Some(thread) = switch_in(&cfg, next, next_tid, next_tgid, now) {
+        if let Some(thread) = switch_in(cfg, next, next_tid, next_tgid, now) {
             // The scheduler charges `next` from before this tracepoint: all of this program's
             // time is its CPU time, and is reported as the profiler's.
             // SAFETY: the entry `switch_in` returned; only `next`'s own events write its stats.
@@ -158,14 +158,19 @@ fn switch_out(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     // Exiting: it never switches back in. The stacks are taken before the switch is
     // classified: whether to take them depends on `preempt` and a running state only, and
     // classifying first would have them verified once per state.
-    let exiting = is_exiting(out.prev_state);
-    let wait = if exiting {
+    let Some(wait) = NEW_WAIT.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU scratch, this program's alone while it runs (sched_switch runs with
+    // interrupts off and does not nest).
+    let slot = unsafe { &mut *wait };
+    *slot = if is_exiting(out.prev_state) {
         WaitStart::default()
     } else {
         take_stacks(ctx, cfg, out);
         wait_begun(out)
     };
-    let notes = core::hint::black_box(switch_account(out, &wait));
+    let notes = core::hint::black_box(switch_account(out, wait));
     if notes & note::MISSED_SWITCH_IN != 0 {
         debug!(
             ctx,
@@ -189,12 +194,11 @@ pub extern "C" fn switch_account(out: *const SwitchOut, wait: *const WaitStart) 
     let (Some(out), Some(wait)) = (unsafe { out.as_ref() }, unsafe { wait.as_ref() }) else {
         return 0;
     };
-    let cfg = config();
-    account(&cfg, out, *wait)
+    account(config(), out, wait)
 }
 
 #[inline(always)]
-fn account(cfg: &Config, out: &SwitchOut, wait: WaitStart) -> u64 {
+fn account(cfg: &Config, out: &SwitchOut, wait: &WaitStart) -> u64 {
     let exiting = is_exiting(out.prev_state);
     let mut notes = 0;
     let Some(thread) = THREADS.get_ptr_mut(&out.tid) else {
@@ -203,10 +207,10 @@ fn account(cfg: &Config, out: &SwitchOut, wait: WaitStart) -> u64 {
         // the old one's): on the CPU since the capture began, or since it was created if
         // later, so that a short-lived thread is never charged the window.
         let on = out.now.saturating_sub(out.start_ns.max(out.created_ns));
-        let Some(thread) = new_thread() else {
+        let Some(thread) = new_thread(Scratch::Switch) else {
             return 0;
         };
-        thread.wait = wait;
+        thread.wait = *wait;
         let stats = &mut thread.stats;
         stats.comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
         stats.on_cpu_ns = on;
@@ -306,7 +310,7 @@ fn account(cfg: &Config, out: &SwitchOut, wait: WaitStart) -> u64 {
         }
     }
     // In place: no allocation or free per switch.
-    thread.wait = wait;
+    thread.wait = *wait;
     notes
 }
 
@@ -400,7 +404,7 @@ fn switch_in(cfg: &Config, next: *const u8, tid: u32, tgid: u32, now: u64) -> Op
     let Some(thread) = THREADS.get_ptr_mut(&tid) else {
         // First sight of this thread (blocked since before the capture and not found by the
         // start snapshot): its time counts from here.
-        let thread = new_thread()?;
+        let thread = new_thread(Scratch::Switch)?;
         thread.stats.comm = comm_of(cfg, next);
         thread.stats.last_in_ns = now;
         thread.stats.tgid = tgid;

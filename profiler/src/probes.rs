@@ -977,6 +977,9 @@ fn start_ebpf_logger(ebpf: &mut Ebpf) {
 }
 
 #[cfg(test)]
+mod stack_budget;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
