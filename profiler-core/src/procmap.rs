@@ -211,6 +211,30 @@ impl ProcessMaps {
         }
     }
 
+    /// The parent's mappings, for a child whose fork is learnt after its own program's
+    /// mappings (it exec'd before the fork record was read, and /proc showed the new
+    /// program): its stacks from before the exec point into the parent's layout, named from
+    /// it as an exec keeps the old program's (`earlier`). A range the child's own earlier
+    /// programs mapped keeps theirs.
+    pub fn inherit_earlier(&mut self, parent: &ProcessMaps) {
+        for m in &parent.mappings {
+            if self
+                .earlier
+                .iter()
+                .any(|e| e.start < m.end && m.start < e.end)
+            {
+                continue;
+            }
+            let at = self.earlier.partition_point(|e| e.start < m.start);
+            self.earlier.insert(at, m.clone());
+        }
+        for (key, file) in &parent.files {
+            self.files
+                .entry(key.clone())
+                .or_insert_with(|| Arc::clone(file));
+        }
+    }
+
     fn add(&mut self, mapping: Mapping) {
         if let Some(existing) = self
             .mappings
@@ -416,6 +440,36 @@ mod tests {
             maps.find(0x7f740490d010).unwrap().display_name(),
             "libc.so.6"
         );
+    }
+
+    #[test]
+    fn a_child_whose_fork_is_learnt_after_its_exec_names_its_old_stacks_from_the_parent() {
+        let parent = ProcessMaps::from_mappings(parse_maps(MAPS));
+        let mut child = ProcessMaps::new(4243);
+        child.add(Mapping {
+            start: 0x556bb0ab6000,
+            end: 0x556bb0ab7000,
+            offset: 0,
+            kind: MappingKind::Anon { name: "new".into() },
+        });
+        child.inherit_earlier(&parent);
+        assert_eq!(child.mappings().len(), 1, "the parent's are never uploaded");
+        assert_eq!(child.find(0x556bb0ab6010).unwrap().display_name(), "new");
+        assert_eq!(
+            child.find(0x7f740490d010).unwrap().display_name(),
+            "libc.so.6"
+        );
+        // What the child's own earlier program mapped keeps its name.
+        let mut other = ProcessMaps::new(4244);
+        other.add(Mapping {
+            start: 0x7f740490d000,
+            end: 0x7f740490e000,
+            offset: 0,
+            kind: MappingKind::Anon { name: "own".into() },
+        });
+        other.exec();
+        other.inherit_earlier(&parent);
+        assert_eq!(other.find(0x7f740490d010).unwrap().display_name(), "own");
     }
 
     #[test]

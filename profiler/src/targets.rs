@@ -364,6 +364,11 @@ impl TargetSet {
                         .or_insert_with(|| Target::new(t.pid));
                     if target.maps.mappings().is_empty() {
                         target.maps = maps;
+                    } else {
+                        // It exec'd before this record was read: its new program's maps are
+                        // known, its stacks from before the exec are in the parent's.
+                        log::debug!("process {} exec'd before its fork was read", t.pid);
+                        target.maps.inherit_earlier(&maps);
                     }
                     target.parent = Some(t.ppid);
                     target.forked_ns = target.forked_ns.or(Some(t.time_ns));
