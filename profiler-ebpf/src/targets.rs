@@ -95,9 +95,6 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> u32 {
     if !is_target(tgid) {
         return 0;
     }
-    // The old table describes the old program: until user space uploads the new one, frame
-    // pointers are a better guess than rows for code that is no longer there.
-    let _ = PROC_MAPPINGS.remove(&tgid);
     match PROCS.get_ptr_mut(&tgid) {
         // SAFETY: the exec'ing process's own entry; one exec at a time per process.
         Some(event) => unsafe { (*event).execs += 1 },
@@ -111,6 +108,11 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> u32 {
             }
         }
     }
+    // The old table describes the old program: until user space uploads the new one, frame
+    // pointers are a better guess than rows for code that is no longer there. Removed after
+    // the exec is counted: user space uploads a table, then reads the count, and a count it
+    // finds unchanged means any exec still to come removes that table (`Uploads::publish`).
+    let _ = PROC_MAPPINGS.remove(&tgid);
     0
 }
 

@@ -381,6 +381,18 @@ impl Probes {
         self.bump_tables_epoch()
     }
 
+    /// Takes a process's mapping table out of the kernel (stale: it exec'd): its stacks are
+    /// walked by frame pointers until the new program's table is uploaded.
+    pub fn remove_mappings(&mut self, tgid: u32) {
+        let name = names::MAP_PROC_MAPPINGS;
+        if let Some(map) = self.ebpf.map_mut(name)
+            && let Ok(mut hash) = HashMap::<&mut MapData, u32, ProcMappings>::try_from(map)
+        {
+            let _ = hash.remove(&tgid);
+        }
+        let _ = self.bump_tables_epoch();
+    }
+
     /// Tells the unwinder that a mapping table changed: its memos recorded before are stale.
     fn bump_tables_epoch(&mut self) -> Result<(), ProbeError> {
         let name = names::MAP_TABLES_EPOCH;

@@ -127,6 +127,20 @@ impl Uploads {
                 .or_insert_with(|| maps.clone());
             if let Err(e) = probes.upload_mappings(pid, &table) {
                 first_error.get_or_insert(e);
+                continue;
+            }
+            // An exec between the check above and the upload removed the old program's
+            // table before this one arrived, and this one would unwind the new program with
+            // the old layout (a child a build forks and execs within microseconds: make's and
+            // gcc's children showed `clone3 ← [unmapped]`). The kernel counts an exec before it
+            // removes the table, so a count unchanged now means a later exec removes this one.
+            if probes
+                .kernel_execs(pid)
+                .is_some_and(|kernel| kernel > execs)
+            {
+                log::debug!("process {pid} exec'd while its table was uploaded: table removed");
+                probes.remove_mappings(pid);
+                self.held_back += 1;
             }
         }
         first_error.map_or(Ok(()), Err)
