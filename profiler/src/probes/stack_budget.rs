@@ -2,8 +2,8 @@
 //!
 //! The verifier gives a program and the subprograms it calls 512 bytes of stack together,
 //! unless the kernel runs the larger ones on private stacks (6.13 on, and only where the JIT
-//! and the program type allow it): `sched_switch` with its accounting and unwinding passed
-//! 512 for months on a host that used private stacks and was rejected on one that did not
+//! and the program type allow it): `sched_switch` with its accounting and unwinding outgrew
+//! 512 unnoticed on a host that used private stacks and was rejected on one that did not
 //! ("combined stack size of 5 calls is 560"). Each function's depth here is what the
 //! verifier counts: the lowest frame-pointer offset it touches, rounded up to 16 bytes (the
 //! JIT's granularity).
