@@ -1,9 +1,11 @@
 //! Analysis: the time model with named stacks → what the threads were doing as a whole. Each
-//! thread is idle or active ([`is_idle`]); threads with the same name once digits are
-//! stripped, in processes of the same name, are one group (a pool); each group gets its time
-//! per state and its dominant wait (idle waits, [`IDLE_WAIT_FRAMES`], apart); idle threads
-//! are gathered by process and wait. Pure; the
-//! report and the verdict render it, fold uses it for `--hide-idle`.
+//! wait is a site with a meaning and a purpose (`waits`: for the next task, inside one, or
+//! unsaid); each thread is idle or active by what it waited for ([`is_idle`]); threads with
+//! the same name once digits are stripped, in processes of the same name, are one group (a
+//! pool); each group gets its time per state, the time of its waits inside tasks, its dominant
+//! wait (idle waits apart) and, for an event loop, what blocks it; idle threads are gathered
+//! by process and wait. Pure; the report and the verdict render it, fold uses it for
+//! `--hide-idle`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -12,25 +14,26 @@ use profiler_common::{WaitState, stack_id};
 use crate::{
     holders::{Holders, lock_holders},
     model::{NO_FILE, Profile, StackNames, StateTimes, ThreadTime, stack_frames},
-    waits::{self, WaitKind},
+    waits::{self, Purpose, SiteName, WaitKind},
 };
 
 /// Idle: on the CPU at most this share of the thread's time in the window …
 pub const IDLE_MAX_ON_CPU_PCT: f64 = 1.0;
 /// … in uninterruptible I/O (or stopped) at most this share …
 pub const IDLE_MAX_IO_PCT: f64 = 1.0;
-/// … and asleep at least this share (the rest: waiting for a CPU after its wakeups). The
-/// rule's words are made from these three (render/report/words.rs `idle_rule`).
+/// … and at least this share in waits that are not work: waits for its next task or event,
+/// or sleeps whose stack does not say they are inside a task (the rest: waiting for a CPU
+/// after its wakeups). The rule's words are made from these three (render/report/words.rs
+/// `idle_rule`).
 pub const IDLE_MIN_SLEEP_PCT: f64 = 90.0;
-/// Frames that mean a wait is for work, wherever it happens: a pool's queue, the Go
-/// scheduler ([`waits::WORK_FRAMES`]). A C pool's worker waits for work too, but only its
-/// name says so, not its stack: those threads are caught by [`is_idle`] instead.
-pub const IDLE_WAIT_FRAMES: &[&str] = waits::WORK_FRAMES;
+/// A group is an event loop that blocks when waits inside its handlers take at least this
+/// share of its time.
+pub const LOOP_BLOCKED_MIN_PCT: f64 = 5.0;
 
-/// Whether a site's frames make its waits idle waits ([`IDLE_WAIT_FRAMES`]).
-pub fn is_idle_wait(frames: &[String]) -> bool {
-    waits::classify(frames) == WaitKind::Work
-}
+/// Frames of a wait for any of many events — epoll, poll, select — in the kernel, or (without
+/// kernel stacks) in libc or the Go runtime: an event loop waiting for its next request or
+/// reply. With no handler below it, such a wait is an idle wait.
+pub const EVENT_WAIT_FRAMES: &[&str] = waits::EVENT_FRAMES;
 
 /// Kernel functions that turn interrupts back on: cpu-clock samples pile up there for time
 /// the kernel ran with interrupts off in their callers (the timer is an interrupt and waits),
@@ -46,28 +49,52 @@ pub fn enables_interrupts(frame: &str) -> bool {
     PREFIXES.iter().any(|p| frame.starts_with(p))
 }
 
-/// Frames of a wait for any of many events — epoll, poll, select — in the kernel, or (without
-/// kernel stacks) in libc or the Go runtime: an event loop waiting for its next request or
-/// reply. Such a site is an event wait: the verdict names it apart from the wait that
-/// blocks a thread on one thing (a disk flush, a lock, a read), and blocking sites rank first.
-pub const EVENT_WAIT_FRAMES: &[&str] = waits::EVENT_FRAMES;
-
-/// Whether a wait with these frames (user then kernel) is an event wait
-/// ([`EVENT_WAIT_FRAMES`]), not a wait for work that polls for it.
-pub fn is_event_wait(frames: &[String]) -> bool {
-    waits::classify(frames) == WaitKind::Events
+/// A blocking site: its state, what it waited for and why, and what names it — the wait's
+/// meaning and its application frames ([`SiteName`]), or, for stacks that have none, the
+/// frames of its user stack (all frames of a thread without one). Kernel paths that differ
+/// below the call are the same site; so are a JVM's stacks that differ only in plumbing.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SiteId {
+    pub state: &'static str,
+    pub kind: WaitKind,
+    pub purpose: Purpose,
+    /// An event loop's own frames are below the wait: a handler that blocks the loop.
+    pub event_loop: bool,
+    pub name: Option<SiteName>,
+    /// The site's frames when `name` is None (empty otherwise).
+    pub frames: Vec<String>,
+    /// A lock's wait: the function that took the lock (its holders pass through it).
+    pub locked: Option<String>,
 }
 
-/// A blocking site: its state and the frames that name it (the user stack, or all frames of
-/// a thread without one). Kernel paths that differ below the call are the same site.
-pub type SiteId = (&'static str, Vec<String>);
+impl SiteId {
+    /// A wait for the next task or event, not work.
+    pub fn is_idle_wait(&self) -> bool {
+        self.purpose == Purpose::Idle
+    }
 
-/// The frames that identify the site of a wait in these stacks. An address without a symbol
-/// (`nginx+0x6e343`) in a file that names other frames of the stack is a local function its
-/// symbol table leaves out (a stripped binary keeps only its exported symbols): it is left
-/// out, so two stacks that differ only there are one site, as the user reads them, not two
-/// rows that look the same. A lock's waits and a JVM pool's waits for work are one site each
-/// however they were reached (`waits::site_key`).
+    /// An event loop's wait for its next event.
+    pub fn is_event_wait(&self) -> bool {
+        self.kind == WaitKind::Events && self.purpose == Purpose::Idle
+    }
+
+    /// The label with `depth` ≥ 1 callers' worth of frames.
+    pub fn label(&self, depth: usize) -> String {
+        match &self.name {
+            Some(name) => name.label(depth),
+            None => waits::jvm_label(&self.frames, depth)
+                .or_else(|| waits::lock_label(&self.frames, depth))
+                .unwrap_or_else(|| site_label(&self.frames, &self.frames, depth)),
+        }
+    }
+}
+
+/// The frames that identify the site of a wait in these stacks, for stacks that no meaning
+/// names. An address without a symbol (`nginx+0x6e343`) in a file that names other frames of
+/// the stack is a local function its symbol table leaves out (a stripped binary keeps only
+/// its exported symbols): it is left out, so two stacks that differ only there are one site,
+/// as the user reads them, not two rows that look the same. A lock's waits and a JVM pool's
+/// waits for work are one site each however they were reached (`waits::site_key`).
 pub fn site_frames(user_stack: u64, kernel_stack: u64, names: &StackNames) -> Vec<String> {
     let user = stack_frames(user_stack, stack_id::EMPTY, names);
     let frames = if user.is_empty() {
@@ -101,11 +128,12 @@ fn without_local_addresses(frames: Vec<String>, files: &[u32]) -> Vec<String> {
 }
 
 /// Whether a thread with these times is idle: the idle rule, by the three constants above.
-pub fn is_idle(t: &StateTimes) -> bool {
+/// `not_work_ns` is its time in waits that are not work (purpose idle or unknown).
+pub fn is_idle(t: &StateTimes, not_work_ns: u64) -> bool {
     t.total() > 0
         && t.pct(t.on_cpu()) <= IDLE_MAX_ON_CPU_PCT
         && t.pct(t.io + t.other) <= IDLE_MAX_IO_PCT
-        && t.pct(t.sleep) >= IDLE_MIN_SLEEP_PCT
+        && t.pct(not_work_ns) >= IDLE_MIN_SLEEP_PCT
 }
 
 #[derive(Clone, Debug)]
@@ -134,15 +162,27 @@ pub struct Group {
     /// The largest wait site of those threads that is not an idle wait, with their time in
     /// it.
     pub dominant_wait: Option<(SiteId, u64)>,
-    /// Their time in idle waits ([`IDLE_WAIT_FRAMES`]).
+    /// Their time in idle waits other than an event loop's (a pool's queue, housekeeping).
     pub idle_wait_ns: u64,
-    /// Their largest event wait ([`EVENT_WAIT_FRAMES`]), never the dominant wait.
+    /// Their time in waits inside tasks ([`Purpose::Task`]): work, though off the CPU.
+    pub work_wait_ns: u64,
+    /// Their largest event wait (an event loop's, with no handler below), never the dominant
+    /// wait.
     pub event_wait: Option<(SiteId, u64)>,
+    /// An event loop (it waits for events, or its waits are below a loop's frames) and the
+    /// largest wait inside its handlers, with its time: a loop that blocks.
+    pub loop_blocked: Option<(SiteId, u64)>,
 }
 
 impl Group {
     pub fn active(&self) -> usize {
         self.tids.len() - self.idle
+    }
+
+    /// Time spent working: on the CPU, waiting for one, in uninterruptible I/O, and in waits
+    /// inside tasks. What ranks the groups.
+    pub fn work_ns(&self) -> u64 {
+        self.time.busy() + self.work_wait_ns
     }
 
     /// `redis-server (main thread)`, `workload (syncer)`, `workload (worker-* pool, 4
@@ -187,14 +227,12 @@ pub struct IdleSet {
 #[derive(Clone, Debug, Default)]
 pub struct Analysis {
     pub threads: BTreeMap<u32, ThreadClass>,
-    /// Active groups busiest first, then groups whose threads are all idle.
+    /// Active groups, most work first, then groups whose threads are all idle.
     pub groups: Vec<Group>,
     /// Idle threads by process and wait, most threads first.
     pub idle: Vec<IdleSet>,
     /// Whether threads could be classified (off-CPU states were traced).
     pub classified: bool,
-    /// Sites that are event waits ([`EVENT_WAIT_FRAMES`]).
-    pub event_sites: std::collections::HashSet<SiteId>,
     /// Lock sites' holders: what the threads that released each lock did while holding it.
     pub holders: HashMap<SiteId, Holders>,
 }
@@ -208,7 +246,7 @@ impl Analysis {
         self.threads.values().filter(|c| c.idle).count()
     }
 
-    /// Active groups, busiest first.
+    /// Active groups, most work first.
     pub fn active_groups(&self) -> impl Iterator<Item = &Group> {
         self.groups.iter().filter(|g| g.active() > 0)
     }
@@ -231,9 +269,6 @@ pub fn pattern(name: &str) -> String {
     }
     out
 }
-
-/// The frames that identify a site: its user stack, or all of it for a kernel thread.
-pub(crate) type SiteFrames = Vec<String>;
 
 /// The blocking call and its nearest named caller, leaf first: `clock_nanosleep ←
 /// sleep_20ms` (a caller without a symbol, `nginx+0x54173`, says less than the next one up).
@@ -271,9 +306,9 @@ pub(crate) fn site_label(user_frames: &[String], all: &[String], callers: usize)
     label
 }
 
-/// Labels for the sites, in their order: the blocking call and its caller, or as many more
-/// callers as it takes for two sites in the same state not to read alike.
-pub(crate) fn distinct_labels<'a>(keys: impl Iterator<Item = &'a SiteId> + Clone) -> Vec<String> {
+/// Labels for the sites, in their order: the wait and its callers, or as many more callers
+/// as it takes for two sites in the same state not to read alike.
+pub fn distinct_labels<'a>(keys: impl Iterator<Item = &'a SiteId> + Clone) -> Vec<String> {
     const MAX_CALLERS: usize = 8;
     let keys: Vec<&SiteId> = keys.collect();
     let mut depth = vec![1usize; keys.len()];
@@ -281,15 +316,11 @@ pub(crate) fn distinct_labels<'a>(keys: impl Iterator<Item = &'a SiteId> + Clone
         let labels: Vec<String> = keys
             .iter()
             .zip(&depth)
-            .map(|((_, frames), &d)| {
-                waits::jvm_label(frames, d)
-                    .or_else(|| waits::lock_label(frames, d))
-                    .unwrap_or_else(|| site_label(frames, frames, d))
-            })
+            .map(|(key, &d)| key.label(d))
             .collect();
         let mut seen: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
         for (i, l) in labels.iter().enumerate() {
-            seen.entry((keys[i].0, l.as_str())).or_default().push(i);
+            seen.entry((keys[i].state, l.as_str())).or_default().push(i);
         }
         let mut deeper = false;
         for same in seen.values().filter(|v| v.len() > 1) {
@@ -306,9 +337,31 @@ pub(crate) fn distinct_labels<'a>(keys: impl Iterator<Item = &'a SiteId> + Clone
     }
 }
 
-/// The site of a wait at these stacks in a blocking state.
+/// The site of a wait at these stacks in a blocking state: its meaning from all its frames
+/// (the kernel's say a socket from a file), its name from the user stack.
 pub fn site_id(state: WaitState, user_stack: u64, kernel_stack: u64, names: &StackNames) -> SiteId {
-    (state.label(), site_frames(user_stack, kernel_stack, names))
+    let all = stack_frames(user_stack, kernel_stack, names);
+    let meaning = waits::meaning(&all);
+    let user = stack_frames(user_stack, stack_id::EMPTY, names);
+    let named = if user.is_empty() { &all } else { &user };
+    let name = waits::site_name(named, &meaning);
+    let locked = (meaning.kind == WaitKind::Lock)
+        .then(|| waits::lock_taker(named))
+        .flatten()
+        .map(|(taker, _, _)| waits::function(&named[taker]).to_string());
+    SiteId {
+        state: state.label(),
+        kind: meaning.kind,
+        purpose: meaning.purpose,
+        event_loop: meaning.event_loop,
+        frames: if name.is_some() {
+            Vec::new()
+        } else {
+            site_frames(user_stack, kernel_stack, names)
+        },
+        name,
+        locked,
+    }
 }
 
 /// Every blocking site of the capture with its label, as the report names them (the labels
@@ -334,13 +387,13 @@ pub fn site_labels(profile: &Profile, names: &StackNames) -> BTreeMap<SiteId, St
     ids
 }
 
-/// Per thread, its time per wait site; and the sites that are event waits.
+/// Per thread, its time per wait site.
 type SiteTimes = HashMap<u32, HashMap<SiteId, u64>>;
 
 /// `fallback` names the process of a thread whose process is unknown.
 pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysis {
     let classified = profile.mode.traces_switches();
-    let (waits, event_sites) = site_times(profile, names);
+    let waits = site_times(profile, names);
     let process_of = |t: &ThreadTime| -> String {
         profile
             .processes
@@ -353,13 +406,19 @@ pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysi
     let mut by_key: BTreeMap<(String, String), Vec<u32>> = BTreeMap::new();
     let mut threads = BTreeMap::new();
     for (&tid, t) in &profile.threads {
-        let times = t.time;
+        let sites = waits.get(&tid);
+        let not_work: u64 = sites
+            .into_iter()
+            .flatten()
+            .filter(|(s, _)| s.purpose != Purpose::Task)
+            .map(|(_, ns)| ns)
+            .sum();
         threads.insert(
             tid,
             ThreadClass {
-                idle: classified && is_idle(&times),
+                idle: classified && is_idle(&t.time, not_work),
                 group: 0,
-                dominant_wait: largest(waits.get(&tid)),
+                dominant_wait: largest(sites),
             },
         );
         by_key
@@ -370,22 +429,12 @@ pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysi
 
     let mut groups: Vec<Group> = by_key
         .into_iter()
-        .map(|((process, pattern), tids)| {
-            group(
-                profile,
-                &threads,
-                &waits,
-                &event_sites,
-                process,
-                pattern,
-                tids,
-            )
-        })
+        .map(|((process, pattern), tids)| group(profile, &threads, &waits, process, pattern, tids))
         .collect();
     groups.sort_by(|a, b| {
         (b.active() > 0)
             .cmp(&(a.active() > 0))
-            .then(b.time.busy().cmp(&a.time.busy()))
+            .then(b.work_ns().cmp(&a.work_ns()))
             .then(b.time.running.cmp(&a.time.running))
             .then(b.tids.len().cmp(&a.tids.len()))
             .then(a.tids.cmp(&b.tids))
@@ -405,7 +454,6 @@ pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysi
         groups,
         idle,
         classified,
-        event_sites,
         holders,
     }
 }
@@ -419,39 +467,32 @@ fn largest(sites: Option<&HashMap<SiteId, u64>>) -> Option<(SiteId, u64)> {
         .map(|(k, ns)| (k.clone(), *ns))
 }
 
-/// Each thread's blocked time (sleep, io, other) per site, and which sites are event waits.
-fn site_times(profile: &Profile, names: &StackNames) -> (SiteTimes, HashSet<SiteId>) {
-    let mut frames_of: HashMap<(u64, u64), Vec<String>> = HashMap::new();
+/// Each thread's blocked time (sleep, io, other) per site.
+fn site_times(profile: &Profile, names: &StackNames) -> SiteTimes {
+    let mut ids: HashMap<(u64, u64, WaitState), SiteId> = HashMap::new();
     let mut waits: SiteTimes = HashMap::new();
-    let mut event_sites = HashSet::new();
     for e in &profile.entries {
         let Some(state) = e.blocked_state() else {
             continue;
         };
-        let frames = frames_of
-            .entry((e.user_stack, e.kernel_stack))
-            .or_insert_with(|| {
-                let site = site_frames(e.user_stack, e.kernel_stack, names);
-                if is_event_wait(&stack_frames(e.user_stack, e.kernel_stack, names)) {
-                    event_sites.insert((state.label(), site.clone()));
-                }
-                site
-            });
+        let id = ids
+            .entry((e.user_stack, e.kernel_stack, state))
+            .or_insert_with(|| site_id(state, e.user_stack, e.kernel_stack, names));
         *waits
             .entry(e.tid)
             .or_default()
-            .entry((state.label(), frames.clone()))
+            .entry(id.clone())
             .or_default() += e.time_ns;
     }
-    (waits, event_sites)
+    waits
 }
 
-/// One pool: its active threads' time (all of them when all are idle) and dominant waits.
+/// One pool: its active threads' time (all of them when all are idle), its work off the
+/// CPU, its dominant waits, and whether it is an event loop that blocks.
 fn group(
     profile: &Profile,
     threads: &BTreeMap<u32, ThreadClass>,
     waits: &SiteTimes,
-    event_sites: &HashSet<SiteId>,
     process: String,
     pattern: String,
     tids: Vec<u32>,
@@ -463,15 +504,18 @@ fn group(
     let mut time = StateTimes::default();
     let mut sites: HashMap<SiteId, u64> = HashMap::new();
     let mut events: HashMap<SiteId, u64> = HashMap::new();
-    let mut idle_wait_ns = 0;
+    let (mut idle_wait_ns, mut work_wait_ns) = (0, 0);
     for tid in counted {
         time += profile.threads[tid].time;
         for (site, ns) in waits.get(tid).into_iter().flatten() {
-            if is_idle_wait(&site.1) {
-                idle_wait_ns += ns;
-            } else if event_sites.contains(site) {
+            if site.is_event_wait() {
                 *events.entry(site.clone()).or_default() += ns;
+            } else if site.is_idle_wait() {
+                idle_wait_ns += ns;
             } else {
+                if site.purpose == Purpose::Task {
+                    work_wait_ns += ns;
+                }
                 *sites.entry(site.clone()).or_default() += ns;
             }
         }
@@ -479,6 +523,8 @@ fn group(
     let mut pids: Vec<u32> = tids.iter().map(|t| profile.threads[t].pid).collect();
     pids.sort_unstable();
     pids.dedup();
+    let event_wait = largest(Some(&events));
+    let loop_blocked = loop_blocked(&sites, event_wait.is_some(), &time);
     Group {
         process,
         pattern,
@@ -488,8 +534,29 @@ fn group(
         time,
         dominant_wait: largest(Some(&sites)),
         idle_wait_ns,
-        event_wait: largest(Some(&events)),
+        work_wait_ns,
+        event_wait,
+        loop_blocked,
     }
+}
+
+/// The largest wait inside an event loop's handlers, when they take a notable share of its
+/// time: its waits below the loop's own frames, or, for a thread that waits for events, its
+/// other waits that are not idle.
+fn loop_blocked(
+    sites: &HashMap<SiteId, u64>,
+    waits_for_events: bool,
+    time: &StateTimes,
+) -> Option<(SiteId, u64)> {
+    let in_loop: HashMap<SiteId, u64> = sites
+        .iter()
+        .filter(|(s, _)| s.event_loop || waits_for_events)
+        .map(|(s, ns)| (s.clone(), *ns))
+        .collect();
+    let total: u64 = in_loop.values().sum();
+    (time.pct(total) >= LOOP_BLOCKED_MIN_PCT)
+        .then(|| largest(Some(&in_loop)))
+        .flatten()
 }
 
 /// Idle threads, one set per process and dominant site, largest sets first.
@@ -609,7 +676,7 @@ mod tests {
     }
 
     #[test]
-    fn the_idle_rule_is_asleep_and_off_the_cpu() {
+    fn the_idle_rule_is_idle_waits_and_off_the_cpu() {
         let t = |running, runnable, sleep, io| StateTimes {
             running,
             runnable,
@@ -617,16 +684,20 @@ mod tests {
             io,
             ..StateTimes::default()
         };
-        assert!(is_idle(&t(0, 0, 100, 0)));
-        assert!(is_idle(&t(1, 0, 99, 0)));
+        assert!(is_idle(&t(0, 0, 100, 0), 100));
+        assert!(is_idle(&t(1, 0, 99, 0), 99));
         assert!(
-            is_idle(&t(0, 8, 92, 0)),
+            is_idle(&t(0, 8, 92, 0), 92),
             "waiting for a CPU after each wakeup"
         );
-        assert!(!is_idle(&t(2, 0, 98, 0)), "2 % on the CPU is work");
-        assert!(!is_idle(&t(0, 0, 98, 2)), "uninterruptible I/O is not idle");
-        assert!(!is_idle(&t(0, 11, 89, 0)), "starved, not idle");
-        assert!(!is_idle(&t(0, 0, 0, 0)), "no time at all says nothing");
+        assert!(!is_idle(&t(2, 0, 98, 0), 98), "2 % on the CPU is work");
+        assert!(!is_idle(&t(0, 0, 98, 2), 98), "uninterruptible I/O is not idle");
+        assert!(!is_idle(&t(0, 11, 89, 0), 89), "starved, not idle");
+        assert!(!is_idle(&t(0, 0, 0, 0), 0), "no time at all says nothing");
+        assert!(
+            !is_idle(&t(0, 0, 100, 0), 5),
+            "asleep in a downstream's reply is work, whatever the CPU share"
+        );
     }
 
     #[test]
@@ -665,7 +736,7 @@ mod tests {
         let flusher = &a.groups[0];
         let (site, ns) = flusher.dominant_wait.clone().unwrap();
         assert_eq!(
-            (site.0, site.1.last().unwrap().as_str(), ns),
+            (site.state, site.frames.last().unwrap().as_str(), ns),
             ("io", "fdatasync", 3 * SEC)
         );
         assert_eq!(a.threads[&2].group, a.threads[&3].group);
@@ -674,7 +745,7 @@ mod tests {
         assert!(poller.dominant_wait.is_none(), "{poller:?}");
         let (site, ns) = poller.event_wait.clone().unwrap();
         assert_eq!(
-            (site.1.last().unwrap().as_str(), ns),
+            (site.frames.last().unwrap().as_str(), ns),
             ("epoll_wait", 8 * SEC)
         );
         // The idle threads by process and wait: the pool together, main apart.
@@ -684,7 +755,7 @@ mod tests {
             .map(|s| {
                 (
                     s.tids.len(),
-                    s.site.clone().unwrap().1.last().unwrap().clone(),
+                    s.site.clone().unwrap().frames.last().unwrap().clone(),
                 )
             })
             .collect();
@@ -723,7 +794,7 @@ mod tests {
         assert_eq!(g.idle_wait_ns, 6 * SEC);
         let (site, ns) = g.dominant_wait.clone().unwrap();
         assert_eq!(
-            (site.1.last().unwrap().as_str(), ns),
+            (site.frames.last().unwrap().as_str(), ns),
             ("syscall.fsync", SEC)
         );
     }
@@ -740,13 +811,13 @@ mod tests {
         );
         let a = analyze(&p, &names(), "?");
         let (site, _) = a.threads[&7].dominant_wait.clone().unwrap();
-        assert_eq!(site.1.last().unwrap(), "epoll_wait");
+        assert_eq!(site.frames.last().unwrap(), "epoll_wait");
         assert!(
             a.groups[0].dominant_wait.is_none(),
             "epoll is an event wait"
         );
         assert_eq!(
-            a.groups[0].event_wait.as_ref().map(|(s, _)| s.0),
+            a.groups[0].event_wait.as_ref().map(|(s, _)| s.state),
             Some("sleep")
         );
     }
@@ -804,9 +875,18 @@ mod tests {
                 .map(String::from)
                 .to_vec()
         };
-        let a = ("sleep", stack("sleep_1ms"));
-        let b = ("sleep", stack("sleep_5ms"));
-        let c = ("io", stack("sleep_1ms"));
+        let id = |state, frames| SiteId {
+            state,
+            kind: WaitKind::Sleep,
+            purpose: Purpose::Unknown,
+            event_loop: false,
+            name: None,
+            frames,
+            locked: None,
+        };
+        let a = id("sleep", stack("sleep_1ms"));
+        let b = id("sleep", stack("sleep_5ms"));
+        let c = id("io", stack("sleep_1ms"));
         let labels = distinct_labels([&a, &b, &c].into_iter());
         assert_eq!(
             labels,

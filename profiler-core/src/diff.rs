@@ -8,12 +8,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use profiler_common::{SiteKey as KernelSite, stack_id};
+use profiler_common::{SiteKey as KernelSite, WaitState, stack_id};
 use serde::Serialize;
 use thiserror::Error;
 
 use crate::{
-    analysis::{SiteFrames, distinct_labels},
+    analysis::{SiteId, distinct_labels, site_id},
     fold::{self, FoldOptions, Unit},
     model::{Hist, Kind, Mode, Profile, SavedCapture, StackNames, StateTimes, stack_frames},
 };
@@ -193,10 +193,12 @@ struct Figures {
     functions: HashMap<String, (f64, f64)>,
     /// On-CPU time in code (the sum of every function's self time), ms per second.
     code_ms_per_s: f64,
-    sites: BTreeMap<(&'static str, SiteFrames), SiteFigures>,
+    sites: BTreeMap<SiteId, SiteFigures>,
 }
 
 struct SiteFigures {
+    /// The user stack (all frames without one) of the site's largest part.
+    stack: Vec<String>,
     ms_per_s: f64,
     waits_per_s: f64,
     p50_ms: Option<f64>,
@@ -221,8 +223,9 @@ impl Figures {
             code_ms_per_s: per_s(code_ns),
             sites: site_hists(profile, &c.names)
                 .into_iter()
-                .map(|(key, (ns, hist))| {
+                .map(|(key, (ns, hist, stack))| {
                     let fig = SiteFigures {
+                        stack,
                         ms_per_s: per_s(ns),
                         waits_per_s: hist.count as f64 / secs,
                         p50_ms: hist.quantile_ns(0.50).map(|v| v / 1e6),
@@ -314,29 +317,40 @@ fn function_of(frame: String) -> String {
     }
 }
 
-/// Blocked time and merged waits per site: its state and user stack, as the report groups
-/// them (kernel paths below one call are one site).
-fn site_hists(
-    profile: &Profile,
-    names: &StackNames,
-) -> BTreeMap<(&'static str, SiteFrames), (u64, Hist)> {
-    let mut sites: BTreeMap<(&'static str, SiteFrames), (u64, Hist)> = BTreeMap::new();
+/// Blocked time, merged waits and largest stack per site, as the report groups them (kernel
+/// paths below one call are one site, and so are a JVM's stacks that differ in plumbing).
+fn site_hists(profile: &Profile, names: &StackNames) -> BTreeMap<SiteId, (u64, Hist, Vec<String>)> {
+    let mut ids: HashMap<(u64, u64, WaitState), SiteId> = HashMap::new();
+    let mut largest: HashMap<SiteId, ((u64, u64), u64)> = HashMap::new();
+    let mut sites: BTreeMap<SiteId, (u64, Hist, Vec<String>)> = BTreeMap::new();
     let mut hists_added: BTreeSet<KernelSite> = BTreeSet::new();
     for e in &profile.entries {
         let Some(state) = e.blocked_state() else {
             continue;
         };
-        let user = stack_frames(e.user_stack, stack_id::EMPTY, names);
-        let key = if user.is_empty() {
-            stack_frames(e.user_stack, e.kernel_stack, names)
-        } else {
-            user
-        };
-        let (ns, hist) = sites.entry((state.label(), key)).or_default();
+        let key = ids
+            .entry((e.user_stack, e.kernel_stack, state))
+            .or_insert_with(|| site_id(state, e.user_stack, e.kernel_stack, names))
+            .clone();
+        let slot = largest.entry(key.clone()).or_insert(((e.user_stack, e.kernel_stack), 0));
+        if e.time_ns > slot.1 {
+            *slot = ((e.user_stack, e.kernel_stack), e.time_ns);
+        }
+        let (ns, hist, _) = sites.entry(key).or_default();
         *ns += e.time_ns;
         hist.add_waits(e.waits, e.time_ns, e.min_ns, e.max_ns);
         if let Some(h) = profile.site_hist_once(e, state, &mut hists_added) {
             hist.add_buckets(h);
+        }
+    }
+    for (key, ((user, kernel), _)) in largest {
+        if let Some(site) = sites.get_mut(&key) {
+            let frames = stack_frames(user, stack_id::EMPTY, names);
+            site.2 = if frames.is_empty() {
+                stack_frames(user, kernel, names)
+            } else {
+                frames
+            };
         }
     }
     sites
@@ -393,8 +407,7 @@ fn functions(b: &Figures, a: &Figures) -> Vec<FunctionRow> {
 }
 
 fn sites(b: &Figures, a: &Figures) -> Vec<SiteRow> {
-    let keys: BTreeSet<&(&'static str, SiteFrames)> =
-        b.sites.keys().chain(a.sites.keys()).collect();
+    let keys: BTreeSet<&SiteId> = b.sites.keys().chain(a.sites.keys()).collect();
     // One label per site for both captures: a site that needs more callers to read apart
     // from another in one capture is named the same way in the other.
     let labels = distinct_labels(keys.iter().copied());
@@ -408,9 +421,9 @@ fn sites(b: &Figures, a: &Figures) -> Vec<SiteRow> {
                 f.and_then(v).map(round3)
             };
             SiteRow {
-                state: key.0,
+                state: key.state,
                 site: label,
-                stack: key.1.clone(),
+                stack: af.or(bf).map(|f| f.stack.clone()).unwrap_or_default(),
                 ms_per_s: change(get(bf, |f| f.ms_per_s), get(af, |f| f.ms_per_s)),
                 waits_per_s: change(get(bf, |f| f.waits_per_s), get(af, |f| f.waits_per_s)),
                 p50_ms: LatencyChange {

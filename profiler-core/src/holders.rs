@@ -7,11 +7,11 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use profiler_common::{WaitState, waker_context};
+use profiler_common::{WaitState, stack_id, waker_context};
 use serde::Serialize;
 
 use crate::{
-    analysis::{SiteId, site_frames, site_label},
+    analysis::{SiteId, site_id},
     model::{Kind, Profile, StackNames, stack_frames},
     waits::{self, WaitKind},
 };
@@ -39,24 +39,20 @@ pub struct Held {
     pub ns: u64,
 }
 
-/// The holders of every lock site in `sites` (site frames, as analysis keys them).
+/// The holders of every lock site in `sites`.
 pub fn lock_holders<'a>(
     profile: &Profile,
     names: &StackNames,
     sites: impl Iterator<Item = &'a SiteId>,
 ) -> HashMap<SiteId, Holders> {
-    let mut frames_of: HashMap<(u64, u64), Vec<String>> = HashMap::new();
+    let mut ids = SiteIds::default();
     let mut out = HashMap::new();
-    for site in sites {
-        let Some((taker, _, _)) = waits::lock_taker(&site.1) else {
+    for site in sites.filter(|s| s.kind == WaitKind::Lock) {
+        let Some(locked) = &site.locked else {
             continue;
         };
-        if waits::classify(&site.1) != WaitKind::Lock {
-            continue;
-        }
-        let locked = waits::function(&site.1[taker]).to_string();
-        let tids = holder_threads(profile, names, site);
-        let holders = held(profile, names, &mut frames_of, &locked, &tids);
+        let tids = holder_threads(profile, names, &mut ids, site);
+        let holders = held(profile, names, &mut ids, locked, &tids);
         if holders.total_ns > 0 {
             out.insert(site.clone(), holders);
         }
@@ -64,14 +60,40 @@ pub fn lock_holders<'a>(
     out
 }
 
+/// Each stack pair's site and user frames, computed once.
+#[derive(Default)]
+struct SiteIds {
+    sites: HashMap<(u64, u64, WaitState), SiteId>,
+    frames: HashMap<u64, Vec<String>>,
+}
+
+impl SiteIds {
+    fn site(&mut self, state: WaitState, user: u64, kernel: u64, names: &StackNames) -> &SiteId {
+        self.sites
+            .entry((user, kernel, state))
+            .or_insert_with(|| site_id(state, user, kernel, names))
+    }
+
+    fn user_frames(&mut self, user: u64, names: &StackNames) -> &[String] {
+        self.frames
+            .entry(user)
+            .or_insert_with(|| stack_frames(user, stack_id::EMPTY, names))
+    }
+}
+
 /// The lock's wakers (threads), or, without any, every thread of the waiters' processes.
-fn holder_threads(profile: &Profile, names: &StackNames, site: &SiteId) -> BTreeSet<u32> {
+fn holder_threads(
+    profile: &Profile,
+    names: &StackNames,
+    ids: &mut SiteIds,
+    site: &SiteId,
+) -> BTreeSet<u32> {
     let wakers: BTreeSet<u32> = profile
         .wakers
         .iter()
         .filter(|w| w.waker_tid != 0 && w.waker_context != waker_context::SOFTIRQ)
-        .filter(|w| w.waker_context != waker_context::HARDIRQ && w.state.label() == site.0)
-        .filter(|w| site_frames(w.user_stack, w.kernel_stack, names) == site.1)
+        .filter(|w| w.waker_context != waker_context::HARDIRQ && w.state.label() == site.state)
+        .filter(|w| ids.site(w.state, w.user_stack, w.kernel_stack, names) == site)
         .map(|w| w.waker_tid)
         .collect();
     if !wakers.is_empty() {
@@ -80,8 +102,11 @@ fn holder_threads(profile: &Profile, names: &StackNames, site: &SiteId) -> BTree
     let pids: BTreeSet<u32> = profile
         .entries
         .iter()
-        .filter(|e| e.blocked_state().is_some_and(|s| s.label() == site.0))
-        .filter(|e| site_frames(e.user_stack, e.kernel_stack, names) == site.1)
+        .filter(|e| {
+            e.blocked_state().is_some_and(|s| {
+                s.label() == site.state && ids.site(s, e.user_stack, e.kernel_stack, names) == site
+            })
+        })
         .map(|e| e.pid)
         .collect();
     profile
@@ -96,16 +121,17 @@ fn holder_threads(profile: &Profile, names: &StackNames, site: &SiteId) -> BTree
 fn held(
     profile: &Profile,
     names: &StackNames,
-    frames_of: &mut HashMap<(u64, u64), Vec<String>>,
+    ids: &mut SiteIds,
     locked: &str,
     tids: &BTreeSet<u32>,
 ) -> Holders {
     let mut by: HashMap<(&'static str, String), (Option<WaitKind>, u64)> = HashMap::new();
     for e in profile.entries.iter().filter(|e| tids.contains(&e.tid)) {
-        let frames = frames_of
-            .entry((e.user_stack, e.kernel_stack))
-            .or_insert_with(|| site_frames(e.user_stack, e.kernel_stack, names));
-        if !frames.iter().any(|f| waits::function(f) == locked) {
+        let through = ids
+            .user_frames(e.user_stack, names)
+            .iter()
+            .any(|f| waits::function(f) == locked);
+        if !through {
             continue;
         }
         let (state, what, kind) = match e.kind {
@@ -117,16 +143,12 @@ fn held(
                 let Some(state) = e.blocked_state() else {
                     continue;
                 };
-                let kind = waits::classify(frames);
-                let this_lock = waits::lock_taker(frames)
-                    .is_some_and(|(t, _, _)| waits::function(&frames[t]) == locked);
-                if kind == WaitKind::Work || (kind == WaitKind::Lock && this_lock) {
+                let site = ids.site(state, e.user_stack, e.kernel_stack, names);
+                let this_lock = site.kind == WaitKind::Lock && site.locked.as_deref() == Some(locked);
+                if site.is_idle_wait() || this_lock {
                     continue;
                 }
-                let all = stack_frames(e.user_stack, e.kernel_stack, names);
-                let label =
-                    waits::jvm_label(frames, 2).unwrap_or_else(|| site_label(frames, &all, 1));
-                (state.label(), label, Some(kind))
+                (state.label(), site.label(1), Some(site.kind))
             }
         };
         let slot = by.entry((state, what)).or_insert((kind, 0));
@@ -292,13 +314,13 @@ mod tests {
         };
         profile.wakers.push(waker);
         let names = names();
-        let site: SiteId = ("sleep", site_frames(1, 0, &names));
+        let site: SiteId = crate::analysis::site_id(WaitState::Sleep, 1, 0, &names);
         let all = lock_holders(&profile, &names, std::iter::once(&site));
         let h = &all[&site];
         assert_eq!((h.threads, h.total_ns), (1, 160 * ms), "{h:?}");
         assert_eq!(
             h.held[0].what,
-            "fsync ← FileDescriptor.sync ← Ledger$AuditLog.append"
+            "fsync ← FileDescriptor.sync ← Ledger$AuditLog.append ← Handler.handle"
         );
         assert_eq!((h.held[0].state, h.held[0].ns), ("io", 140 * ms));
         assert_eq!(h.held[1].what, "on the CPU");

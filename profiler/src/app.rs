@@ -16,6 +16,7 @@ use crate::{
     capture::{EndReason, Tick, TickKind, Waiter},
     cli::{Args, Cli, Command, DiffArgs, OutputArgs, RangeArgs, ReplayArgs, Unwind},
     drain::{self, Drainer},
+    machine::MachineSnapshot,
     kernel::{self, TaskOffsets},
     late::LateSamples,
     launch,
@@ -29,7 +30,9 @@ use crate::{
 use profiler_core::{
     account::{self, AccountOptions},
     fold::Folded,
-    model::{CaptureMeta, Drained, Mode, SavedCapture, Seeds, Window, saved::SAVED_FORMAT},
+    model::{
+        CaptureMeta, Drained, Machine, Mode, SavedCapture, Seeds, Window, saved::SAVED_FORMAT,
+    },
     render::{self, DiffOptions, RenderOptions, ReportFormat, ReportTexts, pprof},
     symbolize, timeline,
     unwind::tables::UnwindTables,
@@ -176,6 +179,7 @@ async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
         window,
         reason,
         probes,
+        machine,
     } = captured;
     if let Some(note) = reason.note() {
         eprintln!("profiler: {note}");
@@ -187,7 +191,8 @@ async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
             _ => {}
         }
     }
-    let (meta, opts) = post_inputs(args, &mut targets, selection, window, reason);
+    let (mut meta, opts) = post_inputs(args, &mut targets, selection, window, reason);
+    meta.machine = machine;
     let out = args.out.clone();
     // Post-processing runs beside the signal handlers: a Ctrl-C now abandons it instead of
     // going unheard. The outputs are still temporary files; they are removed.
@@ -248,6 +253,7 @@ fn post_inputs(
         ended_early: reason.note().map(str::to_string),
         started_unix_ns: unix_time_of(window.start_ns),
         notes: targets.jit_notes(),
+        machine: None,
         range: None,
     };
     let opts = AccountOptions {
@@ -455,6 +461,8 @@ struct Captured {
     window: Window,
     reason: EndReason,
     probes: Probes,
+    /// The machine over the window, when /proc could be read.
+    machine: Option<Machine>,
 }
 
 /// Load and attach, open the window, wait it out (keeping the target set current), close it
@@ -492,7 +500,7 @@ async fn capture(
         open.at.elapsed().as_secs_f64(),
         cpu_used_so_far()
     );
-    let (reason, stop_ns, mut drained, probes) =
+    let (reason, stop_ns, mut drained, probes, machine) =
         wait_out(args, &config, probes, open, prepared, waiter).await?;
     // The most the maps held: at load, or at a drain (the tables of large entries grow).
     let peak = drained
@@ -508,6 +516,7 @@ async fn capture(
         window: Window { start_ns, stop_ns },
         reason,
         probes,
+        machine,
     })
 }
 
@@ -539,6 +548,8 @@ struct OpenWindow {
     at: Instant,
     /// The scheduler's own counts of the targets' threads when it opened.
     sched_at_start: std::collections::HashMap<u32, profiler_core::model::SchedStat>,
+    /// The machine's CPU counters when it opened.
+    machine_at_start: Option<MachineSnapshot>,
 }
 
 /// Opens the window, says so, and lets a launched command exec.
@@ -559,6 +570,7 @@ fn open_window(args: &Args, probes: &mut Probes, prepared: &mut Prepared) -> Res
         start_ns,
         at,
         sched_at_start: drain::sched_stats(&pids),
+        machine_at_start: MachineSnapshot::read(),
     })
 }
 
@@ -571,7 +583,7 @@ async fn wait_out(
     open: OpenWindow,
     prepared: &mut Prepared,
     waiter: &mut Waiter,
-) -> Result<(EndReason, u64, Drained, Probes)> {
+) -> Result<(EndReason, u64, Drained, Probes, Option<Machine>)> {
     // From here on the aggregate tables belong to the drainer, which empties them while the
     // window is open so that they hold a drain interval's records, not the whole capture's.
     let window = Arc::new(Mutex::new(open.switch));
@@ -605,6 +617,10 @@ async fn wait_out(
         .await;
     prepared.targets = targets;
     let stop_ns = stop_ns?;
+    let machine = open.machine_at_start.as_ref().and_then(|start| {
+        let pids = prepared.targets.processes.keys().copied().collect();
+        Some(start.until(&MachineSnapshot::read()?, &pids))
+    });
     let mut drained = drain_all(
         &probes,
         draining.stop(),
@@ -621,7 +637,7 @@ async fn wait_out(
             drained.stacks.entry(id).or_insert(frames);
         }
     }
-    Ok((reason, stop_ns, drained, probes))
+    Ok((reason, stop_ns, drained, probes, machine))
 }
 
 /// One tick of the capture: the target set kept current (processes, mappings, JIT code),

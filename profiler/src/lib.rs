@@ -10,6 +10,7 @@ pub mod hotspot;
 pub mod kernel;
 pub mod late;
 pub mod launch;
+pub mod machine;
 pub mod mmap_events;
 pub mod preflight;
 pub mod priority;

@@ -7,9 +7,11 @@
 //! - [`named`]: symbolized stacks ([`StackNames`]) and how stacks and wakers are named.
 //! - [`timeline`]: when each thread waited where, and when each sample was taken
 //!   ([`Timeline`]), built by `timeline::build`.
+//! - [`machine`]: the machine's CPUs and processes over the window ([`Machine`]).
 //! - [`saved`]: a capture as a file, replayable without root ([`SavedCapture`]).
 
 pub mod hist;
+pub mod machine;
 pub mod named;
 pub mod raw;
 pub mod saved;
@@ -17,6 +19,7 @@ pub mod time;
 pub mod timeline;
 
 pub use hist::Hist;
+pub use machine::{Machine, MachineProcess};
 pub use named::{
     FrameFile, NO_FILE, Name, StackNames, WakerIdentity, stack_frames, waker_frames, waker_identity,
 };

@@ -38,6 +38,10 @@ pub struct CaptureMeta {
     /// render puts it into words.
     #[serde(default)]
     pub notes: Vec<CaptureNote>,
+    /// The machine's CPUs and the processes that used them over the window (captures saved
+    /// before it was recorded: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<super::Machine>,
     /// Set on a capture cut to a time range (`replay --from --to`): which part of the whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub range: Option<CaptureRange>,

@@ -311,6 +311,9 @@ fn capture_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
     if let Some(mib) = c.kernel_memory_mib() {
         row(out, "kernel memory", format!("{mib:.1} MiB of BPF maps"))?;
     }
+    if let Some(m) = &r.machine {
+        row(out, "machine", esc(&super::report::machine_text(m)))?;
+    }
     if c.mode != "cpu" {
         row(
             out,

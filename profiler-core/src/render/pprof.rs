@@ -613,6 +613,7 @@ mod tests {
                 ended_early: None,
                 started_unix_ns: Some(1_700_000_000_000_000_000),
                 notes: Vec::new(),
+                machine: None,
                 range: None,
             },
             profile: Profile {

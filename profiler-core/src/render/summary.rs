@@ -123,6 +123,9 @@ pub fn write_summary(out: &mut impl Write, r: &Report) -> io::Result<()> {
             "  kernel   {mib:.1} MiB of BPF maps held for the capture"
         )?;
     }
+    if let Some(m) = &r.machine {
+        writeln!(out, "  machine  {}", super::report::machine_text(m))?;
+    }
     if r.mode.traces_switches() {
         write_process_table(out, r)?;
         write_thread_table(out, r)?;

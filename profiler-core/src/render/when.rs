@@ -68,7 +68,7 @@ pub fn annotate(report: &mut Report, input: &WhenInput<'_>) {
 fn by_label(labels: &BTreeMap<SiteId, String>) -> BTreeMap<(&str, &str), &SiteId> {
     labels
         .iter()
-        .map(|(id, label)| ((id.0, label.as_str()), id))
+        .map(|(id, label)| ((id.state, label.as_str()), id))
         .collect()
 }
 

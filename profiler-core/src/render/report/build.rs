@@ -12,7 +12,8 @@ use profiler_common::{Counter, RunqueueHist, WaitState, stack_id};
 
 use super::{
     model::{
-        Capture, FunctionRow, GroupRow, GroupWait, IdleRow, Loss, ProcessRow, Report, RunQueue,
+        Capture, FunctionRow, GroupRow, GroupWait, IdleRow, Loss, MachineRow, MachineUser,
+        ProcessRow, Report, RunQueue,
         SCHEMA_VERSION, ShortLivedRow, SiteRow, StateShares, ThreadRow, ThreadTableRow,
     },
     notes, sites, verdict,
@@ -20,7 +21,7 @@ use super::{
 };
 use crate::{
     analysis::{self, Analysis, SiteId},
-    model::{CaptureMeta, Hist, Kind, Profile, StackNames, StateTimes, stack_frames},
+    model::{CaptureMeta, Hist, Kind, Machine, Profile, StackNames, StateTimes, stack_frames},
 };
 
 const TOP_FUNCTIONS: usize = 15;
@@ -67,9 +68,10 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         schema_version: SCHEMA_VERSION,
         capture: capture(profile, input.meta, processes.len()),
         verdict: String::new(),
+        machine: None,
         processes,
         idle_rule: idle_rule(IdleRuleWords::Full),
-        idle_wait_frames: analysis::IDLE_WAIT_FRAMES,
+        idle_wait_frames: crate::waits::idle_wait_frames(),
         event_wait_frames: analysis::EVENT_WAIT_FRAMES,
         threads,
         short_lived,
@@ -85,8 +87,53 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         mode: profile.mode,
         totals,
     };
+    report.machine = input
+        .meta
+        .machine
+        .as_ref()
+        .map(|m| machine_row(m, analysis));
     report.verdict = verdict::verdict(&verdict::VerdictInput::of(&report));
     report
+}
+
+/// The CPUs are saturated at this busy share …
+pub const SATURATED_PCT: f64 = 90.0;
+/// … when the target's active threads waited for a CPU at least this share of their time.
+const STARVED_PCT: f64 = 5.0;
+/// Processes named beside the CPUs' busy share.
+const MACHINE_TOP: usize = 5;
+
+/// The machine's figures, and whether its CPUs starved the target's active threads.
+fn machine_row(m: &Machine, analysis: &Analysis) -> MachineRow {
+    let capacity = m.capacity_s();
+    let pct = |s: f64| round1(if capacity > 0.0 { 100.0 * s / capacity } else { 0.0 });
+    let mut active = StateTimes::default();
+    for g in analysis.active_groups() {
+        active += g.time;
+    }
+    let target_runnable_pct = round1(active.pct(active.runnable));
+    let busy_pct = round1(m.busy_pct());
+    MachineRow {
+        cpus: m.cpus,
+        busy_pct,
+        user_pct: pct(m.user_s),
+        system_pct: pct(m.system_s),
+        iowait_pct: pct(m.iowait_s),
+        steal_pct: pct(m.steal_s),
+        top: m
+            .by_name()
+            .into_iter()
+            .take(MACHINE_TOP)
+            .map(|(name, cpu_s, processes, target)| MachineUser {
+                name,
+                processes,
+                cpu_pct: pct(cpu_s),
+                target,
+            })
+            .collect(),
+        saturated: busy_pct >= SATURATED_PCT && target_runnable_pct >= STARVED_PCT,
+        target_runnable_pct,
+    }
 }
 
 /// The capture: what was profiled, how, and what was lost.
@@ -385,13 +432,19 @@ fn group_rows(
                 io_pct: pct(t.io),
                 other_pct: pct(t.other),
                 idle_wait_pct: pct(g.idle_wait_ns),
+                work_wait_pct: pct(g.work_wait_ns),
                 busy_s: secs(t.busy()),
+                work_s: secs(g.work_ns()),
                 dominant_wait: g
                     .dominant_wait
                     .as_ref()
                     .and_then(|w| group_wait(w, sites, &pct)),
                 event_wait: g
                     .event_wait
+                    .as_ref()
+                    .and_then(|w| group_wait(w, sites, &pct)),
+                loop_blocked: g
+                    .loop_blocked
                     .as_ref()
                     .and_then(|w| group_wait(w, sites, &pct)),
             }

@@ -54,6 +54,9 @@ fn md_capture(r: &Report, out: &mut impl Write) -> io::Result<()> {
     if let Some(mib) = c.kernel_memory_mib() {
         writeln!(out, "| kernel memory | {mib:.1} MiB of BPF maps |")?;
     }
+    if let Some(m) = &r.machine {
+        writeln!(out, "| machine | {} |", super::words::machine_text(m))?;
+    }
     writeln!(
         out,
         "| waits | {} finished, {} still open at the end, {} blocked since before the start |",

@@ -11,11 +11,11 @@ use serde::{Serialize, Serializer};
 use crate::{
     holders::HoldersRow,
     model::{CaptureNote, Mode, StateTimes},
-    waits::WaitKind,
+    waits::{Purpose, WaitKind},
 };
 
 /// Version of the JSON layout (docs/report.schema.json).
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -26,11 +26,13 @@ pub struct Report {
     pub verdict: String,
     /// Each process's threads summed, busiest first.
     pub processes: Vec<ProcessRow>,
+    /// The machine's CPUs over the window and what used them (null: not recorded).
+    pub machine: Option<MachineRow>,
     /// How threads are classified idle or active.
     pub idle_rule: String,
     /// Frames that make a wait an idle wait (waiting for work) in any thread: not ranked among
     /// blocking sites, never a group's dominant wait.
-    pub idle_wait_frames: &'static [&'static str],
+    pub idle_wait_frames: Vec<&'static str>,
     /// Frames that make a wait an event wait (an event loop waiting for its next event): ranked
     /// after blocking sites, named apart in the verdict.
     pub event_wait_frames: &'static [&'static str],
@@ -108,6 +110,36 @@ impl Capture {
             .filter(|b| **b > 0)
             .map(|b| *b as f64 / (1024.0 * 1024.0))
     }
+}
+
+/// The machine around the target: its CPUs' busy share over the window and the processes
+/// that used them, from /proc read at the window's ends.
+#[derive(Debug, Serialize)]
+pub struct MachineRow {
+    pub cpus: u32,
+    /// User, system and steal time as % of all the CPUs' time.
+    pub busy_pct: f64,
+    pub user_pct: f64,
+    pub system_pct: f64,
+    pub iowait_pct: f64,
+    pub steal_pct: f64,
+    /// The processes that used the most CPU, by name (a database's backends together).
+    pub top: Vec<MachineUser>,
+    /// The CPUs were saturated (busy at least `SATURATED_PCT`) and the target's active threads
+    /// waited for a CPU notably: the verdict says so first.
+    pub saturated: bool,
+    /// The target's active threads' time waiting for a CPU, as % of their time.
+    pub target_runnable_pct: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MachineUser {
+    pub name: String,
+    pub processes: usize,
+    /// % of all the CPUs' time over the window.
+    pub cpu_pct: f64,
+    /// Among the profiled processes.
+    pub target: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -291,9 +323,14 @@ pub struct SiteRow {
     pub idle_s: f64,
     /// A wait for any of many events (epoll, poll, select): ranked after the blocking sites.
     pub event_wait: bool,
-    /// What the wait was for, by its frames (waits.rs): lock, work (waiting for work: idle),
-    /// condition, sleep, events, io.
+    /// What the wait was for, by its frames (waits.rs): lock, work (waiting for its next
+    /// task: idle), connection (a pooled connection), reply (a downstream's reply: an HTTP
+    /// client, a database driver), file, condition, sleep, events, io.
     pub kind: WaitKind,
+    /// Why: `idle` (for the next task or event), `task` (inside a task: work), `unknown`.
+    pub purpose: Purpose,
+    /// Below an event loop's own frames: a handler that blocks the loop.
+    pub in_event_loop: bool,
     /// For a lock: what the threads that released it did while holding it (holders.rs).
     pub holders: Option<HoldersRow>,
     pub waits: u64,
@@ -329,14 +366,21 @@ pub struct GroupRow {
     /// Of its sleep, waits for work by their stack (`idle_wait_frames`: the Go scheduler
     /// parking a thread with nothing to run), never its dominant wait.
     pub idle_wait_pct: f64,
-    /// Running, runnable and io (what the load average counts), in seconds: the busiest
-    /// active group comes first.
+    /// Of its time, waits inside tasks (a reply, a pooled connection, a lock, a file …):
+    /// work, though off the CPU.
+    pub work_wait_pct: f64,
+    /// Running, runnable and io (what the load average counts), in seconds.
     pub busy_s: f64,
+    /// Busy and in waits inside tasks, in seconds: the group with the most work comes first.
+    pub work_s: f64,
     /// Its largest wait that is not an event wait or idle wait.
     pub dominant_wait: Option<GroupWait>,
     /// Its largest event wait (`event_wait_frames`: epoll, poll, select): an event loop
     /// waiting for its next request or reply.
     pub event_wait: Option<GroupWait>,
+    /// An event loop that blocks: its largest wait inside its handlers (a sleep, a lock, a
+    /// socket read, a file) while its other connections wait.
+    pub loop_blocked: Option<GroupWait>,
 }
 
 /// A group's largest wait site.

@@ -17,7 +17,7 @@ use super::{
 use crate::{
     analysis::{self, Analysis, SiteId, distinct_labels},
     model::{Entry, Hist, Kind, Profile, StackNames, stack_frames, waker_frames, waker_identity},
-    waits::{self, WaitKind},
+    waits::{Purpose, WaitKind},
 };
 
 const TOP_SITES: usize = 10;
@@ -91,23 +91,27 @@ impl Site {
     }
 }
 
-/// Stack pair → (full frames, site frames), each computed once.
+/// Stack pair → full frames, and stack pair and state → site, each computed once.
 struct FrameCache<'a> {
     names: &'a StackNames,
-    memo: HashMap<(u64, u64), (Vec<String>, Vec<String>)>,
+    frames: HashMap<(u64, u64), Vec<String>>,
+    sites: HashMap<(u64, u64, WaitState), SiteId>,
 }
 
 impl FrameCache<'_> {
-    fn get(&mut self, user: u64, kernel: u64) -> (Vec<String>, Vec<String>) {
+    fn frames(&mut self, user: u64, kernel: u64) -> Vec<String> {
         let names = self.names;
-        self.memo
+        self.frames
             .entry((user, kernel))
-            .or_insert_with(|| {
-                (
-                    stack_frames(user, kernel, names),
-                    analysis::site_frames(user, kernel, names),
-                )
-            })
+            .or_insert_with(|| stack_frames(user, kernel, names))
+            .clone()
+    }
+
+    fn site(&mut self, state: WaitState, user: u64, kernel: u64) -> SiteId {
+        let names = self.names;
+        self.sites
+            .entry((user, kernel, state))
+            .or_insert_with(|| analysis::site_id(state, user, kernel, names))
             .clone()
     }
 }
@@ -121,7 +125,8 @@ pub(super) fn site_rows(
 ) -> BTreeMap<SiteId, SiteRow> {
     let mut frames = FrameCache {
         names,
-        memo: HashMap::new(),
+        frames: HashMap::new(),
+        sites: HashMap::new(),
     };
     let mut sites = blocked_sites(profile, analysis, &mut frames);
     add_wakers(&mut sites, profile, &mut frames);
@@ -136,9 +141,11 @@ pub(super) fn site_rows(
         .into_iter()
         .zip(labels)
         .map(|((id, site), label)| {
-            let mut row = site_row(profile, id.0, label, site, all_thread_ns, active_ns);
-            row.event_wait = analysis.event_sites.contains(&id);
-            row.kind = waits::classify(&id.1);
+            let mut row = site_row(profile, id.state, label, site, all_thread_ns, active_ns);
+            row.event_wait = id.is_event_wait();
+            row.kind = id.kind;
+            row.purpose = id.purpose;
+            row.in_event_loop = id.event_loop;
             row.holders = analysis.holders.get(&id).map(|h| h.row());
             (id, row)
         })
@@ -154,31 +161,33 @@ fn blocked_sites(
 ) -> BTreeMap<SiteId, Site> {
     let mut sites: BTreeMap<SiteId, Site> = BTreeMap::new();
     let mut hists_added: BTreeSet<KernelSite> = BTreeSet::new();
-    let mut runnable_after: Vec<(Vec<String>, u64)> = Vec::new();
+    let mut runnable_after: Vec<(u64, u64, u64)> = Vec::new();
     for e in &profile.entries {
         let Kind::Off(state) = e.kind else { continue };
-        let (full, key) = frames.get(e.user_stack, e.kernel_stack);
         // The run-queue part after a wakeup belongs to the blocking site it followed.
         if state == WaitState::RunqueueWoken {
-            runnable_after.push((key, e.time_ns));
+            runnable_after.push((e.user_stack, e.kernel_stack, e.time_ns));
             continue;
         }
         let Some(state) = e.blocked_state() else {
             continue;
         };
-        let active = !analysis.is_idle(e.tid) && !analysis::is_idle_wait(&key);
-        let site = sites.entry((state.label(), key)).or_default();
+        let key = frames.site(state, e.user_stack, e.kernel_stack);
+        let active = !analysis.is_idle(e.tid) && !key.is_idle_wait();
+        let full = frames.frames(e.user_stack, e.kernel_stack);
+        let site = sites.entry(key).or_default();
         site.add(e, full, active);
         if let Some(h) = profile.site_hist_once(e, state, &mut hists_added) {
             site.hist.add_buckets(h);
         }
     }
-    for (key, ns) in runnable_after {
+    for (user, kernel, ns) in runnable_after {
         // Which state the wait was in is not in the run-queue key: the one the stack has.
-        let state = ["sleep", "io", "other"]
+        let key = [WaitState::Sleep, WaitState::Io, WaitState::Other]
             .into_iter()
-            .find(|st| sites.contains_key(&(*st, key.clone())));
-        if let Some(site) = state.and_then(|st| sites.get_mut(&(st, key))) {
+            .map(|st| frames.site(st, user, kernel))
+            .find(|key| sites.contains_key(key));
+        if let Some(site) = key.and_then(|key| sites.get_mut(&key)) {
             site.runnable_after_ns += ns;
         }
     }
@@ -188,8 +197,8 @@ fn blocked_sites(
 /// Who woke each site, with a stack of each waker.
 fn add_wakers(sites: &mut BTreeMap<SiteId, Site>, profile: &Profile, frames: &mut FrameCache<'_>) {
     for w in &profile.wakers {
-        let (_, key) = frames.get(w.user_stack, w.kernel_stack);
-        let Some(site) = sites.get_mut(&(w.state.label(), key)) else {
+        let key = frames.site(w.state, w.user_stack, w.kernel_stack);
+        let Some(site) = sites.get_mut(&key) else {
             continue;
         };
         let who = waker_identity(w, frames.names);
@@ -256,6 +265,8 @@ fn site_row(
         idle_s: secs(site.time_ns - site.active_ns),
         event_wait: false,
         kind: WaitKind::Io,
+        purpose: Purpose::Unknown,
+        in_event_loop: false,
         holders: None,
         waits: site.hist.count,
         latency: site.hist.latency(),

@@ -9,8 +9,8 @@
 //! `--mode cpu`, it names the dominant state over all threads.
 
 use super::{
-    model::{FunctionRow, GroupRow, GroupWait, IdleRow, Latency, Report, RunQueue},
-    words::{IdleRuleWords, idle_rule},
+    model::{FunctionRow, GroupRow, GroupWait, IdleRow, Latency, MachineRow, Report, RunQueue},
+    words::{IdleRuleWords, idle_rule, machine_users},
 };
 use crate::{
     analysis::enables_interrupts,
@@ -38,6 +38,7 @@ pub struct VerdictInput<'a> {
     pub groups: &'a [GroupRow],
     pub idle: &'a [IdleRow],
     pub run_queue: &'a RunQueue,
+    pub machine: Option<&'a MachineRow>,
 }
 
 impl<'a> VerdictInput<'a> {
@@ -50,6 +51,7 @@ impl<'a> VerdictInput<'a> {
             groups: &r.groups,
             idle: &r.idle_threads,
             run_queue: &r.run_queue,
+            machine: r.machine.as_ref(),
         }
     }
 }
@@ -69,10 +71,11 @@ pub fn verdict(v: &VerdictInput<'_>) -> String {
     let Some(first) = active.first() else {
         return all_idle(v);
     };
-    let mut text = group_sentence(first, v.run_queue);
+    let mut text = v.machine.map(saturated).unwrap_or_default();
+    text.push_str(&group_sentence(first, v.run_queue));
     if let Some(next) = active
         .get(1)
-        .filter(|g| g.busy_s >= NEXT_GROUP_SHARE * first.busy_s && g.busy_s > 0.0)
+        .filter(|g| g.work_s >= NEXT_GROUP_SHARE * first.work_s && g.work_s > 0.0)
     {
         text.push_str(" Next: ");
         text.push_str(&group_sentence(next, v.run_queue));
@@ -88,6 +91,27 @@ pub fn verdict(v: &VerdictInput<'_>) -> String {
     }
     text.push_str(&idle_sentence(v));
     text
+}
+
+/// `The 2 CPUs were 98 % busy (java 33 %, …) and the profiled threads that work waited for a
+/// CPU 27 % of their time: the machine is CPU-bound. `, when it is.
+fn saturated(m: &MachineRow) -> String {
+    if !m.saturated {
+        return String::new();
+    }
+    let users = machine_users(m);
+    format!(
+        "The {} were {:.0} % busy{} and the profiled threads that work waited for a CPU {:.0} % \
+         of their time: the machine is CPU-bound. ",
+        crate::render::count(u64::from(m.cpus), "CPU"),
+        m.busy_pct,
+        if users.is_empty() {
+            String::new()
+        } else {
+            format!(" ({users})")
+        },
+        m.target_runnable_pct
+    )
 }
 
 /// ` 12 of 40 threads were idle (…), 8 of them a pool waiting for work (…) and are listed
@@ -122,7 +146,12 @@ fn idle_sentence(v: &VerdictInput<'_>) -> String {
 /// `X is on the CPU 60 % of the time; 32 % is spent in … (io, p99 0.20 ms, woken by …).`
 fn group_sentence(g: &GroupRow, run_queue: &RunQueue) -> String {
     let mut parts = vec![subject(g)];
-    let wait = dominant_wait(g);
+    let blocked_loop = g.loop_blocked.as_ref().map(loop_text);
+    let wait = match &blocked_loop {
+        Some(_) => None,
+        None => dominant_wait(g),
+    };
+    parts.extend(blocked_loop);
     let runnable = run_queue_share(g, run_queue);
     match (wait, runnable) {
         (Some(w), Some(r)) if r.0 > w.0 => {
@@ -170,10 +199,12 @@ fn wait_text(w: &GroupWait) -> (f64, String) {
     if let Some(by) = &w.woken_by {
         detail.push(format!("woken by {by}"));
     }
-    let what = if w.kind == WaitKind::Lock {
-        "is spent queueing for a lock,"
-    } else {
-        "is spent in"
+    let what = match w.kind {
+        WaitKind::Lock => "is spent queueing for a lock,",
+        WaitKind::Connection => "is spent waiting for a pooled connection:",
+        WaitKind::Reply => "is spent waiting for a downstream's reply:",
+        WaitKind::File => "is spent in file I/O:",
+        _ => "is spent in",
     };
     let mut text = format!(
         "{:.0} % {what} {} ({})",
@@ -187,6 +218,22 @@ fn wait_text(w: &GroupWait) -> (f64, String) {
         ));
     }
     (w.share_pct, text)
+}
+
+/// `it is an event loop that blocks: 52 % of its time is in Thread.sleep ← H.channelRead0
+/// inside its handlers (sleep, p99 5.1 ms), and no other event is served meanwhile`.
+fn loop_text(w: &GroupWait) -> String {
+    let mut detail = vec![w.state.to_string()];
+    if let Some(p99) = w.p99_ms {
+        detail.push(format!("p99 {}", ms_text(p99)));
+    }
+    format!(
+        "it is an event loop that blocks: {:.0} % of its time is in {} inside its handlers \
+         ({}), and its other connections wait meanwhile",
+        w.share_pct,
+        w.site,
+        detail.join(", ")
+    )
 }
 
 /// A group's waits for work: mostly idle when they are most of its time and no other wait
@@ -330,8 +377,11 @@ mod tests {
             io_pct: wait.map_or(0.0, |w| w.0),
             other_pct: 0.0,
             idle_wait_pct: 0.0,
+            work_wait_pct: 0.0,
             event_wait: None,
+            loop_blocked: None,
             busy_s: (running + runnable + wait.map_or(0.0, |w| w.0)) / 10.0,
+            work_s: (running + runnable + wait.map_or(0.0, |w| w.0)) / 10.0,
             dominant_wait: wait.map(|(share, site)| GroupWait {
                 state: "io",
                 site: site.into(),
@@ -361,6 +411,7 @@ mod tests {
             groups,
             idle,
             run_queue: rq,
+            machine: None,
         }
     }
 
@@ -397,7 +448,7 @@ mod tests {
             verdict(&input(&groups, &idle, &rq)),
             "redis-server (main thread) is on the CPU 60 % of the time; 32 % is spent in \
              fdatasync ← flushAppendOnlyFile (io, p99 0.20 ms, woken by [interrupt] (97 %)). \
-             3 of 4 threads were idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep) and are \
+             3 of 4 threads were idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % in idle waits) and are \
              listed apart, not ranked."
         );
     }
@@ -438,7 +489,7 @@ mod tests {
              queueing for a lock, monitor enter ← Ledger$AuditLog.append (sleep, p99 0.20 ms); \
              its holders spend the held time mostly in fsync ← FileDescriptor.sync ← \
              Ledger$AuditLog.append (io, 90 %); 15 % waiting for work (idle waits). 4 of 5 \
-             threads were idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep), 4 of them a \
+             threads were idle (≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % in idle waits), 4 of them a \
              pool waiting for work (LinkedBlockingQueue.take ← ThreadPoolExecutor.getTask) and \
              are listed apart, not ranked."
         );

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::model::{IdleRow, Latency, Note, SiteRow, WakerRow};
+use super::model::{IdleRow, Latency, MachineRow, Note, SiteRow, WakerRow};
 use crate::{
     analysis::{IDLE_MAX_IO_PCT, IDLE_MAX_ON_CPU_PCT, IDLE_MIN_SLEEP_PCT},
     model::{CaptureNote, PartialTime},
@@ -26,16 +26,75 @@ pub fn idle_rule(words: IdleRuleWords) -> String {
     let (cpu, io, sleep) = (IDLE_MAX_ON_CPU_PCT, IDLE_MAX_IO_PCT, IDLE_MIN_SLEEP_PCT);
     match words {
         IdleRuleWords::Brief => {
-            format!("≤ {cpu} % on the CPU, ≤ {io} % in I/O, ≥ {sleep} % asleep")
+            format!("≤ {cpu} % on the CPU, ≤ {io} % in I/O, ≥ {sleep} % in idle waits")
         }
         IdleRuleWords::Full => format!(
-            "a thread is idle when, over its time in the capture window, it was on the CPU at \
-             most {cpu} % of the time, in uninterruptible I/O or stopped at most {io} %, and in \
-             interruptible sleep (a futex, poll, read, nanosleep … wait) at least {sleep} % (the \
-             rest is waiting for a CPU after its wakeups); every other thread is active (in \
-             --mode cpu, without off-CPU states, every thread counts as active)"
+            "a thread is idle when, over its time in the capture window, it was {}; a wait \
+             inside a task — a pooled connection, a downstream's reply (an HTTP client's call, \
+             a database driver's read), a future, a lock, a file, or any wait with a task or a \
+             request handler below it — is work, whatever the thread's CPU share; every other \
+             thread is active (in --mode cpu, without off-CPU states, every thread counts as \
+             active)",
+            idle_rule_core()
         ),
     }
+}
+
+/// The rule's figures in one clause, as the README and docs/verdict.md state it.
+fn idle_rule_core() -> String {
+    let (cpu, io, sleep) = (IDLE_MAX_ON_CPU_PCT, IDLE_MAX_IO_PCT, IDLE_MIN_SLEEP_PCT);
+    format!(
+        "on the CPU at most {cpu} % of the time, in uninterruptible I/O or stopped at most {io} \
+         %, and in idle waits at least {sleep} %: waits for its next task or event (a pool's \
+         queue under its run loop, an event loop's poll with no handler below it, an acceptor, \
+         a runtime's housekeeping such as its JIT compiler, GC and timers), or sleeps and \
+         conditions whose stack does not place them inside a task (the rest is waiting for a \
+         CPU after its wakeups)"
+    )
+}
+
+/// `java 33 %, mariadbd 30 % (3 processes), wrk 24 %`: the processes that used the CPUs.
+pub fn machine_users(m: &MachineRow) -> String {
+    let users: Vec<String> = m
+        .top
+        .iter()
+        .filter(|u| u.cpu_pct >= 0.5)
+        .map(|u| {
+            let n = if u.processes > 1 {
+                format!(" ({} processes)", u.processes)
+            } else {
+                String::new()
+            };
+            format!("{} {:.0} %{n}", u.name, u.cpu_pct)
+        })
+        .collect();
+    users.join(", ")
+}
+
+/// `2 CPUs 98 % busy (user 70 %, system 25 %, steal 3 %): java 33 %, …`.
+pub fn machine_text(m: &MachineRow) -> String {
+    let mut parts = vec![
+        format!("user {:.0} %", m.user_pct),
+        format!("system {:.0} %", m.system_pct),
+    ];
+    if m.iowait_pct >= 0.5 {
+        parts.push(format!("iowait {:.0} %", m.iowait_pct));
+    }
+    if m.steal_pct >= 0.5 {
+        parts.push(format!("steal {:.0} %", m.steal_pct));
+    }
+    let users = machine_users(m);
+    format!(
+        "{} {:.0} % busy ({}){}",
+        crate::render::count(u64::from(m.cpus), "CPU"),
+        m.busy_pct,
+        parts.join(", "),
+        if users.is_empty() {
+            String::new()
+        } else {
+            format!(": {users}")
+        }
+    )
 }
 
 impl fmt::Display for Note {
@@ -233,26 +292,15 @@ mod tests {
     }
 
     #[test]
-    fn the_idle_rule_reads_as_it_always_has_and_as_the_readme_says() {
+    fn the_idle_rule_reads_as_the_readme_says() {
         assert_eq!(
             idle_rule(IdleRuleWords::Brief),
-            "≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % asleep"
+            "≤ 1 % on the CPU, ≤ 1 % in I/O, ≥ 90 % in idle waits"
         );
-        assert_eq!(
-            idle_rule(IdleRuleWords::Full),
-            "a thread is idle when, over its time in the capture window, it was on the CPU at \
-             most 1 % of the time, in uninterruptible I/O or stopped at most 1 %, and in \
-             interruptible sleep (a futex, poll, read, nanosleep … wait) at least 90 % (the rest \
-             is waiting for a CPU after its wakeups); every other thread is active (in --mode \
-             cpu, without off-CPU states, every thread counts as active)"
-        );
+        assert!(idle_rule(IdleRuleWords::Full).contains(&idle_rule_core()));
         // The README and docs/verdict.md state the rule in a paragraph of their own: its
-        // figures are the constants'.
-        let (cpu, io, sleep) = (IDLE_MAX_ON_CPU_PCT, IDLE_MAX_IO_PCT, IDLE_MIN_SLEEP_PCT);
-        let rule = format!(
-            "on the CPU at most {cpu} % of the time, in uninterruptible I/O or stopped at most \
-             {io} %, and in interruptible sleep at least {sleep} %"
-        );
+        // figures and its words are the constants' and this module's.
+        let rule = idle_rule_core();
         for doc in ["README.md", "docs/verdict.md"] {
             let path = format!("{}/../{doc}", env!("CARGO_MANIFEST_DIR"));
             let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
