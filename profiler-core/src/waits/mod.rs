@@ -66,10 +66,11 @@ pub enum Purpose {
     /// with no handler below, an acceptor, a runtime's housekeeping thread (JIT compiler, GC,
     /// reference handler, timers).
     Idle,
-    /// Inside a task: a lock, a pooled connection, a downstream's reply, a file, or any wait
-    /// with a task or a request handler below it.
+    /// Inside a task: a lock, a pooled connection, a downstream's reply, a file, a socket's
+    /// read or write, or any wait with a task or a request handler below it.
     Task,
-    /// A sleep or a condition whose stack says neither (a C worker's `pthread_cond_wait`).
+    /// A sleep, a condition or a pipe's read whose stack says neither (a C worker's
+    /// `pthread_cond_wait`).
     Unknown,
 }
 
@@ -138,6 +139,10 @@ pub fn meaning(frames: &[String]) -> Meaning {
         _ if housekeeping => Purpose::Idle,
         WaitKind::Events if !in_task => Purpose::Idle,
         WaitKind::Lock | WaitKind::Connection | WaitKind::Reply | WaitKind::File => Purpose::Task,
+        // A thread blocked in a socket's read or write waits for its peer (an upstream, a
+        // database, a client's request body): work. Idle connections wait in a poll or an
+        // event loop, which is an event wait.
+        WaitKind::Io if socket => Purpose::Task,
         _ if in_task => Purpose::Task,
         _ => Purpose::Unknown,
     };
@@ -900,9 +905,12 @@ mod tests {
         for f in [v(&take), acceptor, poller, compiler, reference] {
             assert_eq!(meaning(&f).purpose, Purpose::Idle, "{f:?}");
         }
-        // A C worker's condition wait says nothing of its purpose.
+        // A C worker's condition wait says nothing of its purpose; a C thread's read of a
+        // socket waits for its peer.
         let c = v(&["start_thread", "worker", "pthread_cond_wait"]);
         assert_eq!(meaning(&c).purpose, Purpose::Unknown);
+        let upstream = v(&["start_thread", "handle", "call_upstream", "read", "tcp_recvmsg_[k]"]);
+        assert_eq!(meaning(&upstream).purpose, Purpose::Task);
     }
 
     #[test]

@@ -31,8 +31,8 @@ pub fn idle_rule(words: IdleRuleWords) -> String {
         IdleRuleWords::Full => format!(
             "a thread is idle when, over its time in the capture window, it was {}; a wait \
              inside a task — a pooled connection, a downstream's reply (an HTTP client's call, \
-             a database driver's read), a future, a lock, a file, or any wait with a task or a \
-             request handler below it — is work, whatever the thread's CPU share; every other \
+             a database driver's read), a socket's read or write, a future, a lock, a file, or any \
+             wait with a task or a request handler below it — is work, whatever the thread's CPU share; every other \
              thread is active (in --mode cpu, without off-CPU states, every thread counts as \
              active)",
             idle_rule_core()
