@@ -66,8 +66,13 @@ fn jvm_name(frames: &[String], m: &Meaning) -> Option<SiteName> {
         .collect();
     // A bridge method and its target, or a recursion, read as one frame.
     app.dedup();
-    // The library call the application made: the first Java frame past its own.
-    let api = java.iter().copied().find(|&i| i > leaf_app);
+    // The library call the application made: the first Java frame past its own. A lock's
+    // is its machinery (`ReentrantLock.lock`): the frame that took it names it.
+    let api = java
+        .iter()
+        .copied()
+        .find(|&i| i > leaf_app)
+        .filter(|_| m.kind != WaitKind::Lock);
     let (what, anchor) = what_and_anchor(frames, m, api, leaf_app);
     let mut calls: Vec<String> = Vec::new();
     for i in [anchor, api].into_iter().flatten() {

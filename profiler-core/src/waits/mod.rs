@@ -507,6 +507,7 @@ mod tests {
             jvm_label(&f, 1).as_deref(),
             Some("lock ← Ledger$Journal.append")
         );
+        assert_eq!(label(&f), "lock ← Ledger$Journal.append");
     }
 
     #[test]
