@@ -237,9 +237,18 @@ pub fn is_plumbing(frame: &str) -> bool {
 }
 
 /// A thread of the JVM's own (JIT compiler, GC, VM thread, the launcher waiting for main):
-/// JVM frames and not one Java frame.
+/// a whole stack, from the thread's start, with JVM frames and no Java code on it. A Java
+/// thread's stack cut short above its first Java frame is not one.
 fn is_jvm_own_thread(frames: &[String]) -> bool {
-    is_jvm_stack(frames) && !frames.iter().any(|f| is_java(f))
+    let from_start = frames.iter().any(|f| {
+        f.starts_with("thread_native_entry(")
+            || f.starts_with("Thread::call_run(")
+            || f == "JavaMain"
+            || f == "CallJavaMainInNewThread"
+    });
+    from_start
+        && is_jvm_stack(frames)
+        && !frames.iter().any(|f| is_java(f) || f.contains("JavaCalls::"))
 }
 
 /// What a wait with these frames was for ([`meaning`]'s kind).
@@ -906,6 +915,10 @@ mod tests {
         for f in [v(&take), acceptor, poller, compiler, reference] {
             assert_eq!(meaning(&f).purpose, Purpose::Idle, "{f:?}");
         }
+        // A Java thread's park whose stack the unwinder lost above the JVM's C++ is no
+        // thread of the JVM's own.
+        let cut = v(&["Unsafe_Park", "Parker::park(bool, long)", "__pthread_cond_wait"]);
+        assert_eq!(meaning(&cut).purpose, Purpose::Unknown);
         // A C worker's condition wait says nothing of its purpose; a C thread's read of a
         // socket waits for its peer.
         let c = v(&["start_thread", "worker", "pthread_cond_wait"]);

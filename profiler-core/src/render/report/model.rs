@@ -310,6 +310,10 @@ pub struct SiteRow {
     pub stack: Vec<String>,
     /// Distinct stacks the site groups (kernel paths below the call, callers above it).
     pub stacks: usize,
+    /// Of its time, waits whose stacks the unwinder cut short (JIT code it had not read yet),
+    /// placed here because their thread's whole stacks that end the same way are nearly all
+    /// here.
+    pub attributed_s: f64,
     pub threads: Vec<String>,
     pub thread_count: usize,
     pub total_s: f64,

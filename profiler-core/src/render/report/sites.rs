@@ -74,6 +74,8 @@ struct Site {
     /// Each full stack of the site with its time: the largest is shown.
     stacks: HashMap<Vec<String>, u64>,
     runnable_after_ns: u64,
+    /// Of `time_ns`, waits whose stacks were cut short, placed here by their thread's.
+    attributed_ns: u64,
     /// Wakeups per waker, with a stack of the waker.
     wakers: BTreeMap<WakerKey, (u64, Vec<String>)>,
 }
@@ -136,11 +138,14 @@ pub(super) fn site_rows(
         .filter(|(tid, _)| !analysis.is_idle(**tid))
         .map(|(_, t)| t.total_ns())
         .sum();
-    let labels = distinct_labels(sites.keys());
+    // The labels the whole capture's sites got (the timeline's and the trace's too); a site
+    // only this range has is labelled among these.
+    let fallback = distinct_labels(sites.keys());
     sites
         .into_iter()
-        .zip(labels)
-        .map(|((id, site), label)| {
+        .zip(fallback)
+        .map(|((id, site), fallback)| {
+            let label = analysis.sites.labels().get(&id).cloned().unwrap_or(fallback);
             let mut row = site_row(profile, id.state, label, site, all_thread_ns, active_ns);
             row.event_wait = id.is_event_wait();
             row.kind = id.kind;
@@ -172,10 +177,17 @@ fn blocked_sites(
         let Some(state) = e.blocked_state() else {
             continue;
         };
-        let key = frames.site(state, e.user_stack, e.kernel_stack);
+        let placed = analysis.placed(e, state).cloned();
+        let was_cut = placed.is_some();
+        let key = placed.unwrap_or_else(|| {
+            analysis.canonical(frames.site(state, e.user_stack, e.kernel_stack))
+        });
         let active = !analysis.is_idle(e.tid) && !key.is_idle_wait();
         let full = frames.frames(e.user_stack, e.kernel_stack);
         let site = sites.entry(key).or_default();
+        if was_cut {
+            site.attributed_ns += e.time_ns;
+        }
         site.add(e, full, active);
         if let Some(h) = profile.site_hist_once(e, state, &mut hists_added) {
             site.hist.add_buckets(h);
@@ -251,6 +263,7 @@ fn site_row(
         stack,
         stacks: paths,
         runnable_after_wakeup_s: secs(site.runnable_after_ns),
+        attributed_s: secs(site.attributed_ns),
         threads: site
             .threads
             .iter()

@@ -7,13 +7,19 @@
 //! by process and wait. Pure; the report and the verdict render it, fold uses it for
 //! `--hide-idle`.
 
+mod cut;
+mod resolve;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use profiler_common::{WaitState, stack_id};
 
+pub use cut::{Attributed, WaitKey};
+pub use resolve::{Sites, StackKey};
+
 use crate::{
     holders::{Holders, lock_holders},
-    model::{NO_FILE, Profile, StackNames, StateTimes, ThreadTime, stack_frames},
+    model::{Entry, NO_FILE, Profile, StackNames, StateTimes, ThreadTime, stack_frames},
     waits::{self, Purpose, SiteName, WaitKind},
 };
 
@@ -52,8 +58,11 @@ pub fn enables_interrupts(frame: &str) -> bool {
 /// A blocking site: its state, what it waited for and why, and what names it — the wait's
 /// meaning and its application frames ([`SiteName`]), or, for stacks that have none, the
 /// frames of its user stack (all frames of a thread without one). Kernel paths that differ
-/// below the call are the same site; so are a JVM's stacks that differ only in plumbing.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// below the call are the same site; so are a JVM's stacks that differ only in plumbing. Its
+/// purpose and whether it lies in an event loop are what its stacks say and not part of its
+/// identity: a stack of the site that shows less (its task's frames cut short) is the same
+/// site, and [`Analysis::canonical`] gives the site what all its stacks say together.
+#[derive(Clone, Debug)]
 pub struct SiteId {
     pub state: &'static str,
     pub kind: WaitKind,
@@ -68,6 +77,10 @@ pub struct SiteId {
 }
 
 impl SiteId {
+    fn identity(&self) -> (&str, WaitKind, &Option<SiteName>, &[String], &Option<String>) {
+        (self.state, self.kind, &self.name, &self.frames, &self.locked)
+    }
+
     /// A wait for the next task or event, not work.
     pub fn is_idle_wait(&self) -> bool {
         self.purpose == Purpose::Idle
@@ -86,6 +99,32 @@ impl SiteId {
                 .or_else(|| waits::lock_label(&self.frames, depth))
                 .unwrap_or_else(|| site_label(&self.frames, &self.frames, depth)),
         }
+    }
+}
+
+impl PartialEq for SiteId {
+    fn eq(&self, other: &Self) -> bool {
+        self.identity() == other.identity()
+    }
+}
+
+impl Eq for SiteId {}
+
+impl std::hash::Hash for SiteId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.identity().hash(state);
+    }
+}
+
+impl PartialOrd for SiteId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SiteId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.identity().cmp(&other.identity())
     }
 }
 
@@ -235,11 +274,28 @@ pub struct Analysis {
     pub classified: bool,
     /// Lock sites' holders: what the threads that released each lock did while holding it.
     pub holders: HashMap<SiteId, Holders>,
+    /// Waits whose stacks the unwinder cut short, at the site their thread's whole stacks
+    /// place them (`cut.rs`).
+    pub attributed: Attributed,
+    /// Every stack pair's site, resolved for the whole capture.
+    pub sites: Sites,
 }
 
 impl Analysis {
     pub fn is_idle(&self, tid: u32) -> bool {
         self.threads.get(&tid).is_some_and(|c| c.idle)
+    }
+
+    /// The site a cut-short wait was placed at, if it was.
+    pub fn placed(&self, e: &Entry, state: WaitState) -> Option<&SiteId> {
+        self.attributed
+            .get(&(e.tid, e.user_stack, e.kernel_stack, state))
+    }
+
+    /// The site that stands for `id`: with the purpose and event loop all its stacks say
+    /// together, and the one of all that read alike.
+    pub fn canonical(&self, id: SiteId) -> SiteId {
+        self.sites.resolve(id)
     }
 
     pub fn idle_threads(&self) -> usize {
@@ -367,24 +423,7 @@ pub fn site_id(state: WaitState, user_stack: u64, kernel_stack: u64, names: &Sta
 /// Every blocking site of the capture with its label, as the report names them (the labels
 /// tell apart all the capture's sites, not only those a range shows).
 pub fn site_labels(profile: &Profile, names: &StackNames) -> BTreeMap<SiteId, String> {
-    let mut seen: HashSet<(u64, u64, WaitState)> = HashSet::new();
-    let mut ids: BTreeMap<SiteId, String> = BTreeMap::new();
-    for e in &profile.entries {
-        let Some(state) = e.blocked_state() else {
-            continue;
-        };
-        if seen.insert((e.user_stack, e.kernel_stack, state)) {
-            ids.insert(
-                site_id(state, e.user_stack, e.kernel_stack, names),
-                String::new(),
-            );
-        }
-    }
-    let labels = distinct_labels(ids.keys());
-    for (label, slot) in labels.into_iter().zip(ids.values_mut()) {
-        *slot = label;
-    }
-    ids
+    Sites::of(profile, names).labels().clone()
 }
 
 /// Per thread, its time per wait site.
@@ -393,7 +432,9 @@ type SiteTimes = HashMap<u32, HashMap<SiteId, u64>>;
 /// `fallback` names the process of a thread whose process is unknown.
 pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysis {
     let classified = profile.mode.traces_switches();
-    let waits = site_times(profile, names);
+    let sites = Sites::of(profile, names);
+    let attributed = cut::attribute(profile, names, &sites);
+    let waits = site_times(profile, &sites, &attributed);
     let process_of = |t: &ThreadTime| -> String {
         profile
             .processes
@@ -455,6 +496,8 @@ pub fn analyze(profile: &Profile, names: &StackNames, fallback: &str) -> Analysi
         idle,
         classified,
         holders,
+        attributed,
+        sites,
     }
 }
 
@@ -468,16 +511,19 @@ fn largest(sites: Option<&HashMap<SiteId, u64>>) -> Option<(SiteId, u64)> {
 }
 
 /// Each thread's blocked time (sleep, io, other) per site.
-fn site_times(profile: &Profile, names: &StackNames) -> SiteTimes {
-    let mut ids: HashMap<(u64, u64, WaitState), SiteId> = HashMap::new();
+fn site_times(profile: &Profile, sites: &Sites, attributed: &Attributed) -> SiteTimes {
     let mut waits: SiteTimes = HashMap::new();
     for e in &profile.entries {
         let Some(state) = e.blocked_state() else {
             continue;
         };
-        let id = ids
-            .entry((e.user_stack, e.kernel_stack, state))
-            .or_insert_with(|| site_id(state, e.user_stack, e.kernel_stack, names));
+        let key = (e.user_stack, e.kernel_stack, state);
+        let Some(id) = attributed
+            .get(&(e.tid, e.user_stack, e.kernel_stack, state))
+            .or_else(|| sites.at(&key))
+        else {
+            continue;
+        };
         *waits
             .entry(e.tid)
             .or_default()
@@ -504,10 +550,14 @@ fn group(
     let mut time = StateTimes::default();
     let mut sites: HashMap<SiteId, u64> = HashMap::new();
     let mut events: HashMap<SiteId, u64> = HashMap::new();
+    let mut in_loops = InLoops::default();
     let (mut idle_wait_ns, mut work_wait_ns) = (0, 0);
     for tid in counted {
-        time += profile.threads[tid].time;
-        for (site, ns) in waits.get(tid).into_iter().flatten() {
+        let thread = &profile.threads[tid];
+        time += thread.time;
+        let thread_sites = waits.get(tid);
+        in_loops.add(thread, thread_sites);
+        for (site, ns) in thread_sites.into_iter().flatten() {
             if site.is_event_wait() {
                 *events.entry(site.clone()).or_default() += ns;
             } else if site.is_idle_wait() {
@@ -523,8 +573,6 @@ fn group(
     let mut pids: Vec<u32> = tids.iter().map(|t| profile.threads[t].pid).collect();
     pids.sort_unstable();
     pids.dedup();
-    let event_wait = largest(Some(&events));
-    let loop_blocked = loop_blocked(&sites, event_wait.is_some(), &time);
     Group {
         process,
         pattern,
@@ -535,28 +583,44 @@ fn group(
         dominant_wait: largest(Some(&sites)),
         idle_wait_ns,
         work_wait_ns,
-        event_wait,
-        loop_blocked,
+        event_wait: largest(Some(&events)),
+        loop_blocked: in_loops.blocked(),
     }
 }
 
-/// The largest wait inside an event loop's handlers, when they take a notable share of its
-/// time: its waits below the loop's own frames, or, for a thread that waits for events, its
-/// other waits that are not idle.
-fn loop_blocked(
-    sites: &HashMap<SiteId, u64>,
-    waits_for_events: bool,
-    time: &StateTimes,
-) -> Option<(SiteId, u64)> {
-    let in_loop: HashMap<SiteId, u64> = sites
-        .iter()
-        .filter(|(s, _)| s.event_loop || waits_for_events)
-        .map(|(s, ns)| (s.clone(), *ns))
-        .collect();
-    let total: u64 = in_loop.values().sum();
-    (time.pct(total) >= LOOP_BLOCKED_MIN_PCT)
-        .then(|| largest(Some(&in_loop)))
-        .flatten()
+/// A group's event loops — its threads that wait for events, or whose waits lie below an
+/// event loop's own frames — and their waits inside their handlers.
+#[derive(Default)]
+struct InLoops {
+    /// The loops' time in the window.
+    time: StateTimes,
+    sites: HashMap<SiteId, u64>,
+}
+
+impl InLoops {
+    fn add(&mut self, thread: &ThreadTime, sites: Option<&HashMap<SiteId, u64>>) {
+        let sites = sites.into_iter().flatten();
+        let waits_for_events = sites.clone().any(|(s, _)| s.is_event_wait());
+        let mut is_loop = waits_for_events;
+        for (site, ns) in sites.filter(|(s, _)| !s.is_idle_wait()) {
+            if site.event_loop || waits_for_events {
+                is_loop = true;
+                *self.sites.entry(site.clone()).or_default() += ns;
+            }
+        }
+        if is_loop {
+            self.time += thread.time;
+        }
+    }
+
+    /// The largest wait inside the loops' handlers, when such waits take a notable share of
+    /// the loops' time.
+    fn blocked(&self) -> Option<(SiteId, u64)> {
+        let total: u64 = self.sites.values().sum();
+        (self.time.pct(total) >= LOOP_BLOCKED_MIN_PCT)
+            .then(|| largest(Some(&self.sites)))
+            .flatten()
+    }
 }
 
 /// Idle threads, one set per process and dominant site, largest sets first.
