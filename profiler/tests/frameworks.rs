@@ -86,8 +86,8 @@ fn assert_request_stack(c: &Captured, frames: &[&str]) {
     );
 }
 
-/// The share (%) of the request threads' time the folded stacks put under `frame`, off the
-/// CPU (its state's suffix) or on it.
+/// The share (%) of the request threads' time in the scenario's request frame that the folded
+/// stacks put under `frame`, on the CPU or off it.
 fn folded_share(c: &Captured, frame: &str) -> f64 {
     let all = time_under(&c.lines, &c.request_threads, c.scenario.request_frame());
     100.0 * time_under(&c.lines, &c.request_threads, frame) as f64 / all.max(1) as f64
@@ -124,7 +124,7 @@ fn tomcat_calling_a_slow_upstream() {
         ],
     );
     eprintln!(
-        "folded: {:.1} % of the request threads' time under HttpClientImpl.send",
+        "folded: {:.1} % of OrderController.price's time under HttpClientImpl.send",
         folded_share(&c, "HttpClientImpl.send")
     );
     // TODO(issue 40): the verdict names the upstream wait (`reply ← HttpClient.send ←
@@ -175,7 +175,7 @@ fn tomcat_with_a_small_pool_and_an_fsynced_audit_log() {
     assert_request_stack(&c, &["OrderController.list", "AuditLog.append", "fsync"]);
     for frame in ["HikariPool.getConnection", "AuditLog.append"] {
         eprintln!(
-            "folded: {:.1} % of the request threads' time under {frame}",
+            "folded: {:.1} % of OrderController.list's time under {frame}",
             folded_share(&c, frame)
         );
     }
@@ -199,7 +199,7 @@ fn tomcat_queueing_on_a_lock_whose_holder_fsyncs() {
     );
     assert_request_stack(&c, &["OrderController.order", "AuditLog.append", "fsync"]);
     eprintln!(
-        "folded: {:.1} % of the request threads' time under AuditLog.append",
+        "folded: {:.1} % of OrderController.order's time under AuditLog.append",
         folded_share(&c, "AuditLog.append")
     );
     // TODO(issue 40): the verdict names `monitor enter ← AuditLog.append ←
@@ -224,7 +224,7 @@ fn netty_event_loop_that_sleeps_in_its_handler() {
     );
     assert_request_stack(&c, &["QuoteHandler.channelRead0", "Thread.sleep"]);
     eprintln!(
-        "folded: {:.1} % of the event loops' time under Thread.sleep",
+        "folded: {:.1} % of QuoteHandler.channelRead0's time under Thread.sleep",
         folded_share(&c, "Thread.sleep")
     );
     // TODO(issue 40): one row for `Thread.sleep ← QuoteHandler.channelRead0` (not four), its
@@ -243,7 +243,7 @@ fn c_thread_per_request_server_calling_an_upstream() {
     );
     assert_request_stack(&c, &["handle_connection", "call_upstream", "read_head"]);
     eprintln!(
-        "folded: {:.1} % of the request threads' time under call_upstream",
+        "folded: {:.1} % of handle_connection's time under call_upstream",
         folded_share(&c, "call_upstream")
     );
     // TODO(issue 40): the verdict names the upstream reply (a socket read under

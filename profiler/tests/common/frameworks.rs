@@ -23,6 +23,7 @@ use std::{
     fs::File,
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::{TcpListener, TcpStream},
+    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::OnceLock,
@@ -141,6 +142,22 @@ fn java_logging(dir: &Path) -> [String; 2] {
     ]
 }
 
+/// `cmd`, killed when the test's thread ends, however it ends: a test process killed by a
+/// timeout or Ctrl-C leaves no service behind (on a panic, the owners' Drop kill them first).
+fn dies_with_the_test(mut cmd: Command) -> Command {
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    cmd
+}
+
 /// A free loopback port, for servers that cannot be told to pick one (MariaDB).
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -159,8 +176,8 @@ pub struct Service {
 
 impl Service {
     /// Starts `cmd` and waits (60 s at most: a JVM on a loaded machine) for its `ready PORT`.
-    fn start(name: &'static str, mut cmd: Command, log: PathBuf) -> Service {
-        let child = cmd
+    fn start(name: &'static str, cmd: Command, log: PathBuf) -> Service {
+        let child = dies_with_the_test(cmd)
             .stdout(Stdio::piped())
             .stderr(File::create(&log).expect("create the service's log"))
             .spawn()
@@ -292,7 +309,7 @@ impl MariaDb {
         let port = free_port();
         // An empty datadir is enough without grant tables: mariadbd creates InnoDB's files
         // (a second) where mariadb-install-db would take three.
-        let child = Command::new("/usr/sbin/mariadbd")
+        let child = dies_with_the_test(Command::new("/usr/sbin/mariadbd"))
             .arg("--no-defaults")
             .arg("--user=root")
             .arg(format!("--datadir={}", dir.join("data").display()))
@@ -429,11 +446,8 @@ impl Scenario {
 
     /// Starts the scenario's processes, each answering.
     pub fn start(self) -> Running {
-        let dir = scratch_dir().join("frameworks").join(format!(
-            "{}-{}",
-            self.name(),
-            std::process::id()
-        ));
+        // One directory per scenario, emptied first: a capture's outputs are tens of MB.
+        let dir = scratch_dir().join("frameworks").join(self.name());
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the scenario's directory");
         let needs_upstream = matches!(self, Scenario::TomcatPrice | Scenario::CThreadPerRequest);
@@ -511,7 +525,7 @@ pub struct Load {
 
 impl Load {
     pub fn start(url: &str) -> Load {
-        let child = Command::new("/usr/bin/wrk")
+        let child = dies_with_the_test(Command::new("/usr/bin/wrk"))
             .args(["-t2", "-c32", "-d600s", "--latency", url])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -697,7 +711,8 @@ pub struct Captured {
     /// Threads (tid) that ran the scenario's request frame in the window.
     pub request_threads: BTreeSet<u32>,
     /// Where the outputs are: report.json, profile.capture, profile.folded, profile.svg,
-    /// summary.txt, truth.json, the services' logs.
+    /// summary.txt (the terminal summary), profiler.stderr, wrk.txt, truth.json, the services'
+    /// logs.
     pub dir: PathBuf,
     /// The counters behind `truth.json`, derived per scenario.
     pub truth: serde_json::Value,
@@ -782,6 +797,7 @@ pub fn run(scenario: Scenario, warm_s: u64, capture_s: u64) -> Captured {
     let summary = String::from_utf8_lossy(&result.stdout).into_owned();
     std::fs::write(dir.join("summary.txt"), &summary).expect("write the summary");
     std::fs::write(dir.join("profiler.stderr"), &result.stderr).expect("write the stderr");
+    std::fs::write(dir.join("wrk.txt"), &wrk.text).expect("write wrk's summary");
     assert_success(&result);
 
     let ticks = (cpu_after.total - cpu_before.total).max(1) as f64;
