@@ -691,10 +691,18 @@ pub struct Window {
     pub top_processes: Vec<(String, u32, f64)>,
 }
 
+/// The counters' growth over the window; a maximum (`…_max_…`) is since the start, as is.
 fn delta(after: &Counters, before: &Counters) -> Counters {
     after
         .iter()
-        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .map(|(k, v)| {
+            let since = if k.contains("_max_") {
+                0
+            } else {
+                before.get(k).copied().unwrap_or(0)
+            };
+            (k.clone(), v.saturating_sub(since))
+        })
         .collect()
 }
 
@@ -953,7 +961,7 @@ fn ground_truth(
                 json!(ms_per_request("upstream_ns")),
             );
             derived.insert(
-                "upstream_max_ms".into(),
+                "upstream_max_ms_since_start".into(),
                 json!(stat("upstream_max_ns") / 1e6),
             );
             derived.insert(
