@@ -42,7 +42,7 @@ fn capture(scenario: Scenario, min_request_threads: usize) -> Captured {
         c.request_threads.len() >= min_request_threads,
         "{} threads ran {}, expected at least {min_request_threads}",
         c.request_threads.len(),
-        scenario.request_frame()
+        scenario.load_frame()
     );
     let reported: Vec<u64> = c.report["threads"]
         .as_array()

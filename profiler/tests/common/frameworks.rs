@@ -444,6 +444,15 @@ impl Scenario {
         }
     }
 
+    /// The frame by which a thread is a request thread: one that served the load, not only
+    /// the test's `GET /stats` (which the C server serves on a thread of its own).
+    pub fn load_frame(self) -> &'static str {
+        match self {
+            Scenario::CThreadPerRequest => "call_upstream",
+            _ => self.request_frame(),
+        }
+    }
+
     /// Starts the scenario's processes, each answering.
     pub fn start(self) -> Running {
         // One directory per scenario, emptied first: a capture's outputs are tens of MB.
@@ -716,7 +725,7 @@ pub struct Captured {
     pub lines: Vec<Line>,
     pub wrk: Wrk,
     pub window: Window,
-    /// Threads (tid) that ran the scenario's request frame in the window.
+    /// Threads (tid) that served the load in the window (see `Scenario::load_frame`).
     pub request_threads: BTreeSet<u32>,
     /// Where the outputs are: report.json, profile.capture, profile.folded, profile.svg,
     /// summary.txt (the terminal summary), profiler.stderr, wrk.txt, truth.json, the services'
@@ -837,7 +846,7 @@ pub fn run(scenario: Scenario, warm_s: u64, capture_s: u64) -> Captured {
             .expect("the report is JSON");
     let verdict = report["verdict"].as_str().unwrap_or_default().to_string();
     let lines = read_folded(Path::new(&folded));
-    let request_threads = threads_running(&lines, scenario.request_frame());
+    let request_threads = threads_running(&lines, scenario.load_frame());
     let truth = ground_truth(scenario, &window, &wrk, &request_threads);
     std::fs::write(
         dir.join("truth.json"),
