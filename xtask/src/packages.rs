@@ -35,7 +35,7 @@ pub const TEST_PACKAGES: &[Package] = &[
     Package {
         binary: "/usr/bin/wrk",
         name: "wrk",
-        why: "the whole-service test puts nginx under load",
+        why: "the whole-service and framework tests put their services under load",
     },
     Package {
         // Debian's versioned server packages install under this directory (pgbench with the
@@ -48,6 +48,73 @@ pub const TEST_PACKAGES: &[Package] = &[
         binary: "/usr/bin/chromium",
         name: "chromium",
         why: "the HTML report test opens --report x.html in headless Chromium",
+    },
+    // The framework tests (profiler/tests/frameworks.rs) compile their services against
+    // Debian's jars under /usr/share/java: each jar is checked by the one the fixtures use.
+    Package {
+        binary: "/usr/share/java/tomcat9-catalina.jar",
+        name: "libtomcat9-java",
+        why: "the framework tests embed Tomcat 9 (org.apache.catalina.startup.Tomcat)",
+    },
+    Package {
+        binary: "/usr/share/java/spring3-core.jar",
+        name: "libspring-core-java",
+        why: "the framework tests run a Spring MVC service",
+    },
+    Package {
+        binary: "/usr/share/java/spring3-beans.jar",
+        name: "libspring-beans-java",
+        why: "the framework tests run a Spring MVC service",
+    },
+    Package {
+        binary: "/usr/share/java/spring3-context.jar",
+        name: "libspring-context-java",
+        why: "the framework tests configure their Spring context with annotations",
+    },
+    Package {
+        binary: "/usr/share/java/spring3-web.jar",
+        name: "libspring-web-java",
+        why: "the framework tests' controller is a Spring @RestController",
+    },
+    Package {
+        binary: "/usr/share/java/spring3-web.servlet.jar",
+        name: "libspring-web-servlet-java",
+        why: "the framework tests serve through Spring's DispatcherServlet",
+    },
+    Package {
+        binary: "/usr/share/java/spring3-jdbc.jar",
+        name: "libspring-jdbc-java",
+        why: "the framework tests query MariaDB with Spring's JdbcTemplate",
+    },
+    Package {
+        binary: "/usr/share/java/HikariCP.jar",
+        name: "libhikaricp-java",
+        why: "the framework tests' database pool is HikariCP",
+    },
+    Package {
+        binary: "/usr/share/java/mariadb-java-client.jar",
+        name: "libmariadb-java",
+        why: "the framework tests reach MariaDB through MariaDB Connector/J",
+    },
+    Package {
+        binary: "/usr/share/java/logback-classic.jar",
+        name: "liblogback-java",
+        why: "the framework tests' service logs with logback",
+    },
+    Package {
+        binary: "/usr/share/java/slf4j-api.jar",
+        name: "libslf4j-java",
+        why: "the framework tests' service logs through SLF4J",
+    },
+    Package {
+        binary: "/usr/share/java/netty-codec-http.jar",
+        name: "libnetty-java",
+        why: "the framework tests run a Netty 4.1 HTTP server",
+    },
+    Package {
+        binary: "/usr/sbin/mariadbd",
+        name: "mariadb-server",
+        why: "the framework tests profile a service with its private MariaDB",
     },
 ];
 

@@ -2,6 +2,7 @@
 //! as a user would, and reading the folded output.
 #![allow(dead_code)]
 
+pub mod frameworks;
 pub mod services;
 // The schema check profiler-core's golden test uses.
 #[path = "../../../profiler-core/tests/support/schema.rs"]
