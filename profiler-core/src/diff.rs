@@ -332,7 +332,9 @@ fn site_hists(profile: &Profile, names: &StackNames) -> BTreeMap<SiteId, (u64, H
             .entry((e.user_stack, e.kernel_stack, state))
             .or_insert_with(|| site_id(state, e.user_stack, e.kernel_stack, names))
             .clone();
-        let slot = largest.entry(key.clone()).or_insert(((e.user_stack, e.kernel_stack), 0));
+        let slot = largest
+            .entry(key.clone())
+            .or_insert(((e.user_stack, e.kernel_stack), 0));
         if e.time_ns > slot.1 {
             *slot = ((e.user_stack, e.kernel_stack), e.time_ns);
         }

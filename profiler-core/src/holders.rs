@@ -144,7 +144,8 @@ fn held(
                     continue;
                 };
                 let site = ids.site(state, e.user_stack, e.kernel_stack, names);
-                let this_lock = site.kind == WaitKind::Lock && site.locked.as_deref() == Some(locked);
+                let this_lock =
+                    site.kind == WaitKind::Lock && site.locked.as_deref() == Some(locked);
                 if site.is_idle_wait() || this_lock {
                     continue;
                 }

@@ -51,7 +51,8 @@ impl MachineSnapshot {
         let (user_s, system_s, iowait_s, steal_s, idle_s) = (d(0), d(1), d(2), d(3), d(4));
         Machine {
             cpus: end.cpus,
-            window_s: (user_s + system_s + iowait_s + steal_s + idle_s) / f64::from(end.cpus.max(1)),
+            window_s: (user_s + system_s + iowait_s + steal_s + idle_s)
+                / f64::from(end.cpus.max(1)),
             user_s,
             system_s,
             iowait_s,
@@ -149,7 +150,11 @@ mod tests {
         let me = std::process::id();
         let m = a.until(&b, &[me].into_iter().collect());
         assert!(m.cpus >= 1 && m.window_s > 0.0, "{m:?}");
-        let ours = m.processes.iter().find(|p| p.pid == me).expect("this process spun");
+        let ours = m
+            .processes
+            .iter()
+            .find(|p| p.pid == me)
+            .expect("this process spun");
         assert!(ours.target && ours.cpu_s >= 0.1, "{ours:?}");
     }
 }

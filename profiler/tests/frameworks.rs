@@ -56,11 +56,106 @@ fn capture(scenario: Scenario, min_request_threads: usize) -> Captured {
             "request thread {tid} is not in the report's threads"
         );
     }
-    // TODO(issue 40): no request thread counted idle — every tid of c.request_threads has
-    // `class: "active"` in c.report["threads"] and appears in no c.report["idle_threads"].
-    // TODO(issue 40): no label in two rows — the `site` of c.report["top_blocking_sites"]
-    // are unique per `state`.
+    no_request_thread_is_idle(&c);
+    no_label_in_two_rows(&c);
     c
+}
+
+/// A request thread waiting on a downstream, a pool or a lock is working (issue 40).
+fn no_request_thread_is_idle(c: &Captured) {
+    let threads = c.report["threads"].as_array().expect("threads");
+    let idle: Vec<&serde_json::Value> = threads
+        .iter()
+        .filter(|t| {
+            t["tid"]
+                .as_u64()
+                .is_some_and(|tid| c.request_threads.contains(&(tid as u32)))
+                && t["class"] == "idle"
+        })
+        .collect();
+    assert!(
+        idle.is_empty(),
+        "request threads counted idle: {idle:#?}\nverdict: {}",
+        c.verdict
+    );
+}
+
+/// One row per site: no two rows of the same state read alike.
+fn no_label_in_two_rows(c: &Captured) {
+    let sites = c.report["top_blocking_sites"].as_array().expect("sites");
+    let mut seen = std::collections::BTreeSet::new();
+    for s in sites {
+        let key = (s["state"].to_string(), s["site"].to_string());
+        assert!(
+            seen.insert(key.clone()),
+            "two rows read {key:?}: {sites:#?}"
+        );
+    }
+}
+
+/// The row whose label starts with `label`, its kind, and the verdict naming it with its
+/// share: the row's time (with the run-queue wait after its wakeups, which the service's own
+/// clock counts too) over the request threads' time within `tolerance` points of `truth` (%),
+/// and the verdict's share (of the whole pool's active threads, the poller's included, and
+/// without the run-queue wait) no further below it than `tolerance` points more.
+fn verdict_names(c: &Captured, label: &str, kind: &str, truth: f64, tolerance: f64) {
+    let sites = c.report["top_blocking_sites"].as_array().expect("sites");
+    let row = sites
+        .iter()
+        .find(|s| s["site"].as_str().is_some_and(|l| l.starts_with(label)))
+        .unwrap_or_else(|| panic!("no row `{label}…`: {sites:#?}"));
+    let site = row["site"].as_str().unwrap_or_default();
+    assert_eq!(row["kind"], kind, "{row:#}");
+    assert_eq!(row["purpose"], "task", "{row:#}");
+    let secs = row["total_s"].as_f64().unwrap_or(0.0)
+        + row["runnable_after_wakeup_s"].as_f64().unwrap_or(0.0);
+    let window = c.report["capture"]["duration_s"].as_f64().unwrap_or(1.0);
+    let ours = 100.0 * secs / (window * c.request_threads.len() as f64);
+    eprintln!(
+        "{}: `{site}` {ours:.1} % of the request threads' time (ground truth {truth:.1} %); \
+         verdict: {}",
+        c.scenario.name(),
+        c.verdict
+    );
+    assert!(
+        (ours - truth).abs() <= tolerance,
+        "`{site}`: {ours:.1} % of the request threads' time, the workload's own clock says \
+         {truth:.1} %"
+    );
+    let at = c
+        .verdict
+        .find(site)
+        .unwrap_or_else(|| panic!("the verdict does not name `{site}`: {}", c.verdict));
+    let share = verdict_share_before(&c.verdict[..at]);
+    assert!(
+        share >= truth - 2.0 * tolerance && share <= truth + tolerance,
+        "the verdict gives `{site}` {share:.0} %, the workload's own clock {truth:.1} %: {}",
+        c.verdict
+    );
+}
+
+/// The last `N %` before `text`'s end: the share the verdict gives the wait it names next.
+fn verdict_share_before(text: &str) -> f64 {
+    text.rsplit(" % ")
+        .nth(1)
+        .and_then(|before| before.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no share before the wait in: {text}"))
+}
+
+/// The verdict leads with the request threads' group (after the machine's saturation, when it
+/// says so), not the JIT compiler's threads or a selector.
+fn verdict_leads_with(c: &Captured, group: &str) {
+    let lead = c
+        .verdict
+        .split(": the machine is CPU-bound. ")
+        .last()
+        .unwrap_or_default();
+    assert!(
+        lead.starts_with(group),
+        "the verdict does not lead with {group}: {}",
+        c.verdict
+    );
 }
 
 /// Whether some stack of a request thread has these frames in this order (anything between
@@ -127,10 +222,14 @@ fn tomcat_calling_a_slow_upstream() {
         "folded: {:.1} % of OrderController.price's time under HttpClientImpl.send",
         folded_share(&c, "HttpClientImpl.send")
     );
-    // TODO(issue 40): the verdict names the upstream wait (`reply ← HttpClient.send ←
-    // OrderController.price`, kind reply) with the row's whole share within a few % of
-    // derived "upstream_share_of_request_threads_pct"; the CompilerThreads and the
-    // HttpClient selector are not what the verdict leads with.
+    verdict_leads_with(&c, "java (http-nio-");
+    verdict_names(
+        &c,
+        "reply ← HttpClient.send ← OrderController.price",
+        "reply",
+        derived(&c, "upstream_share_of_request_threads_pct"),
+        5.0,
+    );
 }
 
 #[test]
@@ -179,11 +278,30 @@ fn tomcat_with_a_small_pool_and_an_fsynced_audit_log() {
             folded_share(&c, frame)
         );
     }
-    // TODO(issue 40): the verdict names `pooled connection ← HikariPool.getConnection ←
-    // JdbcTemplate.query` (kind pool, not "a pool waiting for work") with its share within a
-    // few % of derived "pool_wait_share_of_request_threads_pct"; the driver's read is one row
-    // `socket read (MariaDB Connector/J) ← JdbcTemplate.query ← OrderController.list`; the
-    // audit's `monitor enter ← AuditLog.append` is one row whose holders fsync.
+    verdict_leads_with(&c, "java (http-nio-");
+    verdict_names(
+        &c,
+        "pooled connection ← HikariPool.getConnection ← JdbcTemplate.query ← \
+         OrderController.list",
+        "connection",
+        derived(&c, "pool_wait_share_of_request_threads_pct"),
+        5.0,
+    );
+    let sites = c.report["top_blocking_sites"].as_array().expect("sites");
+    let read = sites
+        .iter()
+        .find(|s| {
+            s["site"]
+                == "socket read (MariaDB Connector/J) ← JdbcTemplate.query ← OrderController.list"
+        })
+        .unwrap_or_else(|| panic!("no row for the driver's read: {sites:#?}"));
+    assert_eq!(read["kind"], "reply", "{read:#}");
+    assert!(
+        !c.verdict
+            .contains("a pool waiting for work (SynchronousQueue"),
+        "the connection pool's wait reads as idle: {}",
+        c.verdict
+    );
 }
 
 #[test]
@@ -202,9 +320,14 @@ fn tomcat_queueing_on_a_lock_whose_holder_fsyncs() {
         "folded: {:.1} % of OrderController.order's time under AuditLog.append",
         folded_share(&c, "AuditLog.append")
     );
-    // TODO(issue 40): the verdict names `monitor enter ← AuditLog.append ←
-    // OrderController.order` as one row (kind lock, its holders in fsync) with its share
-    // within a few % of derived "audit_lock_wait_share_of_request_threads_pct".
+    verdict_leads_with(&c, "java (http-nio-");
+    verdict_names(
+        &c,
+        "monitor enter ← AuditLog.append",
+        "lock",
+        derived(&c, "audit_lock_wait_share_of_request_threads_pct"),
+        5.0,
+    );
 }
 
 #[test]
@@ -227,9 +350,19 @@ fn netty_event_loop_that_sleeps_in_its_handler() {
         "folded: {:.1} % of QuoteHandler.channelRead0's time under Thread.sleep",
         folded_share(&c, "Thread.sleep")
     );
-    // TODO(issue 40): one row for `Thread.sleep ← QuoteHandler.channelRead0` (not four), its
-    // share within a few % of derived "sleep_share_of_event_loops_pct"; the verdict names the
-    // two loops as event loops that block, where, and for how much of their time.
+    verdict_leads_with(&c, "java (nioEventLoopGro");
+    assert!(
+        c.verdict.contains("it is an event loop that blocks: "),
+        "the verdict does not call the loops event loops that block: {}",
+        c.verdict
+    );
+    verdict_names(
+        &c,
+        "Thread.sleep ← QuoteHandler.channelRead0",
+        "sleep",
+        derived(&c, "sleep_share_of_event_loops_pct"),
+        5.0,
+    );
 }
 
 #[test]
@@ -246,7 +379,12 @@ fn c_thread_per_request_server_calling_an_upstream() {
         "folded: {:.1} % of handle_connection's time under call_upstream",
         folded_share(&c, "call_upstream")
     );
-    // TODO(issue 40): the verdict names the upstream reply (a socket read under
-    // call_upstream ← handle_connection) with its share within a few % of derived
-    // "upstream_share_of_request_threads_pct"; none of the 32 worker threads is idle.
+    verdict_leads_with(&c, "tpr-server (worker");
+    verdict_names(
+        &c,
+        "__libc_read ← read_head ← call_upstream",
+        "io",
+        derived(&c, "upstream_share_of_request_threads_pct"),
+        5.0,
+    );
 }

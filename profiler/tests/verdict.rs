@@ -199,7 +199,9 @@ fn check_verdict(
     assert_eq!(wait["state"], "io");
     let share = wait["share_pct"].as_f64().expect("share");
     assert!(
-        verdict.contains(&format!("{share:.0} % is spent in file I/O: {site} (io, p99 ")),
+        verdict.contains(&format!(
+            "{share:.0} % is spent in file I/O: {site} (io, p99 "
+        )),
         "the verdict does not name {site} at {share:.0} %: {verdict}"
     );
     assert_share(

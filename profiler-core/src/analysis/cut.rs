@@ -96,7 +96,9 @@ fn placed(
         }
     }
     let total: u64 = at.values().sum();
-    let (site, ns) = at.into_iter().max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))?;
+    let (site, ns) = at
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))?;
     (total > 0 && ns as f64 >= DOMINANT * total as f64).then_some(site)
 }
 
@@ -110,7 +112,11 @@ mod tests {
 
     #[test]
     fn only_stacks_that_do_not_start_at_a_thread_start_are_cut() {
-        assert!(!is_cut(&v(&["clone3", "start_thread", "java.lang.Thread.run"])));
+        assert!(!is_cut(&v(&[
+            "clone3",
+            "start_thread",
+            "java.lang.Thread.run"
+        ])));
         assert!(is_cut(&v(&[
             "org.springframework.web.servlet.mvc.condition.PatternsRequestCondition.<init>",
             "jdk.internal.misc.Unsafe.park",

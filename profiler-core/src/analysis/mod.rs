@@ -77,8 +77,22 @@ pub struct SiteId {
 }
 
 impl SiteId {
-    fn identity(&self) -> (&str, WaitKind, &Option<SiteName>, &[String], &Option<String>) {
-        (self.state, self.kind, &self.name, &self.frames, &self.locked)
+    fn identity(
+        &self,
+    ) -> (
+        &str,
+        WaitKind,
+        &Option<SiteName>,
+        &[String],
+        &Option<String>,
+    ) {
+        (
+            self.state,
+            self.kind,
+            &self.name,
+            &self.frames,
+            &self.locked,
+        )
     }
 
     /// A wait for the next task or event, not work.
@@ -755,7 +769,10 @@ mod tests {
             "waiting for a CPU after each wakeup"
         );
         assert!(!is_idle(&t(2, 0, 98, 0), 98), "2 % on the CPU is work");
-        assert!(!is_idle(&t(0, 0, 98, 2), 98), "uninterruptible I/O is not idle");
+        assert!(
+            !is_idle(&t(0, 0, 98, 2), 98),
+            "uninterruptible I/O is not idle"
+        );
         assert!(!is_idle(&t(0, 11, 89, 0), 89), "starved, not idle");
         assert!(!is_idle(&t(0, 0, 0, 0), 0), "no time at all says nothing");
         assert!(

@@ -44,7 +44,10 @@ impl Machine {
     /// Busy: user, system and steal (the hypervisor ran something else on a CPU the guest
     /// wanted), as % of the CPUs' time.
     pub fn busy_pct(&self) -> f64 {
-        pct(self.user_s + self.system_s + self.steal_s, self.capacity_s())
+        pct(
+            self.user_s + self.system_s + self.steal_s,
+            self.capacity_s(),
+        )
     }
 
     /// A process's share of the CPUs' time.

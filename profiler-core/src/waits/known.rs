@@ -218,8 +218,14 @@ pub const POOL_FRAMES: &[&str] = &[
 /// A client's call that waits for a downstream's reply, by its entry frame, with what the
 /// label calls it.
 pub const CLIENT_CALLS: &[(&str, &str)] = &[
-    ("jdk.internal.net.http.HttpClientFacade.send", "HttpClient.send"),
-    ("jdk.internal.net.http.HttpClientImpl.send", "HttpClient.send"),
+    (
+        "jdk.internal.net.http.HttpClientFacade.send",
+        "HttpClient.send",
+    ),
+    (
+        "jdk.internal.net.http.HttpClientImpl.send",
+        "HttpClient.send",
+    ),
     (
         "sun.net.www.protocol.http.HttpURLConnection.getInputStream",
         "HttpURLConnection.getInputStream",
@@ -237,12 +243,18 @@ pub const CLIENT_CALLS: &[(&str, &str)] = &[
         "HttpClient.execute",
     ),
     ("okhttp3.RealCall.execute", "OkHttp Call.execute"),
-    ("okhttp3.internal.connection.RealCall.execute", "OkHttp Call.execute"),
+    (
+        "okhttp3.internal.connection.RealCall.execute",
+        "OkHttp Call.execute",
+    ),
     (
         "org.springframework.web.client.RestTemplate.doExecute",
         "RestTemplate.exchange",
     ),
-    ("io.grpc.stub.ClientCalls.blockingUnaryCall", "gRPC blockingUnaryCall"),
+    (
+        "io.grpc.stub.ClientCalls.blockingUnaryCall",
+        "gRPC blockingUnaryCall",
+    ),
     ("feign.SynchronousMethodHandler.invoke", "Feign client"),
     ("net/http.(*Client).Do", "http.Client.Do"),
     ("net/http.(*persistConn).roundTrip", "http.Client.Do"),

@@ -155,7 +155,10 @@ fn call_name(frame: &str) -> String {
     CLIENT_CALLS
         .iter()
         .find(|(call, _)| *call == name)
-        .map_or_else(|| display(frame).to_string(), |(_, label)| label.to_string())
+        .map_or_else(
+            || display(frame).to_string(),
+            |(_, label)| label.to_string(),
+        )
 }
 
 /// The innermost native call of a user stack that says what it waits in (`fsync`, `read`,
@@ -167,7 +170,9 @@ fn leaf_call(frames: &[String]) -> Option<&str> {
         .filter(|f| !f.ends_with("_[k]"))
         .take_while(|f| !is_java(f))
         .map(|f| function(f))
-        .find(|f| !f.starts_with('_') && !f.contains("::") && !f.contains("+0x") && !f.contains('['))
+        .find(|f| {
+            !f.starts_with('_') && !f.contains("::") && !f.contains("+0x") && !f.contains('[')
+        })
 }
 
 /// A native thread waiting in a driver or client (`PQexec`) or a pool: the driver's outermost

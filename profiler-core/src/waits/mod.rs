@@ -179,8 +179,7 @@ fn kind_of(
         WaitKind::Condition
     } else if any_in(frames, SLEEP_FRAMES) {
         WaitKind::Sleep
-    } else if !socket && (any_in(frames, FILE_FRAMES) || kernel_has(frames, FILE_KERNEL_PREFIXES))
-    {
+    } else if !socket && (any_in(frames, FILE_FRAMES) || kernel_has(frames, FILE_KERNEL_PREFIXES)) {
         WaitKind::File
     } else if socket {
         WaitKind::Io
@@ -221,7 +220,9 @@ fn driver_called(frames: &[String]) -> Option<&'static str> {
             !is_plumbing(name) || DATA_ACCESS_PREFIXES.iter().any(|p| name.starts_with(p))
         } else {
             // A native caller: any named function but a thread's start.
-            !name.contains("+0x") && !name.starts_with('[') && !name.starts_with("__")
+            !name.contains("+0x")
+                && !name.starts_with('[')
+                && !name.starts_with("__")
                 && !matches!(name, "start_thread" | "clone" | "clone3" | "_start")
         }
     });
@@ -248,7 +249,9 @@ fn is_jvm_own_thread(frames: &[String]) -> bool {
     });
     from_start
         && is_jvm_stack(frames)
-        && !frames.iter().any(|f| is_java(f) || f.contains("JavaCalls::"))
+        && !frames
+            .iter()
+            .any(|f| is_java(f) || f.contains("JavaCalls::"))
 }
 
 /// What a wait with these frames was for ([`meaning`]'s kind).
@@ -613,11 +616,26 @@ mod tests {
             classify(&v(&["main", "loop", "epoll_wait"])),
             WaitKind::Events
         );
-        assert_eq!(classify(&v(&["main", "flush", "fdatasync"])), WaitKind::File);
-        let tcp = v(&["main", "fetch", "read", "tcp_recvmsg_[k]", "sk_wait_data_[k]"]);
+        assert_eq!(
+            classify(&v(&["main", "flush", "fdatasync"])),
+            WaitKind::File
+        );
+        let tcp = v(&[
+            "main",
+            "fetch",
+            "read",
+            "tcp_recvmsg_[k]",
+            "sk_wait_data_[k]",
+        ]);
         assert_eq!(classify(&tcp), WaitKind::Io);
         assert!(meaning(&tcp).socket);
-        let disk = v(&["main", "load", "read", "filemap_read_[k]", "folio_wait_bit_[k]"]);
+        let disk = v(&[
+            "main",
+            "load",
+            "read",
+            "filemap_read_[k]",
+            "folio_wait_bit_[k]",
+        ]);
         assert_eq!(classify(&disk), WaitKind::File);
     }
 
@@ -857,9 +875,15 @@ mod tests {
             "io.netty.handler.codec.MessageToMessageDecoder.channelRead",
         ]);
         let m = meaning(&short);
-        assert_eq!((m.kind, m.purpose, m.event_loop), (WaitKind::Sleep, Purpose::Task, true));
+        assert_eq!(
+            (m.kind, m.purpose, m.event_loop),
+            (WaitKind::Sleep, Purpose::Task, true)
+        );
         assert_eq!(site_name(&short, &m), site_name(&long, &meaning(&long)));
-        assert_eq!(label(&short), "Thread.sleep ← NettyService$SlowHandler.channelRead0");
+        assert_eq!(
+            label(&short),
+            "Thread.sleep ← NettyService$SlowHandler.channelRead0"
+        );
         let idle = netty(&[
             "io.netty.channel.nio.NioEventLoop.select",
             "sun.nio.ch.SelectorImpl.select",
@@ -868,7 +892,10 @@ mod tests {
             "epoll_wait",
         ]);
         let m = meaning(&idle);
-        assert_eq!((m.kind, m.purpose, m.event_loop), (WaitKind::Events, Purpose::Idle, true));
+        assert_eq!(
+            (m.kind, m.purpose, m.event_loop),
+            (WaitKind::Events, Purpose::Idle, true)
+        );
     }
 
     #[test]
@@ -917,13 +944,23 @@ mod tests {
         }
         // A Java thread's park whose stack the unwinder lost above the JVM's C++ is no
         // thread of the JVM's own.
-        let cut = v(&["Unsafe_Park", "Parker::park(bool, long)", "__pthread_cond_wait"]);
+        let cut = v(&[
+            "Unsafe_Park",
+            "Parker::park(bool, long)",
+            "__pthread_cond_wait",
+        ]);
         assert_eq!(meaning(&cut).purpose, Purpose::Unknown);
         // A C worker's condition wait says nothing of its purpose; a C thread's read of a
         // socket waits for its peer.
         let c = v(&["start_thread", "worker", "pthread_cond_wait"]);
         assert_eq!(meaning(&c).purpose, Purpose::Unknown);
-        let upstream = v(&["start_thread", "handle", "call_upstream", "read", "tcp_recvmsg_[k]"]);
+        let upstream = v(&[
+            "start_thread",
+            "handle",
+            "call_upstream",
+            "read",
+            "tcp_recvmsg_[k]",
+        ]);
         assert_eq!(meaning(&upstream).purpose, Purpose::Task);
     }
 

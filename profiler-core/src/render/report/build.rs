@@ -13,8 +13,8 @@ use profiler_common::{Counter, RunqueueHist, WaitState, stack_id};
 use super::{
     model::{
         Capture, FunctionRow, GroupRow, GroupWait, IdleRow, Loss, MachineRow, MachineUser,
-        ProcessRow, Report, RunQueue,
-        SCHEMA_VERSION, ShortLivedRow, SiteRow, StateShares, ThreadRow, ThreadTableRow,
+        ProcessRow, Report, RunQueue, SCHEMA_VERSION, ShortLivedRow, SiteRow, StateShares,
+        ThreadRow, ThreadTableRow,
     },
     notes, sites, verdict,
     words::{IdleRuleWords, idle_rule, wakers_text},
@@ -106,7 +106,13 @@ const MACHINE_TOP: usize = 5;
 /// The machine's figures, and whether its CPUs starved the target's active threads.
 fn machine_row(m: &Machine, analysis: &Analysis) -> MachineRow {
     let capacity = m.capacity_s();
-    let pct = |s: f64| round1(if capacity > 0.0 { 100.0 * s / capacity } else { 0.0 });
+    let pct = |s: f64| {
+        round1(if capacity > 0.0 {
+            100.0 * s / capacity
+        } else {
+            0.0
+        })
+    };
     let mut active = StateTimes::default();
     for g in analysis.active_groups() {
         active += g.time;

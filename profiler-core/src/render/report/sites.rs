@@ -145,7 +145,12 @@ pub(super) fn site_rows(
         .into_iter()
         .zip(fallback)
         .map(|((id, site), fallback)| {
-            let label = analysis.sites.labels().get(&id).cloned().unwrap_or(fallback);
+            let label = analysis
+                .sites
+                .labels()
+                .get(&id)
+                .cloned()
+                .unwrap_or(fallback);
             let mut row = site_row(profile, id.state, label, site, all_thread_ns, active_ns);
             row.event_wait = id.is_event_wait();
             row.kind = id.kind;
