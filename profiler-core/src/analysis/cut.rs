@@ -19,6 +19,9 @@ use crate::{
 /// A thread's wait at a stack pair in a state.
 pub type WaitKey = (u32, u64, u64, WaitState);
 
+/// A wait and its time.
+type TimedWait = (WaitKey, u64);
+
 /// Cut waits and the site each was placed at.
 pub type Attributed = HashMap<WaitKey, SiteId>;
 
@@ -40,7 +43,7 @@ const ROOTS: &[&str] = &[
 /// Every cut wait of a JVM thread that its thread's whole stacks place at one site.
 pub fn attribute(profile: &Profile, names: &StackNames, sites: &Sites) -> Attributed {
     let mut frames: HashMap<u64, Vec<String>> = HashMap::new();
-    let mut by_thread: HashMap<u32, Vec<(WaitKey, u64)>> = HashMap::new();
+    let mut by_thread: HashMap<u32, Vec<TimedWait>> = HashMap::new();
     for e in &profile.entries {
         if let Some(state) = e.blocked_state() {
             frames
@@ -57,7 +60,7 @@ pub fn attribute(profile: &Profile, names: &StackNames, sites: &Sites) -> Attrib
     };
     let mut out = Attributed::new();
     for waits in by_thread.values() {
-        let (cut, whole): (Vec<&(WaitKey, u64)>, Vec<&(WaitKey, u64)>) = waits
+        let (cut, whole): (Vec<&TimedWait>, Vec<&TimedWait>) = waits
             .iter()
             .filter(|(k, _)| waits::is_jvm_stack(&frames[&k.1]))
             .partition(|(k, _)| is_cut(&frames[&k.1]));
@@ -79,7 +82,7 @@ fn is_cut(frames: &[String]) -> bool {
 /// at, if one is.
 fn placed(
     (_, user, _, state): &WaitKey,
-    whole: &[&(WaitKey, u64)],
+    whole: &[&TimedWait],
     frames: &HashMap<u64, Vec<String>>,
     site: &mut impl FnMut(u64, u64, WaitState) -> Option<SiteId>,
 ) -> Option<SiteId> {
