@@ -1,9 +1,10 @@
 //! End-to-end, privileged: `--report x.html` on the test workload, opened in headless Chromium
 //! (Debian's `chromium`, which `cargo xtask test` installs) and driven over the DevTools
 //! protocol on a pipe (`--remote-debugging-pipe`: JSON messages ending in NUL on fds 3 and 4).
-//! The page must load without a console error or exception and without a network request, the
-//! flame graph's own search must find a known function, a screenshot must not be blank, and
-//! the page must print to PDF.
+//! The page must load without a console error or exception and without a network request,
+//! unpack what it carries packed (the flame graph's document) with the browser's own
+//! `DecompressionStream`, the flame graph's own search must find a known function, a
+//! screenshot must not be blank, and the page must print to PDF.
 
 mod common;
 
@@ -175,11 +176,12 @@ impl Browser {
         }
     }
 
-    /// Evaluates an expression in the page; returns its value, failing on an exception.
+    /// Evaluates an expression in the page (a promise: what it resolves to); returns its
+    /// value, failing on an exception or a rejection.
     fn evaluate(&mut self, expression: &str) -> Value {
         let r = self.call(
             "Runtime.evaluate",
-            json!({"expression": expression, "returnByValue": true}),
+            json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
         );
         if let Some(e) = r.get("exceptionDetails") {
             panic!("{expression}\nthrew: {e:#}");
@@ -326,6 +328,11 @@ fn open_page(html: &Path) -> Browser {
     let nav = browser.call("Page.navigate", json!({"url": url}));
     assert!(nav.get("errorText").is_none(), "navigation failed: {nav}");
     browser.wait_for("Page.loadEventFired");
+    // The packed parts are unpacked and drawn after the load: the flame graph's frame filled
+    // and loaded.
+    let parts =
+        browser.evaluate("window.reportReady.then(function (parts) { return parts.length; })");
+    assert_eq!(parts, json!(1), "the flame graph");
     // inferno's init finishes in a timeout after the SVG's load event.
     std::thread::sleep(Duration::from_millis(500));
     browser.drain();

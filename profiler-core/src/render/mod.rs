@@ -5,6 +5,7 @@
 
 pub mod diff;
 pub mod html;
+mod packed;
 pub mod perfetto;
 mod pipeline;
 pub mod pprof;
