@@ -92,7 +92,7 @@ pub fn section(profile: &Profile, names: &StackNames, timeline: &Timeline) -> St
         &cpu,
         cols,
         rows,
-        (230, 120, 40),
+        COLOURS[RUNNING],
         &mut out,
     );
     heatmap(
@@ -101,7 +101,7 @@ pub fn section(profile: &Profile, names: &StackNames, timeline: &Timeline) -> St
         &blocked,
         cols,
         rows,
-        (70, 130, 200),
+        COLOURS[SLEEP],
         &mut out,
     );
     let _ = writeln!(
@@ -116,7 +116,7 @@ pub fn section(profile: &Profile, names: &StackNames, timeline: &Timeline) -> St
         "<script type=\"application/json\" id=\"tl-data\">{}</script>",
         json.replace("</", "<\\/")
     );
-    let _ = writeln!(out, "<style>{CSS}</style><script>{SCRIPT}</script>");
+    let _ = writeln!(out, "<style>{}</style><script>{SCRIPT}</script>", css());
     out
 }
 
@@ -144,29 +144,11 @@ fn strips(profile: &Profile, timeline: &Timeline, out: &mut String) {
             continue;
         };
         let bins = state_bins(line, short.get(&tid), start, bin_ns, STRIP_BINS);
-        let mut svg = format!(
-            "<svg class=\"tl-strip\" viewBox=\"0 0 {STRIP_BINS} 1\" preserveAspectRatio=\"none\">"
-        );
-        for (i, b) in bins.iter().enumerate() {
-            let total: f64 = b.iter().sum();
-            if total <= 0.0 {
-                continue;
-            }
-            let main = [RUNNING, RUNNABLE, SLEEP, IO, OTHER]
-                .into_iter()
-                .max_by(|&x, &y| b[x].total_cmp(&b[y]).then(y.cmp(&x)))
-                .unwrap_or(OTHER);
-            let _ = write!(
-                svg,
-                "<rect x=\"{i}\" width=\"1.05\" height=\"1\" fill=\"{}\"/>",
-                COLOURS[main]
-            );
-        }
-        svg.push_str("</svg>");
         let _ = writeln!(
             out,
-            "<tr><td class=\"mono\">{}-{tid}</td><td class=\"tl-strip-cell\">{svg}</td></tr>",
-            esc(&t.name)
+            "<tr><td class=\"mono\">{}-{tid}</td><td class=\"tl-strip-cell\">{}</td></tr>",
+            esc(&t.name),
+            strip(&bins)
         );
     }
     let _ = writeln!(out, "</tbody></table>");
@@ -179,22 +161,54 @@ fn strips(profile: &Profile, timeline: &Timeline, out: &mut String) {
     }
 }
 
+/// One thread's strip: a rectangle per run of columns of the same main state (a thread
+/// asleep for the whole window is one), coloured by its class.
+fn strip(bins: &[[f64; 5]]) -> String {
+    let main = |b: &[f64; 5]| -> Option<usize> {
+        (b.iter().sum::<f64>() > 0.0).then(|| {
+            [RUNNING, RUNNABLE, SLEEP, IO, OTHER]
+                .into_iter()
+                .max_by(|&x, &y| b[x].total_cmp(&b[y]).then(y.cmp(&x)))
+                .unwrap_or(OTHER)
+        })
+    };
+    let mut svg = format!(
+        "<svg class=\"tl-strip\" viewBox=\"0 0 {STRIP_BINS} 1\" preserveAspectRatio=\"none\">"
+    );
+    let mut i = 0;
+    while i < bins.len() {
+        let state = main(&bins[i]);
+        let run = bins[i..].iter().take_while(|b| main(b) == state).count();
+        if let Some(state) = state {
+            // A little wider than the run, so that no seam shows between neighbours.
+            let _ = write!(
+                svg,
+                "<rect x=\"{i}\" width=\"{run}.05\" height=\"1\" class=\"tl-s{state}\"/>"
+            );
+        }
+        i += run;
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
 /// One heatmap: cell `(col, row)` is `values[col * rows + row]`; each `<rect>` carries its
-/// start (`data-t`, seconds) and value (`data-v`).
+/// start (`data-t`, seconds) and value (`data-v`, ms), its shade the value's share of the
+/// largest (the colour is the `<svg>`'s, inherited).
 fn heatmap(
     id: &str,
     title: &str,
     values: &[f64],
     cols: usize,
     rows: usize,
-    rgb: (u8, u8, u8),
+    colour: &str,
     out: &mut String,
 ) {
     let max = values.iter().copied().fold(0.0, f64::max).max(1e-9);
     let (w, h) = (14, 6);
     let _ = writeln!(
         out,
-        "<figure class=\"tl-heat\"><figcaption>{}</figcaption><svg id=\"{id}\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">",
+        "<figure class=\"tl-heat\"><figcaption>{}</figcaption><svg id=\"{id}\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" fill=\"{colour}\">",
         esc(title),
         cols * w,
         rows * h,
@@ -208,12 +222,9 @@ fn heatmap(
             let alpha = if v > 0.0 { 0.08 + 0.92 * v / max } else { 0.0 };
             let _ = write!(
                 out,
-                "<rect x=\"{}\" y=\"{}\" width=\"{w}\" height=\"{h}\" data-t=\"{t:.2}\" data-v=\"{v:.1}\" fill=\"rgba({},{},{},{alpha:.3})\"/>",
+                "<rect x=\"{}\" y=\"{}\" width=\"{w}\" height=\"{h}\" data-t=\"{t:.2}\" data-v=\"{v:.1}\" fill-opacity=\"{alpha:.2}\"/>",
                 c * w,
                 r * h,
-                rgb.0,
-                rgb.1,
-                rgb.2
             );
         }
     }
@@ -270,6 +281,15 @@ fn esc(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+/// The section's style: the strips' state classes from [`COLOURS`].
+fn css() -> String {
+    let mut css = String::from(CSS);
+    for (i, colour) in COLOURS.iter().enumerate() {
+        let _ = writeln!(css, "svg.tl-strip .tl-s{i} {{ fill: {colour}; }}");
+    }
+    css
 }
 
 const CSS: &str = "
@@ -357,6 +377,23 @@ mod tests {
     use profiler_common::WaitState;
 
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_strip_is_a_rectangle_per_run_of_one_state() {
+        let mut bins = vec![[0.0; 5]; STRIP_BINS];
+        for b in &mut bins[..100] {
+            b[SLEEP] = 9.0;
+            b[RUNNING] = 1.0;
+        }
+        for b in &mut bins[150..] {
+            b[RUNNING] = 1.0;
+        }
+        let svg = strip(&bins);
+        assert_eq!(svg.matches("<rect").count(), 2, "{svg}");
+        assert!(svg.contains("<rect x=\"0\" width=\"100.05\" height=\"1\" class=\"tl-s2\"/>"));
+        assert!(svg.contains("<rect x=\"150\" width=\"150.05\" height=\"1\" class=\"tl-s0\"/>"));
+        assert!(css().contains(".tl-s2 { fill: rgb(70,130,200); }"));
+    }
 
     #[test]
     fn the_heatmap_puts_a_stall_in_its_cells() {
