@@ -12,6 +12,7 @@ pub mod pprof;
 pub mod report;
 pub mod summary;
 pub mod svg;
+mod timeline_data;
 pub mod timeline_html;
 pub mod trace;
 pub mod when;

@@ -2,7 +2,8 @@
 //! "application/octet-stream">` element (text the browser neither runs nor renders), and the
 //! page's script that unpacks them with the browser's own `DecompressionStream` (Chromium 80,
 //! Firefox 113, Safari 16.4), so nothing is loaded from elsewhere. The HTML report packs its
-//! flame graph this way (`html.rs`): text that repeats itself (an SVG) shrinks 5–10 times.
+//! flame graph and its timeline's events this way (`html.rs`, `timeline_html.rs`): text that
+//! repeats itself (an SVG, frame names) shrinks 5–10 times.
 
 use std::io::{self, Write};
 
