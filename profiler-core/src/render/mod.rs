@@ -3,6 +3,8 @@
 //! per-thread timelines as a Perfetto trace. [`render`] runs the stage in order for one
 //! capture, [`render_diff`] for two; the caller only writes what they return.
 
+#[cfg(test)]
+mod big_capture;
 pub mod diff;
 pub mod html;
 mod packed;

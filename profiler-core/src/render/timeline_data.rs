@@ -4,8 +4,8 @@
 //! tree of frames (its parent and its frame), and the events refer to threads, states and
 //! stacks by index; times are whole µs from the window's start, each relative to the one
 //! before it on the same thread. Packed (gzip, base64), the 232 000 waits and 4 000 samples
-//! of a 100-thread JVM-like capture take 1.2 MB of the page, where the JSON of 100 000 of its
-//! waits took 18 MB (every stack spelt out per thread).
+//! of `big_capture.rs`'s 100-thread capture take 1.2 MB of the page, where the JSON of 100 000
+//! of its waits took 18 MB (every stack spelt out per thread).
 //!
 //! The format, every number an unsigned LEB128 varint (`z`: zigzag-signed), each column all
 //! of its values before the next:
