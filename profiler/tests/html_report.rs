@@ -1,9 +1,12 @@
 //! End-to-end, privileged: `--report x.html` on the test workload, opened in headless Chromium
 //! (Debian's `chromium`, which `cargo xtask test` installs) and driven over the DevTools
 //! protocol on a pipe (`--remote-debugging-pipe`: JSON messages ending in NUL on fds 3 and 4).
-//! The page must load without a console error or exception and without a network request, the
-//! flame graph's own search must find a known function, a screenshot must not be blank, and
-//! the page must print to PDF.
+//! The page must load without a console error or exception and without a network request,
+//! unpack what it carries packed (the flame graph's document, the timeline's events) with the
+//! browser's own `DecompressionStream`, the flame graph's own search must find a known
+//! function, the timeline's heatmaps and the range flame graph drawn from the unpacked events
+//! must show the workload's samples and waits, a screenshot must not be blank, and the page
+//! must print to PDF.
 
 mod common;
 
@@ -175,11 +178,12 @@ impl Browser {
         }
     }
 
-    /// Evaluates an expression in the page; returns its value, failing on an exception.
+    /// Evaluates an expression in the page (a promise: what it resolves to); returns its
+    /// value, failing on an exception or a rejection.
     fn evaluate(&mut self, expression: &str) -> Value {
         let r = self.call(
             "Runtime.evaluate",
-            json!({"expression": expression, "returnByValue": true}),
+            json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
         );
         if let Some(e) = r.get("exceptionDetails") {
             panic!("{expression}\nthrew: {e:#}");
@@ -265,12 +269,14 @@ fn the_html_report_works_in_a_real_browser() {
     let mut browser = open_page(&html);
     let (matched, hits) = check_flame_graph(&mut browser);
     check_parts(&mut browser);
+    let (boxes, range_boxes) = check_timeline(&mut browser);
     let (drawn, colours) = check_screenshot(&mut browser, &html);
     let pdf_bytes = check_pdf(&mut browser, &html);
     check_no_errors_nor_fetches(&mut browser);
     eprintln!(
-        "html report: search `spin_work` {matched} ({hits} frames), screenshot {:.0} % drawn in \
-         {colours} colours, PDF {} KiB; kept beside {}",
+        "html report: search `spin_work` {matched} ({hits} frames), range flame graph {boxes} \
+         boxes (a 0.5 s range: {range_boxes}), screenshot {:.0} % drawn in {colours} colours, \
+         PDF {} KiB; kept beside {}",
         drawn * 100.0,
         pdf_bytes.len() / 1024,
         html.display()
@@ -326,6 +332,11 @@ fn open_page(html: &Path) -> Browser {
     let nav = browser.call("Page.navigate", json!({"url": url}));
     assert!(nav.get("errorText").is_none(), "navigation failed: {nav}");
     browser.wait_for("Page.loadEventFired");
+    // The packed parts are unpacked and drawn after the load: the flame graph's frame filled
+    // and loaded, the timeline decoded and its whole window's graph drawn.
+    let parts =
+        browser.evaluate("window.reportReady.then(function (parts) { return parts.length; })");
+    assert_eq!(parts, json!(2), "the flame graph and the timeline");
     // inferno's init finishes in a timeout after the SVG's load event.
     std::thread::sleep(Duration::from_millis(500));
     browser.drain();
@@ -391,6 +402,58 @@ fn check_parts(browser: &mut Browser) {
         n(2) >= 1 && n(3) >= 3,
         "no latency chart with marks: {parts}"
     );
+}
+
+/// The timeline: strips, heatmaps with cells, and the range flame graph drawn from the page's
+/// packed events (no JSON of them on the page), first of the whole window (the workload's
+/// `spin_work` samples and `sleep_20ms` waits in it), then of a range chosen by two clicks on
+/// the heatmap. The boxes of each graph.
+fn check_timeline(browser: &mut Browser) -> (u64, u64) {
+    let parts = browser.evaluate(
+        "(() => { const data = document.getElementById('tl-data'); \
+           const flame = document.getElementById('tl-flame'); \
+           const names = Array.from(flame.children, d => d.textContent); \
+           return { encoding: data && data.type + ' ' + data.dataset.encoding, \
+             strips: document.querySelectorAll('svg.tl-strip rect').length, \
+             cpu: Array.from(document.querySelectorAll('#tl-cpu rect')).filter(r => +r.dataset.v > 0).length, \
+             blocked: Array.from(document.querySelectorAll('#tl-blocked rect')).filter(r => +r.dataset.v > 0).length, \
+             from: flame.dataset.from, boxes: names.length, \
+             spin: names.some(n => n.includes('spin_work')), \
+             sleep: names.some(n => n.includes('sleep_20ms')), \
+             off: names.some(n => n.startsWith('[off-cpu:')) }; })()",
+    );
+    assert_eq!(
+        parts["encoding"],
+        json!("application/octet-stream gzip+base64"),
+        "{parts}"
+    );
+    let n = |k: &str| parts[k].as_u64().unwrap_or(0);
+    assert!(n("strips") > 3, "no strips: {parts}");
+    assert!(n("cpu") > 0 && n("blocked") > 0, "empty heatmaps: {parts}");
+    assert!(
+        parts["from"] == json!("0.00")
+            && n("boxes") > 10
+            && parts["spin"] == json!(true)
+            && parts["sleep"] == json!(true)
+            && parts["off"] == json!(true),
+        "the whole window's range flame graph lacks the workload's samples or waits: {parts}"
+    );
+    // Two clicks on the CPU heatmap, at 1.00 s and 1.48 s: that range's graph.
+    let range = browser.evaluate(
+        "(() => { const cell = t => document.querySelector(`#tl-cpu rect[data-t=\"${t}\"]`); \
+           for (const t of ['1.00', '1.48']) \
+             cell(t).dispatchEvent(new MouseEvent('click', {bubbles: true})); \
+           const flame = document.getElementById('tl-flame'); \
+           return { from: flame.dataset.from, to: flame.dataset.to, boxes: flame.children.length, \
+             text: document.getElementById('tl-range').textContent }; })()",
+    );
+    assert!(
+        range["from"] == json!("1.00") && range["to"] == json!("1.50"),
+        "the clicks chose no range: {range}"
+    );
+    let range_boxes = range["boxes"].as_u64().unwrap_or(0);
+    assert!(range_boxes > 3, "the range's graph is empty: {range}");
+    (n("boxes"), range_boxes)
 }
 
 /// A screenshot that is not blank (kept beside the page): the share drawn and its colours.

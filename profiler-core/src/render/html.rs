@@ -6,11 +6,16 @@
 //!
 //! The flame graph is inferno's SVG unchanged, in an `<iframe srcdoc>`: its script listens on
 //! the whole window (clicks, Ctrl-F) and takes the document's first `<svg>` as the graph, so it
-//! gets a document of its own, where its search and zoom work as in the SVG file.
+//! gets a document of its own, where its search and zoom work as in the SVG file. The page
+//! carries that document packed (`packed.rs`), as it does the timeline's events: a JVM's graph
+//! is megabytes of markup that gzip shrinks ten times.
 
 use std::io::{self, Write};
 
-use super::report::{Latency, Report, ShortLivedRow, SiteRow, ThreadRow, ThreadTableRow, WakerRow};
+use super::{
+    packed,
+    report::{Latency, Report, ShortLivedRow, SiteRow, ThreadRow, ThreadTableRow, WakerRow},
+};
 
 /// What the page shows besides the report.
 pub struct HtmlInput<'a> {
@@ -110,6 +115,7 @@ pub(crate) fn write_head(title: &str, out: &mut impl Write) -> io::Result<()> {
 pub fn write_html(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()> {
     let r = input.report;
     write_head(input.title, out)?;
+    writeln!(out, "<script>{}</script>", packed::UNPACK_SCRIPT)?;
     writeln!(out, "<h1>{}</h1>", esc(input.title))?;
     writeln!(out, "<p class=\"capture\">{}</p>", esc(input.subtitle))?;
     writeln!(
@@ -145,6 +151,7 @@ pub fn write_html(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()>
          proportional to the waits in it (duration on a log scale).</footer>",
         esc(r.percentile_method)
     )?;
+    writeln!(out, "<script>{}</script>", packed::READY_SCRIPT)?;
     writeln!(out, "</body>\n</html>")
 }
 
@@ -424,7 +431,19 @@ fn flame_graph(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()> {
         "<p class=\"muted\">Click a frame to zoom, <i>Search</i> (top right) or Ctrl-F inside \
          the graph to highlight functions by regular expression.</p>"
     )?;
-    write_frame("flamegraph", "flame graph", input.flame_graph, out)
+    write_packed_frame("flamegraph", "flame graph", input.flame_graph, out)
+}
+
+/// The document a flame graph's frame shows, and the frame's height: the SVG inside an HTML
+/// document, from its root element on (no XML declaration or DTD), as wide as the frame
+/// (inline, an SVG without a width would be 300 px wide).
+fn frame_doc(svg: &str) -> (String, u32) {
+    let svg = svg.find("<svg").map_or(svg, |i| &svg[i..]);
+    let height = svg_height(svg).unwrap_or(600);
+    let doc = format!(
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>html, body {{ margin: 0; overflow: hidden; }} svg {{ display: block; width: 100%; }}</style><script>{FRAME_SCRIPT}</script></head><body>{svg}</body></html>"
+    );
+    (doc, height + 2)
 }
 
 /// A flame graph SVG in a frame of its own (`<iframe srcdoc>`), where its script's search
@@ -435,20 +454,49 @@ pub(crate) fn write_frame(
     svg: &str,
     out: &mut impl Write,
 ) -> io::Result<()> {
-    // The SVG inside an HTML document: from its root element on (no XML declaration or DTD),
-    // as wide as the frame (inline, an SVG without a width would be 300 px wide).
-    let svg = svg.find("<svg").map_or(svg, |i| &svg[i..]);
-    let height = svg_height(svg).unwrap_or(600);
-    let doc = format!(
-        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>html, body {{ margin: 0; overflow: hidden; }} svg {{ display: block; width: 100%; }}</style><script>{FRAME_SCRIPT}</script></head><body>{svg}</body></html>"
-    );
+    let (doc, height) = frame_doc(svg);
     writeln!(
         out,
-        "<iframe class=\"flamegraph\" id=\"{id}\" title=\"{title}\" style=\"height:{}px\" srcdoc=\"{}\"></iframe>",
-        height + 2,
+        "<iframe class=\"flamegraph\" id=\"{id}\" title=\"{title}\" style=\"height:{height}px\" srcdoc=\"{}\"></iframe>",
         esc(&doc)
     )
 }
+
+/// As [`write_frame`], the frame's document packed: the page's script unpacks it into the
+/// frame's `srcdoc`, and the frame's load settles its part of `reportReady`.
+fn write_packed_frame(id: &str, title: &str, svg: &str, out: &mut impl Write) -> io::Result<()> {
+    let (doc, height) = frame_doc(svg);
+    writeln!(
+        out,
+        "<iframe class=\"flamegraph\" id=\"{id}\" title=\"{title}\" style=\"height:{height}px\"></iframe>"
+    )?;
+    writeln!(
+        out,
+        "{}",
+        packed::element(&format!("{id}-doc"), &packed::pack(doc.as_bytes())?)
+    )?;
+    writeln!(
+        out,
+        "<script>{}</script>",
+        PACKED_FRAME_SCRIPT.replace("FRAME_ID", id)
+    )
+}
+
+/// Fills a frame from its packed document (`FRAME_ID`: the frame's id). Where the browser
+/// cannot unpack it, the frame says why.
+const PACKED_FRAME_SCRIPT: &str = r#"(function () {
+  var frame = document.getElementById('FRAME_ID');
+  window.reportParts.push(window.unpack('FRAME_ID-doc').then(function (bytes) {
+    return new Promise(function (loaded) {
+      frame.addEventListener('load', function () { loaded(); }, { once: true });
+      frame.srcdoc = new TextDecoder().decode(bytes);
+    });
+  }).catch(function (e) {
+    frame.srcdoc = '<p style="font: 14px sans-serif">The flame graph cannot be shown: ' +
+      String(e.message).replace(/&/g, '&amp;').replace(/</g, '&lt;') + '</p>';
+    throw e;
+  }));
+})();"#;
 
 /// The `height` of the root `<svg>` element.
 fn svg_height(svg: &str) -> Option<u32> {

@@ -3,14 +3,18 @@
 //! per-thread timelines as a Perfetto trace. [`render`] runs the stage in order for one
 //! capture, [`render_diff`] for two; the caller only writes what they return.
 
+#[cfg(test)]
+mod big_capture;
 pub mod diff;
 pub mod html;
+mod packed;
 pub mod perfetto;
 mod pipeline;
 pub mod pprof;
 pub mod report;
 pub mod summary;
 pub mod svg;
+mod timeline_data;
 pub mod timeline_html;
 pub mod trace;
 pub mod when;

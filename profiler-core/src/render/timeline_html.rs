@@ -2,15 +2,15 @@
 //! capture's timeline → a strip chart of each thread's states over the window, a
 //! FlameScope-style heatmap (a column per second, a row per [`ROW_NS`] of it; colour: on-CPU
 //! samples, or blocked time), and a script that draws the flame graph of a range chosen on the
-//! heatmap (at first, the whole window) from the page's own data (samples and long waits with
-//! their stacks). Nothing is loaded from elsewhere.
+//! heatmap (at first, the whole window) from the page's own samples and long waits with their
+//! stacks, carried as compact columns (`timeline_data.rs`) packed by `packed.rs`. Nothing is
+//! loaded from elsewhere.
 
-use std::{collections::HashMap, fmt::Write as _};
-
-use serde::Serialize;
+use std::fmt::Write as _;
 
 use crate::{
-    model::{Profile, StackNames, Timeline, stack_frames},
+    model::{Profile, StackNames, Timeline},
+    render::{packed, timeline_data},
     timeline::{IO, OTHER, RUNNABLE, RUNNING, SLEEP, short_waits, state_bins},
 };
 
@@ -20,8 +20,6 @@ pub const ROW_NS: u64 = 20_000_000;
 const STRIP_BINS: usize = 300;
 /// Threads with a strip (the busiest first).
 const STRIP_THREADS: usize = 40;
-/// Samples and waits the page carries for its range flame graphs, at most.
-const MAX_EVENTS: usize = 200_000;
 
 /// The strip's state colours, in `state_bins` order (running, runnable, sleep, io, other):
 /// the report's (`html.rs`).
@@ -33,32 +31,68 @@ const COLOURS: [&str; 5] = [
     "rgb(140,140,140)",
 ];
 
-/// What the range script reads: folded stacks, and events that refer to them by index.
-#[derive(Serialize)]
-struct Data {
-    /// Seconds a sample stands for.
-    period_s: f64,
-    /// `frame;frame;…`, root first.
-    stacks: Vec<String>,
-    /// `[seconds from the window's start, stack]`.
-    samples: Vec<(f64, u32)>,
-    /// `[from, to, stack]`: a long wait's blocked part, its stack ending in its state.
-    waits: Vec<(f64, f64, u32)>,
-}
-
 /// The section, or None for a capture without a timeline.
 pub fn section(profile: &Profile, names: &StackNames, timeline: &Timeline) -> String {
     let mut out = String::new();
-    let start = profile.window.start_ns;
     let len = profile.window.len_ns().max(1);
     let cols = len.div_ceil(1_000_000_000) as usize;
     let rows = (1_000_000_000 / ROW_NS) as usize;
     let _ = writeln!(out, "<h2 id=\"timeline\">Timeline</h2>");
     strips(profile, timeline, &mut out);
+    let (cpu, blocked) = cells(profile, timeline, cols * rows);
+    let carried = timeline_data::carried(profile, names, timeline);
+    let _ = writeln!(
+        out,
+        "<p class=\"muted\">Heatmaps: a column per second, a row per {} ms of it (top: its \
+         start). Click a cell, then another (or shift-click): the flame graph of that range is \
+         drawn below from the page's own samples and waits of {} ms or more.{}</p>",
+        ROW_NS / 1_000_000,
+        timeline.resolution_ns as f64 / 1e6,
+        carried_words(&carried)
+    );
+    heatmap(
+        "tl-cpu",
+        "On-CPU (ms of samples)",
+        &cpu,
+        cols,
+        rows,
+        COLOURS[RUNNING],
+        &mut out,
+    );
+    heatmap(
+        "tl-blocked",
+        "Blocked (ms)",
+        &blocked,
+        cols,
+        rows,
+        COLOURS[SLEEP],
+        &mut out,
+    );
+    let _ = writeln!(
+        out,
+        "<p id=\"tl-range\" class=\"muted\">No range chosen.</p><div id=\"tl-flame\" class=\"tl-flame\"></div>"
+    );
+    // Packing in memory fails only when out of memory; the section then says so.
+    match packed::pack(&carried.columns.to_bytes()) {
+        Ok(text) => {
+            let _ = writeln!(out, "{}", packed::element("tl-data", &text));
+        }
+        Err(e) => {
+            let _ = writeln!(
+                out,
+                "<p class=\"lost\">The range data could not be packed: {e}</p>"
+            );
+        }
+    }
+    let _ = writeln!(out, "<style>{}</style><script>{SCRIPT}</script>", css());
+    out
+}
 
-    // The heatmap: on-CPU samples and blocked time per cell.
-    let mut cpu = vec![0.0f64; cols * rows];
-    let mut blocked = vec![0.0f64; cols * rows];
+/// Per heatmap cell (`col * rows + row`), ms of on-CPU samples and ms blocked in long waits.
+fn cells(profile: &Profile, timeline: &Timeline, n: usize) -> (Vec<f64>, Vec<f64>) {
+    let start = profile.window.start_ns;
+    let mut cpu = vec![0.0f64; n];
+    let mut blocked = vec![0.0f64; n];
     let cell = |t_ns: u64| -> usize { (t_ns / ROW_NS) as usize };
     for s in &timeline.samples {
         if let Some(v) = cpu.get_mut(cell(s.ts_ns.saturating_sub(start))) {
@@ -78,46 +112,36 @@ pub fn section(profile: &Profile, names: &StackNames, timeline: &Timeline) -> St
             }
         }
     }
-    let _ = writeln!(
-        out,
-        "<p class=\"muted\">Heatmaps: a column per second, a row per {} ms of it (top: its \
-         start). Click a cell, then another (or shift-click): the flame graph of that range is \
-         drawn below from the page's own samples and waits of {} ms or more.</p>",
-        ROW_NS / 1_000_000,
-        timeline.resolution_ns as f64 / 1e6
-    );
-    heatmap(
-        "tl-cpu",
-        "On-CPU (ms of samples)",
-        &cpu,
-        cols,
-        rows,
-        (230, 120, 40),
-        &mut out,
-    );
-    heatmap(
-        "tl-blocked",
-        "Blocked (ms)",
-        &blocked,
-        cols,
-        rows,
-        (70, 130, 200),
-        &mut out,
-    );
-    let _ = writeln!(
-        out,
-        "<p id=\"tl-range\" class=\"muted\">No range chosen.</p><div id=\"tl-flame\" class=\"tl-flame\"></div>"
-    );
-    let data = data(profile, names, timeline);
-    let json = serde_json::to_string(&data).unwrap_or_else(|_| "{}".into());
-    // `</` would end the script element early.
-    let _ = writeln!(
-        out,
-        "<script type=\"application/json\" id=\"tl-data\">{}</script>",
-        json.replace("</", "<\\/")
-    );
-    let _ = writeln!(out, "<style>{CSS}</style><script>{SCRIPT}</script>");
-    out
+    (cpu, blocked)
+}
+
+/// What the range flame graphs are drawn from, when it is not every event one by one.
+fn carried_words(c: &timeline_data::Carried) -> String {
+    let mut words = String::new();
+    if let Some(cell_ns) = c.summary_ns {
+        let _ = write!(
+            words,
+            " The timeline holds {} samples and waits, more than the page carries one by one \
+             ({}): those of a thread in one stack inside one {} ms cell are summed into one",
+            c.events,
+            timeline_data::MAX_EVENTS,
+            cell_ns / 1_000_000
+        );
+        words.push_str(if cell_ns <= ROW_NS {
+            ", which leaves the flame graph of any range of cells as it was."
+        } else {
+            ", so a range's flame graph is exact to that many ms at its ends."
+        });
+    }
+    if c.left_out > 0 {
+        let _ = write!(
+            words,
+            " The {} shortest were left out of the range flame graphs (the heatmaps and strips \
+             have them).",
+            c.left_out
+        );
+    }
+    words
 }
 
 fn strips(profile: &Profile, timeline: &Timeline, out: &mut String) {
@@ -144,29 +168,11 @@ fn strips(profile: &Profile, timeline: &Timeline, out: &mut String) {
             continue;
         };
         let bins = state_bins(line, short.get(&tid), start, bin_ns, STRIP_BINS);
-        let mut svg = format!(
-            "<svg class=\"tl-strip\" viewBox=\"0 0 {STRIP_BINS} 1\" preserveAspectRatio=\"none\">"
-        );
-        for (i, b) in bins.iter().enumerate() {
-            let total: f64 = b.iter().sum();
-            if total <= 0.0 {
-                continue;
-            }
-            let main = [RUNNING, RUNNABLE, SLEEP, IO, OTHER]
-                .into_iter()
-                .max_by(|&x, &y| b[x].total_cmp(&b[y]).then(y.cmp(&x)))
-                .unwrap_or(OTHER);
-            let _ = write!(
-                svg,
-                "<rect x=\"{i}\" width=\"1.05\" height=\"1\" fill=\"{}\"/>",
-                COLOURS[main]
-            );
-        }
-        svg.push_str("</svg>");
         let _ = writeln!(
             out,
-            "<tr><td class=\"mono\">{}-{tid}</td><td class=\"tl-strip-cell\">{svg}</td></tr>",
-            esc(&t.name)
+            "<tr><td class=\"mono\">{}-{tid}</td><td class=\"tl-strip-cell\">{}</td></tr>",
+            esc(&t.name),
+            strip(&bins)
         );
     }
     let _ = writeln!(out, "</tbody></table>");
@@ -179,22 +185,54 @@ fn strips(profile: &Profile, timeline: &Timeline, out: &mut String) {
     }
 }
 
+/// One thread's strip: a rectangle per run of columns of the same main state (a thread
+/// asleep for the whole window is one), coloured by its class.
+fn strip(bins: &[[f64; 5]]) -> String {
+    let main = |b: &[f64; 5]| -> Option<usize> {
+        (b.iter().sum::<f64>() > 0.0).then(|| {
+            [RUNNING, RUNNABLE, SLEEP, IO, OTHER]
+                .into_iter()
+                .max_by(|&x, &y| b[x].total_cmp(&b[y]).then(y.cmp(&x)))
+                .unwrap_or(OTHER)
+        })
+    };
+    let mut svg = format!(
+        "<svg class=\"tl-strip\" viewBox=\"0 0 {STRIP_BINS} 1\" preserveAspectRatio=\"none\">"
+    );
+    let mut i = 0;
+    while i < bins.len() {
+        let state = main(&bins[i]);
+        let run = bins[i..].iter().take_while(|b| main(b) == state).count();
+        if let Some(state) = state {
+            // A little wider than the run, so that no seam shows between neighbours.
+            let _ = write!(
+                svg,
+                "<rect x=\"{i}\" width=\"{run}.05\" height=\"1\" class=\"tl-s{state}\"/>"
+            );
+        }
+        i += run;
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
 /// One heatmap: cell `(col, row)` is `values[col * rows + row]`; each `<rect>` carries its
-/// start (`data-t`, seconds) and value (`data-v`).
+/// start (`data-t`, seconds) and value (`data-v`, ms), its shade the value's share of the
+/// largest (the colour is the `<svg>`'s, inherited).
 fn heatmap(
     id: &str,
     title: &str,
     values: &[f64],
     cols: usize,
     rows: usize,
-    rgb: (u8, u8, u8),
+    colour: &str,
     out: &mut String,
 ) {
     let max = values.iter().copied().fold(0.0, f64::max).max(1e-9);
     let (w, h) = (14, 6);
     let _ = writeln!(
         out,
-        "<figure class=\"tl-heat\"><figcaption>{}</figcaption><svg id=\"{id}\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">",
+        "<figure class=\"tl-heat\"><figcaption>{}</figcaption><svg id=\"{id}\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" fill=\"{colour}\">",
         esc(title),
         cols * w,
         rows * h,
@@ -208,61 +246,13 @@ fn heatmap(
             let alpha = if v > 0.0 { 0.08 + 0.92 * v / max } else { 0.0 };
             let _ = write!(
                 out,
-                "<rect x=\"{}\" y=\"{}\" width=\"{w}\" height=\"{h}\" data-t=\"{t:.2}\" data-v=\"{v:.1}\" fill=\"rgba({},{},{},{alpha:.3})\"/>",
+                "<rect x=\"{}\" y=\"{}\" width=\"{w}\" height=\"{h}\" data-t=\"{t:.2}\" data-v=\"{v:.1}\" fill-opacity=\"{alpha:.2}\"/>",
                 c * w,
                 r * h,
-                rgb.0,
-                rgb.1,
-                rgb.2
             );
         }
     }
     let _ = writeln!(out, "</svg></figure>");
-}
-
-fn data(profile: &Profile, names: &StackNames, timeline: &Timeline) -> Data {
-    let start = profile.window.start_ns;
-    let secs = |ns: u64| ns.saturating_sub(start) as f64 / 1e9;
-    let mut index: HashMap<String, u32> = HashMap::new();
-    let mut stacks: Vec<String> = Vec::new();
-    let mut id = |s: String| -> u32 {
-        *index.entry(s.clone()).or_insert_with(|| {
-            stacks.push(s);
-            (stacks.len() - 1) as u32
-        })
-    };
-    let thread = |tid: u32| -> String {
-        profile
-            .threads
-            .get(&tid)
-            .map_or_else(|| tid.to_string(), |t| format!("{}-{tid}", t.name))
-    };
-    let mut waits = Vec::new();
-    for (&tid, line) in &timeline.threads {
-        for w in line.waits.iter().filter(|w| !w.runqueue()) {
-            let mut frames = vec![thread(tid)];
-            frames.extend(stack_frames(w.user_stack, w.kernel_stack, names));
-            frames.push(format!("[off-cpu:{}]", w.state.label()));
-            waits.push((secs(w.start_ns), secs(w.wake_ns()), id(frames.join(";"))));
-        }
-    }
-    waits.truncate(MAX_EVENTS / 2);
-    let samples = timeline
-        .samples
-        .iter()
-        .take(MAX_EVENTS - waits.len())
-        .map(|s| {
-            let mut frames = vec![thread(s.tid)];
-            frames.extend(stack_frames(s.user_stack, s.kernel_stack, names));
-            (secs(s.ts_ns), id(frames.join(";")))
-        })
-        .collect();
-    Data {
-        period_s: profile.period_ns as f64 / 1e9,
-        stacks,
-        samples,
-        waits,
-    }
 }
 
 fn esc(s: &str) -> String {
@@ -270,6 +260,15 @@ fn esc(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+/// The section's style: the strips' state classes from [`COLOURS`].
+fn css() -> String {
+    let mut css = String::from(CSS);
+    for (i, colour) in COLOURS.iter().enumerate() {
+        let _ = writeln!(css, "svg.tl-strip .tl-s{i} {{ fill: {colour}; }}");
+    }
+    css
 }
 
 const CSS: &str = "
@@ -283,71 +282,138 @@ figure.tl-heat rect.sel { stroke: #000; stroke-width: 1; }
 .tl-flame div { overflow: hidden; white-space: nowrap; height: 16px; line-height: 16px; border: 1px solid #fff; box-sizing: border-box; padding-left: 2px; }
 ";
 
-/// The range flame graph: every sample in the range adds its period to its stack, every long
-/// wait its blocked time inside the range; drawn as nested rows, root on top, widths in
-/// proportion.
+/// The range flame graph, from the page's packed columns (`timeline_data.rs`, read here in
+/// its order): every sample in the range adds its period (times its weight) to its stack,
+/// every long wait its blocked time inside the range; drawn as nested rows, root on top,
+/// widths in proportion. `unpack` and `reportParts` are the page's (`packed.rs`).
 const SCRIPT: &str = r#"(function () {
-  var data = JSON.parse(document.getElementById('tl-data').textContent);
-  function range(a, b) {
-    var from = Math.min(a, b), to = Math.max(a, b) + 0.02;
-    var root = { n: 'all', v: 0, k: {} };
-    function add(stack, v) {
-      if (v <= 0) return;
-      var node = root; node.v += v;
-      data.stacks[stack].split(';').forEach(function (f) {
-        node = node.k[f] || (node.k[f] = { n: f, v: 0, k: {} });
-        node.v += v;
-      });
+  function decode(b) {
+    var i = 0;
+    function u() {
+      var v = 0, m = 1, c;
+      do {
+        if (i >= b.length) throw new Error('the timeline data is cut short');
+        c = b[i++]; v += (c & 127) * m; m *= 128;
+      } while (c & 128);
+      return v;
     }
-    data.samples.forEach(function (s) { if (s[0] >= from && s[0] < to) add(s[1], data.period_s); });
-    data.waits.forEach(function (w) { add(w[2], Math.min(w[1], to) - Math.max(w[0], from)); });
-    document.querySelectorAll('figure.tl-heat rect').forEach(function (r) {
-      var t = parseFloat(r.getAttribute('data-t'));
-      r.classList.toggle('sel', t >= from - 1e-9 && t < to - 1e-9);
+    function z() { var v = u(); return v % 2 ? -(v + 1) / 2 : v / 2; }
+    function col(n, f) { var a = new Array(n); for (var k = 0; k < n; k++) a[k] = f(); return a; }
+    function perThread(n) {
+      var t = [];
+      col(n, u).forEach(function (c, k) { for (; c > 0; c--) t.push(k); });
+      return t;
+    }
+    if (u() !== 1) throw new Error('the timeline data is of another version');
+    var d = { unit: u() / 1e9, period: u() / 1e9 }, text = new TextDecoder();
+    d.strings = col(u(), function () { var n = u(), s = text.decode(b.subarray(i, i + n)); i += n; return s; });
+    d.threads = col(u(), u); d.states = col(u(), u);
+    var n = u();
+    d.parents = col(n, u).map(function (p, k) { return k + 1 - p; });
+    d.frames = col(n, u);
+    var s = { thread: perThread(d.threads.length) }, prev = -1, at = 0;
+    s.at = s.thread.map(function (t) { at = (t === prev ? at : 0) + z(); prev = t; return at; });
+    s.stack = col(s.thread.length, u); s.weight = col(s.thread.length, u);
+    var w = { thread: perThread(d.threads.length) }, end = 0;
+    var gaps = col(w.thread.length, z);
+    w.blocked = col(w.thread.length, u);
+    prev = -1;
+    w.start = w.thread.map(function (t, k) {
+      var start = (t === prev ? end : 0) + gaps[k];
+      prev = t; end = start + w.blocked[k];
+      return start;
     });
-    document.getElementById('tl-range').textContent = from.toFixed(2) + '–' + to.toFixed(2) +
-      ' s: ' + (root.v * 1000).toFixed(1) + ' ms of thread time (samples and waits of the timeline)';
-    var box = document.getElementById('tl-flame');
-    box.textContent = '';
-    function draw(node, left, width, depth) {
-      if (width < 0.1) return;
-      var d = document.createElement('div');
-      d.style.position = 'absolute';
-      d.style.left = left + '%'; d.style.width = width + '%'; d.style.top = (depth * 16) + 'px';
-      var off = node.n.indexOf('[off-cpu') === 0;
-      d.style.background = off ? 'rgb(120,160,220)' : 'hsl(' + (20 + (node.n.length * 7) % 30) + ',80%,60%)';
-      d.textContent = node.n; d.title = node.n + ' ' + (node.v * 1000).toFixed(1) + ' ms';
-      box.appendChild(d);
-      var x = left;
-      Object.keys(node.k).sort().forEach(function (k) {
-        var c = node.k[k], w = width * c.v / node.v;
-        draw(c, x, w, depth + 1); x += w;
-      });
-    }
-    box.style.position = 'relative';
-    if (root.v > 0) draw(root, 0, 100, 0);
-    box.style.height = (box.lastChild ? 16 * (1 + Math.max.apply(null, Array.prototype.map.call(box.children, function (c) { return parseInt(c.style.top, 10) / 16; }))) : 0) + 'px';
-    box.setAttribute('data-from', from.toFixed(2));
-    box.setAttribute('data-to', to.toFixed(2));
+    w.state = col(w.thread.length, u); w.stack = col(w.thread.length, u);
+    if (i !== b.length) throw new Error('the timeline data runs on past its end');
+    d.samples = s; d.waits = w;
+    return d;
   }
-  // A click starts a range, the next click (or a shift-click) ends it.
-  var anchor = null, open = false;
-  document.querySelectorAll('figure.tl-heat svg').forEach(function (svg) {
-    svg.addEventListener('click', function (e) {
-      var t = e.target.getAttribute && e.target.getAttribute('data-t');
-      if (t === null || t === undefined) return;
-      t = parseFloat(t);
-      if (anchor !== null && (open || e.shiftKey)) { range(anchor, t); open = false; return; }
-      anchor = t; open = true; range(t, t);
+  function setUp(d) {
+    var paths = [];
+    // A stack's frames, root first, built once.
+    function frames(stack) {
+      if (stack === 0) return [];
+      if (!paths[stack]) paths[stack] = frames(d.parents[stack - 1]).concat([d.strings[d.frames[stack - 1]]]);
+      return paths[stack];
+    }
+    function step(node, name, v) {
+      var c = node.k[name] || (node.k[name] = { n: name, v: 0, k: {} });
+      c.v += v;
+      return c;
+    }
+    function range(a, b) {
+      var from = Math.min(a, b), to = Math.max(a, b) + 0.02;
+      var f = from / d.unit, t = to / d.unit;
+      var root = { n: 'all', v: 0, k: {} };
+      function add(thread, stack, leaf, v) {
+        if (v <= 0) return;
+        root.v += v;
+        var node = step(root, d.strings[d.threads[thread]], v);
+        frames(stack).forEach(function (name) { node = step(node, name, v); });
+        if (leaf !== null) step(node, leaf, v);
+      }
+      var s = d.samples, w = d.waits, k;
+      for (k = 0; k < s.at.length; k++) {
+        if (s.at[k] >= f && s.at[k] < t) add(s.thread[k], s.stack[k], null, s.weight[k] * d.period);
+      }
+      for (k = 0; k < w.start.length; k++) {
+        var v = (Math.min(w.start[k] + w.blocked[k], t) - Math.max(w.start[k], f)) * d.unit;
+        add(w.thread[k], w.stack[k], d.strings[d.states[w.state[k]]], v);
+      }
+      document.querySelectorAll('figure.tl-heat rect').forEach(function (r) {
+        var t = parseFloat(r.getAttribute('data-t'));
+        r.classList.toggle('sel', t >= from - 1e-9 && t < to - 1e-9);
+      });
+      document.getElementById('tl-range').textContent = from.toFixed(2) + '–' + to.toFixed(2) +
+        ' s: ' + (root.v * 1000).toFixed(1) + ' ms of thread time (samples and waits of the timeline)';
+      var box = document.getElementById('tl-flame');
+      box.textContent = '';
+      var deepest = -1;
+      function draw(node, left, width, depth) {
+        if (width < 0.1) return;
+        var div = document.createElement('div');
+        div.style.position = 'absolute';
+        div.style.left = left + '%'; div.style.width = width + '%'; div.style.top = (depth * 16) + 'px';
+        var off = node.n.indexOf('[off-cpu') === 0;
+        div.style.background = off ? 'rgb(120,160,220)' : 'hsl(' + (20 + (node.n.length * 7) % 30) + ',80%,60%)';
+        div.textContent = node.n; div.title = node.n + ' ' + (node.v * 1000).toFixed(1) + ' ms';
+        box.appendChild(div);
+        deepest = Math.max(deepest, depth);
+        var x = left;
+        Object.keys(node.k).sort().forEach(function (key) {
+          var c = node.k[key], cw = width * c.v / node.v;
+          draw(c, x, cw, depth + 1); x += cw;
+        });
+      }
+      box.style.position = 'relative';
+      if (root.v > 0) draw(root, 0, 100, 0);
+      box.style.height = (16 * (deepest + 1)) + 'px';
+      box.setAttribute('data-from', from.toFixed(2));
+      box.setAttribute('data-to', to.toFixed(2));
+    }
+    // A click starts a range, the next click (or a shift-click) ends it.
+    var anchor = null, open = false;
+    document.querySelectorAll('figure.tl-heat svg').forEach(function (svg) {
+      svg.addEventListener('click', function (e) {
+        var t = e.target.getAttribute && e.target.getAttribute('data-t');
+        if (t === null || t === undefined) return;
+        t = parseFloat(t);
+        if (anchor !== null && (open || e.shiftKey)) { range(anchor, t); open = false; return; }
+        anchor = t; open = true; range(t, t);
+      });
     });
-  });
-  window.timelineRange = range;
-  // At first, the whole window.
-  var last = 0;
-  document.querySelectorAll('#tl-cpu rect').forEach(function (r) {
-    last = Math.max(last, parseFloat(r.getAttribute('data-t')));
-  });
-  range(0, last);
+    window.timelineRange = range;
+    // At first, the whole window.
+    var last = 0;
+    document.querySelectorAll('#tl-cpu rect').forEach(function (r) {
+      last = Math.max(last, parseFloat(r.getAttribute('data-t')));
+    });
+    range(0, last);
+  }
+  window.reportParts.push(window.unpack('tl-data').then(decode).then(setUp).catch(function (e) {
+    document.getElementById('tl-range').textContent = 'The range flame graph cannot be drawn: ' + e.message;
+    throw e;
+  }));
 })();"#;
 
 #[cfg(test)]
@@ -357,6 +423,43 @@ mod tests {
     use profiler_common::WaitState;
 
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_strip_is_a_rectangle_per_run_of_one_state() {
+        let mut bins = vec![[0.0; 5]; STRIP_BINS];
+        for b in &mut bins[..100] {
+            b[SLEEP] = 9.0;
+            b[RUNNING] = 1.0;
+        }
+        for b in &mut bins[150..] {
+            b[RUNNING] = 1.0;
+        }
+        let svg = strip(&bins);
+        assert_eq!(svg.matches("<rect").count(), 2, "{svg}");
+        assert!(svg.contains("<rect x=\"0\" width=\"100.05\" height=\"1\" class=\"tl-s2\"/>"));
+        assert!(svg.contains("<rect x=\"150\" width=\"150.05\" height=\"1\" class=\"tl-s0\"/>"));
+        assert!(css().contains(".tl-s2 { fill: rgb(70,130,200); }"));
+    }
+
+    #[test]
+    fn a_summarised_timeline_says_so() {
+        let mut c = timeline_data::Carried {
+            columns: timeline_data::Columns::default(),
+            events: 1_234_567,
+            summary_ns: None,
+            left_out: 0,
+        };
+        assert_eq!(carried_words(&c), "");
+        c.summary_ns = Some(ROW_NS);
+        let words = carried_words(&c);
+        assert!(words.contains("1234567 samples and waits") && words.contains("20 ms cell"));
+        assert!(words.contains("as it was"), "{words}");
+        c.summary_ns = Some(1_000_000_000);
+        c.left_out = 5;
+        let words = carried_words(&c);
+        assert!(words.contains("1000 ms cell") && words.contains("exact to that many ms"));
+        assert!(words.contains("The 5 shortest were left out"), "{words}");
+    }
 
     #[test]
     fn the_heatmap_puts_a_stall_in_its_cells() {
@@ -427,7 +530,17 @@ mod tests {
         assert_eq!(full, want);
         let cpu = &html[html.find("id=\"tl-cpu\"").unwrap()..];
         assert!(cpu.contains("data-t=\"0.00\" data-v=\"10.0\""));
-        assert!(html.contains("\"waits\":[[2.1,2.4,"));
+        let data = crate::render::timeline_data::tests::from_bytes(
+            &crate::render::packed::tests::unpack(&html, "tl-data"),
+        );
+        let (samples, waits) = data.named();
+        assert_eq!(samples, [("app-1", 5_000, vec!["[user stack missing]"], 1)]);
+        assert_eq!(waits.len(), 1);
+        assert_eq!(
+            (waits[0].0, waits[0].1, waits[0].2),
+            ("app-1", 2_100_000, 300_000)
+        );
+        assert_eq!(waits[0].3.last(), Some(&"[off-cpu:sleep]"));
         assert!(!html.contains("http://") && !html.contains("https://"));
     }
 }
