@@ -13,9 +13,9 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::{
-    analysis::{SiteId, distinct_labels, site_id},
     fold::{self, FoldOptions, Unit},
     model::{Hist, Kind, Mode, Profile, SavedCapture, StackNames, StateTimes, stack_frames},
+    site::{SiteId, distinct_labels, site_id},
 };
 
 #[derive(Debug, Error, PartialEq, Eq)]

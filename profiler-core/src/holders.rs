@@ -11,8 +11,8 @@ use profiler_common::{WaitState, stack_id, waker_context};
 use serde::Serialize;
 
 use crate::{
-    analysis::{SiteId, site_id},
     model::{Kind, Profile, StackNames, stack_frames},
+    site::{SiteId, site_id},
     waits::{self, WaitKind},
 };
 
@@ -315,7 +315,7 @@ mod tests {
         };
         profile.wakers.push(waker);
         let names = names();
-        let site: SiteId = crate::analysis::site_id(WaitState::Sleep, 1, 0, &names);
+        let site: SiteId = crate::site::site_id(WaitState::Sleep, 1, 0, &names);
         let all = lock_holders(&profile, &names, std::iter::once(&site));
         let h = &all[&site];
         assert_eq!((h.threads, h.total_ns), (1, 160 * ms), "{h:?}");

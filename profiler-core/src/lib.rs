@@ -5,8 +5,8 @@
 //! The capture side (`profiler`) hands it [`model::Drained`] and the targets' mappings.
 //!
 //! Stage order (each module imports only `model` and the stages before it):
-//! `procmap`, `perfmap`, `jvm` → `unwind` → `account` → `symbolize` → `waits` → `analysis`
-//! (with `holders`) → `timeline` → `fold` → `diff` → `render`.
+//! `procmap`, `perfmap`, `jvm` → `unwind` → `account` → `symbolize` → `waits` → `site` →
+//! `holders` → `analysis` → `timeline` → `fold` → `diff` → `render`.
 
 pub mod account;
 pub mod analysis;
@@ -18,6 +18,7 @@ pub mod model;
 pub mod perfmap;
 pub mod procmap;
 pub mod render;
+pub mod site;
 pub mod symbolize;
 pub mod timeline;
 pub mod unwind;

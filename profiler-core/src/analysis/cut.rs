@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use profiler_common::{WaitState, stack_id};
 
-use super::{SiteId, Sites};
+use crate::site::{SiteId, Sites};
 use crate::{
     model::{Profile, StackNames, stack_frames},
     waits,

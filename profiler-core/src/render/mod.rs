@@ -17,7 +17,6 @@ pub mod svg;
 mod timeline_data;
 pub mod timeline_html;
 pub mod trace;
-pub mod when;
 
 pub use pipeline::{
     DiffOptions, RenderDiffError, RenderOptions, Rendered, RenderedDiff, ReportFormat, ReportTexts,

@@ -11,7 +11,7 @@ use thiserror::Error;
 use super::{
     diff as diff_render, html, perfetto,
     report::{self, Report},
-    summary, svg, timeline_html, trace, when,
+    summary, svg, timeline_html, trace,
 };
 use crate::{
     analysis::{self, Analysis},
@@ -135,14 +135,15 @@ pub fn render(saved: &SavedCapture, opts: &RenderOptions) -> io::Result<Rendered
         collapse_sleep_of: Default::default(),
     };
     let folded = fold::fold(profile, names, &fold_opts);
-    let mut report = report::build(&report::ReportInput {
+    let report = report::build(&report::ReportInput {
         profile,
         names,
         meta,
         analysis: &analysis,
+        timeline: saved.timeline.as_ref(),
     });
     let (trace, timeline_section) = match &saved.timeline {
-        Some(timeline) => timeline_parts(saved, timeline, &analysis, &mut report, opts)?,
+        Some(timeline) => timeline_parts(saved, timeline, &analysis, &report, opts)?,
         None => (None, None),
     };
     let mode_words = match profile.mode {
@@ -196,28 +197,17 @@ fn timeline_parts(
     saved: &SavedCapture,
     timeline: &Timeline,
     analysis: &Analysis,
-    report: &mut Report,
+    report: &Report,
     opts: &RenderOptions,
 ) -> io::Result<(Option<Vec<u8>>, Option<String>)> {
     let SavedCapture { profile, names, .. } = saved;
-    let labels = analysis::site_labels(profile, names);
-    when::annotate(
-        report,
-        &when::WhenInput {
-            profile,
-            names,
-            analysis,
-            timeline,
-            labels: &labels,
-        },
-    );
     let trace = if opts.trace {
         let tracks = trace::tracks(&trace::TraceInput {
             profile,
             names,
             timeline,
-            labels: &labels,
-            ranked: &when::ranked_sites(report, &labels),
+            sites: &analysis.sites,
+            ranked: &report.ranked_sites.iter().cloned().collect(),
         });
         let mut bytes = Vec::new();
         perfetto::write(&tracks, &mut bytes)?;

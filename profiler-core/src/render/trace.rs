@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::perfetto::{Process, Sample, Slice, State, ThreadTrack, Timeline as Tracks, Wakeup};
 use crate::{
-    analysis::{SiteId, site_id},
     model::{Profile, Segment, StackNames, TimedWait, Timeline, stack_frames},
+    site::{SiteId, Sites},
 };
 use profiler_common::WaitState;
 
@@ -25,8 +25,8 @@ pub struct TraceInput<'a> {
     pub profile: &'a Profile,
     pub names: &'a StackNames,
     pub timeline: &'a Timeline,
-    /// Every blocking site's label (`analysis::site_labels`).
-    pub labels: &'a BTreeMap<SiteId, String>,
+    /// Every blocking site and its label, resolved for the capture.
+    pub sites: &'a Sites,
     /// The sites whose wakers the report names: their wakeups are drawn.
     pub ranked: &'a HashSet<SiteId>,
 }
@@ -127,7 +127,9 @@ fn wait_slices(w: &TimedWait, input: &TraceInput<'_>) -> (Vec<Slice>, Option<Sit
         };
         return (vec![slice], None);
     }
-    let site = site_id(w.state, w.user_stack, w.kernel_stack, input.names);
+    let site = input
+        .sites
+        .site(w.state, w.user_stack, w.kernel_stack, input.names);
     let mut out = vec![Slice {
         start_ns: w.start_ns,
         end_ns: w.wake_ns(),
@@ -136,7 +138,7 @@ fn wait_slices(w: &TimedWait, input: &TraceInput<'_>) -> (Vec<Slice>, Option<Sit
             WaitState::Io => State::Io,
             _ => State::Other,
         },
-        name: input.labels.get(&site).cloned().unwrap_or_default(),
+        name: input.sites.label(&site).to_string(),
     }];
     if w.runnable_ns > 0 {
         out.push(Slice {

@@ -14,8 +14,8 @@ use serde::Serialize;
 
 use super::{gap_times, short_waits};
 use crate::{
-    analysis::{SiteId, site_id},
     model::{Kind, Profile, Segment, StackNames, Timeline},
+    site::{SiteId, Sites},
 };
 
 /// The bins' width: the heatmap's rows.
@@ -53,6 +53,7 @@ pub fn series(
     profile: &Profile,
     names: &StackNames,
     timeline: &Timeline,
+    resolved: &Sites,
     sites: &[SiteId],
     tids: &dyn Fn(u32) -> bool,
 ) -> Vec<Vec<f64>> {
@@ -65,9 +66,9 @@ pub fn series(
         *of_stacks
             .entry((user, kernel, kind))
             .or_insert_with(|| match kind {
-                Kind::Off(state) if !matches!(state.label(), "runqueue") => {
-                    index.get(&site_id(state, user, kernel, names)).copied()
-                }
+                Kind::Off(state) if !matches!(state.label(), "runqueue") => index
+                    .get(&resolved.site(state, user, kernel, names))
+                    .copied(),
                 _ => None,
             })
     };

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::{
-    analysis::{SiteId, site_id},
     model::{Profile, StackNames, Timeline},
+    site::Sites,
 };
 
 /// Intervals the JSON report lists at most; beyond, the shortest are left out.
@@ -52,7 +52,7 @@ pub fn intervals(
     profile: &Profile,
     names: &StackNames,
     timeline: &Timeline,
-    labels: &BTreeMap<SiteId, String>,
+    sites: &Sites,
 ) -> Intervals {
     let start = profile.window.start_ns;
     let secs = |ns: u64| ((ns.saturating_sub(start)) as f64 / 1e3).round() / 1e6;
@@ -69,11 +69,8 @@ pub fn intervals(
             let (state, site) = if w.runqueue() {
                 ("runnable", String::new())
             } else {
-                let id = site_id(w.state, w.user_stack, w.kernel_stack, names);
-                (
-                    w.state.label(),
-                    labels.get(&id).cloned().unwrap_or_default(),
-                )
+                let id = sites.site(w.state, w.user_stack, w.kernel_stack, names);
+                (w.state.label(), sites.label(&id).to_string())
             };
             let length = w.end_ns() - w.start_ns;
             all.push((

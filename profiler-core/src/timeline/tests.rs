@@ -200,8 +200,9 @@ fn ranges_outside_the_capture_or_without_a_timeline_are_refused() {
 fn the_sleep_site_concentrated_in_the_two_sleeps() {
     let saved = saved();
     let t = saved.timeline.as_ref().unwrap();
-    let site = crate::analysis::site_id(WaitState::Sleep, SLEEP.0, SLEEP.1, &saved.names);
-    let series = bursts::series(&saved.profile, &saved.names, t, &[site], &|_| true);
+    let sites = crate::site::Sites::of(&saved.profile, &saved.names);
+    let site = crate::site::site_id(WaitState::Sleep, SLEEP.0, SLEEP.1, &saved.names);
+    let series = bursts::series(&saved.profile, &saved.names, t, &sites, &[site], &|_| true);
     let when = bursts::when(&series[0], "nanosleep").unwrap();
     let spans: Vec<(f64, f64, f64)> = when
         .bursts
@@ -258,12 +259,12 @@ fn the_trace_has_each_sleep_as_a_slice_named_by_its_site() {
     use crate::render::{perfetto::State, trace};
     let saved = saved();
     let t = saved.timeline.as_ref().unwrap();
-    let labels = crate::analysis::site_labels(&saved.profile, &saved.names);
+    let sites = crate::site::Sites::of(&saved.profile, &saved.names);
     let tracks = trace::tracks(&trace::TraceInput {
         profile: &saved.profile,
         names: &saved.names,
         timeline: t,
-        labels: &labels,
+        sites: &sites,
         ranked: &Default::default(),
     });
     assert_eq!(tracks.threads.len(), 1);

@@ -16,12 +16,16 @@ use super::{
         ProcessRow, Report, RunQueue, SCHEMA_VERSION, ShortLivedRow, SiteRow, StateShares,
         ThreadRow, ThreadTableRow,
     },
-    notes, sites, verdict,
+    notes, sites,
+    units::{ms, pct_of, round1, round3, secs, thread_name},
+    verdict, when,
     words::{IdleRuleWords, idle_rule, wakers_text},
 };
 use crate::{
     analysis::{self, Analysis, SiteId},
-    model::{CaptureMeta, Hist, Kind, Machine, Profile, StackNames, StateTimes, stack_frames},
+    model::{
+        CaptureMeta, Hist, Kind, Machine, Profile, StackNames, StateTimes, Timeline, stack_frames,
+    },
 };
 
 const TOP_FUNCTIONS: usize = 15;
@@ -40,19 +44,8 @@ pub struct ReportInput<'a> {
     pub names: &'a StackNames,
     pub meta: &'a CaptureMeta,
     pub analysis: &'a Analysis,
-}
-
-pub(super) fn ms(ns: f64) -> f64 {
-    round3(ns / 1e6)
-}
-pub(super) fn round3(v: f64) -> f64 {
-    (v * 1000.0).round() / 1000.0
-}
-pub(super) fn round1(v: f64) -> f64 {
-    (v * 10.0).round() / 10.0
-}
-pub(super) fn secs(ns: u64) -> f64 {
-    round3(ns as f64 / 1e9)
+    /// The capture's timeline, when it has one: each top site's `when` and the waits.
+    pub timeline: Option<&'a Timeline>,
 }
 
 pub fn build(input: &ReportInput<'_>) -> Report {
@@ -64,11 +57,30 @@ pub fn build(input: &ReportInput<'_>) -> Report {
     let (short_lived, thread_table) = short_lived_rows(profile, analysis, &threads);
     let processes = process_rows(profile);
     let all_sites = sites::site_rows(profile, names, analysis, all_thread_ns);
+    let groups = group_rows(profile, analysis, &all_sites);
+    let idle_threads = idle_rows(profile, analysis, &all_sites, all_thread_ns);
+    let (mut top_blocking_sites, ranked_sites) = sites::ranked(all_sites);
+    let timeline = input.timeline.map(|timeline| {
+        when::when(
+            &mut top_blocking_sites,
+            &ranked_sites,
+            profile,
+            names,
+            analysis,
+            timeline,
+        );
+        when::waits(profile, names, analysis, timeline)
+    });
+    let machine = input
+        .meta
+        .machine
+        .as_ref()
+        .map(|m| machine_row(m, analysis));
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
         capture: capture(profile, input.meta, processes.len()),
         verdict: String::new(),
-        machine: None,
+        machine,
         processes,
         idle_rule: idle_rule(IdleRuleWords::Full),
         idle_wait_frames: crate::waits::idle_wait_frames(),
@@ -76,22 +88,18 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         threads,
         short_lived,
         thread_table,
-        groups: group_rows(profile, analysis, &all_sites),
-        idle_threads: idle_rows(profile, analysis, &all_sites, all_thread_ns),
+        groups,
+        idle_threads,
         top_on_cpu_functions: function_rows(profile, names),
-        top_blocking_sites: sites::ranked(all_sites),
+        top_blocking_sites,
+        ranked_sites,
         run_queue: run_queue(profile),
         notes: notes::notes(profile, names, input.meta),
         percentile_method: PERCENTILE_METHOD,
-        timeline: None,
+        timeline,
         mode: profile.mode,
         totals,
     };
-    report.machine = input
-        .meta
-        .machine
-        .as_ref()
-        .map(|m| machine_row(m, analysis));
     report.verdict = verdict::verdict(&verdict::VerdictInput::of(&report));
     report
 }
@@ -185,11 +193,6 @@ fn capture(profile: &Profile, meta: &CaptureMeta, processes: usize) -> Capture {
         wakers_recorded: profile.wakers_recorded && profile.mode.traces_switches(),
         window_ns: profile.window.len_ns(),
     }
-}
-
-/// `ns` of `of` in %, to a tenth.
-pub(super) fn pct_of(ns: u64, of: u64) -> f64 {
-    round1(100.0 * ns as f64 / of.max(1) as f64)
 }
 
 /// `t` per state as % of `of`.
@@ -488,11 +491,6 @@ fn group_wait(
             ))
         }),
     })
-}
-
-pub(super) fn thread_name(profile: &Profile, tid: u32) -> String {
-    let name = profile.threads.get(&tid).map_or("?", |t| t.name.as_str());
-    format!("{name}-{tid}")
 }
 
 /// The idle threads, as `analysis` gathered them.

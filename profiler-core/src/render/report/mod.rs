@@ -17,7 +17,9 @@ pub mod model;
 mod notes;
 mod sites;
 mod text;
+mod units;
 pub mod verdict;
+mod when;
 pub(crate) mod words;
 
 use std::io::{self, Write};

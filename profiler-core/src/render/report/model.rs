@@ -50,6 +50,9 @@ pub struct Report {
     pub idle_threads: Vec<IdleRow>,
     pub top_on_cpu_functions: Vec<FunctionRow>,
     pub top_blocking_sites: Vec<SiteRow>,
+    /// The sites of `top_blocking_sites`, in the same order: the trace draws their wakeups.
+    #[serde(skip)]
+    pub ranked_sites: Vec<crate::site::SiteId>,
     pub run_queue: RunQueue,
     /// Where a figure is less than it seems (e.g. samples that cannot see part of a thread's
     /// CPU time), each one sentence.
@@ -57,7 +60,7 @@ pub struct Report {
     pub notes: Vec<Note>,
     pub percentile_method: &'static str,
     /// Each thread's waits of at least the timeline's resolution, when the capture has a
-    /// timeline (set by `render::when::annotate`).
+    /// timeline.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<crate::timeline::intervals::Intervals>,
     /// The capture's mode: which states and tables there are.
@@ -342,7 +345,7 @@ pub struct SiteRow {
     /// Time the site's threads then waited for a CPU after being woken.
     pub runnable_after_wakeup_s: f64,
     pub wakers: Vec<WakerRow>,
-    /// When its time concentrated, from the timeline (set by `render::when::annotate`).
+    /// When its time concentrated, from the timeline.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub when: Option<crate::timeline::bursts::When>,
 }

@@ -11,12 +11,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use profiler_common::{SiteKey as KernelSite, WaitState, hist_bucket_bounds};
 
 use super::{
-    build::{ms, pct_of, secs, thread_name},
     model::{HistBucket, Latency, SiteRow, WakerRow},
+    units::{ms, pct_of, secs, thread_name},
 };
 use crate::{
-    analysis::{self, Analysis, SiteId, distinct_labels},
+    analysis::Analysis,
     model::{Entry, Hist, Kind, Profile, StackNames, stack_frames, waker_frames, waker_identity},
+    site::{self, SiteId, distinct_labels},
     waits::{Purpose, WaitKind},
 };
 
@@ -113,7 +114,7 @@ impl FrameCache<'_> {
         let names = self.names;
         self.sites
             .entry((user, kernel, state))
-            .or_insert_with(|| analysis::site_id(state, user, kernel, names))
+            .or_insert_with(|| site::site_id(state, user, kernel, names))
             .clone()
     }
 }
@@ -295,9 +296,9 @@ fn site_row(
 
 /// The top sites: active time first, event waits after the blocking ones, sites with only
 /// idle time last; ranked from 1.
-pub(super) fn ranked(sites: BTreeMap<SiteId, SiteRow>) -> Vec<SiteRow> {
-    let mut sites: Vec<SiteRow> = sites.into_values().collect();
-    sites.sort_by(|a, b| {
+pub(super) fn ranked(sites: BTreeMap<SiteId, SiteRow>) -> (Vec<SiteRow>, Vec<SiteId>) {
+    let mut sites: Vec<(SiteId, SiteRow)> = sites.into_iter().collect();
+    sites.sort_by(|(_, a), (_, b)| {
         (a.active_s == 0.0)
             .cmp(&(b.active_s == 0.0))
             .then(a.event_wait.cmp(&b.event_wait))
@@ -306,10 +307,11 @@ pub(super) fn ranked(sites: BTreeMap<SiteId, SiteRow>) -> Vec<SiteRow> {
             .then(a.site.cmp(&b.site))
     });
     sites.truncate(TOP_SITES);
-    for (i, s) in sites.iter_mut().enumerate() {
+    let (ids, mut rows): (Vec<SiteId>, Vec<SiteRow>) = sites.into_iter().unzip();
+    for (i, s) in rows.iter_mut().enumerate() {
         s.rank = i + 1;
     }
-    sites
+    (rows, ids)
 }
 
 #[cfg(test)]

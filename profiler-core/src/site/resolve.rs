@@ -80,6 +80,20 @@ impl Sites {
     pub fn labels(&self) -> &BTreeMap<SiteId, String> {
         &self.labels
     }
+
+    /// The site of a wait at these stacks in this state, whether or not the profile's
+    /// entries hold it (a timeline's wait, a waker's site).
+    pub fn site(&self, state: WaitState, user: u64, kernel: u64, names: &StackNames) -> SiteId {
+        match self.at(&(user, kernel, state)) {
+            Some(id) => id.clone(),
+            None => self.resolve(site_id(state, user, kernel, names)),
+        }
+    }
+
+    /// A site's label ("" for a site the capture's waits never were at).
+    pub fn label(&self, id: &SiteId) -> &str {
+        self.labels.get(id).map_or("", String::as_str)
+    }
 }
 
 /// `rep` takes what `id` says of the purpose and the event loop too: a task's if either says
