@@ -550,4 +550,41 @@ mod tests {
         i.functions = &functions;
         assert!(!verdict(&i).contains("Most CPU time"), "{}", verdict(&i));
     }
+    #[test]
+    fn a_saturated_machine_is_said_first_with_what_used_it() {
+        use super::super::model::MachineUser;
+        let groups = [group("w (spinner)", 40.0, 30.0, Some((5.0, "fsync ← f")))];
+        let rq = rq();
+        let user = |name: &str, cpu_pct, processes| MachineUser {
+            name: name.into(),
+            processes,
+            cpu_pct,
+            target: name == "w",
+        };
+        let mut machine = MachineRow {
+            cpus: 2,
+            busy_pct: 98.0,
+            user_pct: 70.0,
+            system_pct: 25.0,
+            iowait_pct: 0.0,
+            steal_pct: 3.0,
+            top: vec![user("w", 33.0, 1), user("mariadbd", 30.0, 3), user("wrk", 24.0, 1)],
+            saturated: true,
+            target_runnable_pct: 27.0,
+        };
+        let mut i = input(&groups, &[], &rq);
+        i.machine = Some(&machine);
+        let v = verdict(&i);
+        assert!(
+            v.starts_with(
+                "The 2 CPUs were 98 % busy (w 33 %, mariadbd 30 % (3 processes), wrk 24 %) and \
+                 the profiled threads that work waited for a CPU 27 % of their time: the \
+                 machine is CPU-bound. w (spinner) is on the CPU 40 %"
+            ),
+            "{v}"
+        );
+        machine.saturated = false;
+        i.machine = Some(&machine);
+        assert!(verdict(&i).starts_with("w (spinner)"));
+    }
 }
