@@ -561,7 +561,7 @@ mod tests {
             cpu_pct,
             target: name == "w",
         };
-        let mut machine = MachineRow {
+        let machine = MachineRow {
             cpus: 2,
             busy_pct: 98.0,
             user_pct: 70.0,
@@ -583,8 +583,12 @@ mod tests {
             ),
             "{v}"
         );
-        machine.saturated = false;
-        i.machine = Some(&machine);
+        let calm = MachineRow {
+            saturated: false,
+            top: Vec::new(),
+            ..machine
+        };
+        i.machine = Some(&calm);
         assert!(verdict(&i).starts_with("w (spinner)"));
     }
 }
