@@ -568,7 +568,11 @@ mod tests {
             system_pct: 25.0,
             iowait_pct: 0.0,
             steal_pct: 3.0,
-            top: vec![user("w", 33.0, 1), user("mariadbd", 30.0, 3), user("wrk", 24.0, 1)],
+            top: vec![
+                user("w", 33.0, 1),
+                user("mariadbd", 30.0, 3),
+                user("wrk", 24.0, 1),
+            ],
             saturated: true,
             target_runnable_pct: 27.0,
         };
