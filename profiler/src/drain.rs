@@ -33,6 +33,9 @@ use profiler_common::{
 };
 
 use crate::{
+    bpf_sys::{
+        BPF_MAP_DELETE_BATCH, BPF_MAP_LOOKUP_AND_DELETE_BATCH, BPF_MAP_LOOKUP_BATCH, BatchAttr, bpf,
+    },
     probes::{MapMemory, ProbeError, Probes, WindowSwitch},
     timeline::TimelineReader,
 };
@@ -554,25 +557,6 @@ struct Found<K, V> {
 const BATCH_BYTES: usize = 256 * 1024;
 
 /// `enum bpf_cmd` (include/uapi/linux/bpf.h).
-const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
-const BPF_MAP_LOOKUP_AND_DELETE_BATCH: libc::c_long = 25;
-const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
-
-/// The `batch` member of `union bpf_attr` (include/uapi/linux/bpf.h), "struct used by
-/// BPF_MAP_*_BATCH commands".
-#[repr(C)]
-#[derive(Default)]
-struct BatchAttr {
-    in_batch: u64,
-    out_batch: u64,
-    keys: u64,
-    values: u64,
-    count: u32,
-    map_fd: u32,
-    elem_flags: u64,
-    flags: u64,
-}
-
 impl<K: Pod, V: Pod> BatchMap<K, V> {
     fn take(probes: &mut Probes, name: &'static str) -> Result<Self, ProbeError> {
         match probes.take_map(name)? {
@@ -653,7 +637,9 @@ impl<K: Pod, V: Pod> BatchMap<K, V> {
                 map_fd: self.data.fd().as_fd().as_raw_fd() as u32,
                 ..BatchAttr::default()
             };
-            let result = bpf(cmd, &mut attr);
+            // SAFETY: the keys and values buffers hold `count` of the map's keys and values
+            // and outlive the call.
+            let result = unsafe { bpf(cmd, &mut attr) };
             let n = (attr.count as usize).min(batch);
             out.extend(keys[..n].iter().copied().zip(values[..n].iter().copied()));
             match result {
@@ -676,7 +662,8 @@ impl<K: Pod, V: Pod> BatchMap<K, V> {
                 map_fd: self.data.fd().as_fd().as_raw_fd() as u32,
                 ..BatchAttr::default()
             };
-            let result = bpf(BPF_MAP_DELETE_BATCH, &mut attr);
+            // SAFETY: `keys` holds `count` of the map's keys and outlives the call.
+            let result = unsafe { bpf(BPF_MAP_DELETE_BATCH, &mut attr) };
             let done = (attr.count as usize).min(rest.len());
             match result {
                 Ok(()) => return Ok(()),
@@ -707,25 +694,6 @@ fn thread_cpu_secs() -> f64 {
 fn zeroed<T: Pod>() -> T {
     // SAFETY: Pod types are plain integers and arrays of them: all zeros is a valid value.
     unsafe { std::mem::zeroed() }
-}
-
-fn bpf(cmd: libc::c_long, attr: &mut BatchAttr) -> io::Result<()> {
-    // SAFETY: `attr` is a valid `bpf_attr` prefix for the batch commands, its pointers point
-    // at buffers of `count` keys and values that outlive the call, and the size passed is
-    // the struct's.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut BatchAttr,
-            std::mem::size_of::<BatchAttr>() as u32,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! saw. The binary (`main.rs`) is a thin shell around [`app::run`].
 
 pub mod app;
+pub mod bpf_sys;
 pub mod capture;
 pub mod cli;
 pub mod drain;

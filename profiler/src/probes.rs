@@ -23,6 +23,7 @@ use profiler_common::{
 use thiserror::Error;
 
 use crate::{
+    bpf_sys::{BPF_MAP_DELETE_ELEM, BPF_MAP_UPDATE_ELEM, elem},
     kernel::{PreemptCountPath, TaskOffsets},
     sizes::TableSizes,
 };
@@ -570,20 +571,6 @@ struct WarmTable {
 const WARM_ENTRIES: u32 = 24;
 
 /// `enum bpf_cmd` (include/uapi/linux/bpf.h).
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
-
-/// The element member of `union bpf_attr` (include/uapi/linux/bpf.h).
-#[repr(C)]
-#[derive(Default)]
-struct ElemAttr {
-    map_fd: u32,
-    _pad: u32,
-    key: u64,
-    value: u64,
-    flags: u64,
-}
-
 /// On CPU `cpu` (this thread pinned there), inserts [`WARM_ENTRIES`] entries into each table
 /// and deletes them: the CPU's cache then holds them. No program is attached yet, so no
 /// real entry can be among the keys. Keys are at least 8 bytes (a stack id).
@@ -625,31 +612,6 @@ fn warm_cpu(cpu: u32, tables: &[WarmTable]) -> Result<(), ProbeError> {
         }
     }
     Ok(())
-}
-
-/// One element command on map `fd`: `key` (and `value`) of the map's sizes.
-fn elem(cmd: libc::c_long, fd: RawFd, key: &[u8], value: Option<&[u8]>) -> std::io::Result<()> {
-    let mut attr = ElemAttr {
-        map_fd: fd as u32,
-        key: key.as_ptr() as u64,
-        value: value.map_or(0, |v| v.as_ptr() as u64),
-        ..ElemAttr::default()
-    };
-    // SAFETY: `attr` is a valid `bpf_attr` prefix for the element commands; its pointers point
-    // at a key and a value at least the map's sizes, alive for the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            &mut attr as *mut ElemAttr,
-            size_of::<ElemAttr>() as u32,
-        )
-    };
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
 
 /// The programs' read-only configuration (`GLOBAL_CONFIG`).
