@@ -13,6 +13,19 @@ use std::{
     process::{Command, Stdio},
 };
 
+/// The eBPF global functions (`#[no_mangle]` in profiler-ebpf), kept global by bpf-linker: the
+/// verifier checks each once, on its own, with its arguments unknown (see unwind.rs). rustc
+/// also hands bpf-linker every `#[no_mangle]` symbol (`--export-symbols`), so a function left
+/// off this list is global all the same: the unit test in `src/probes/exports.rs` checks that
+/// the list is exactly the object's global functions.
+const EXPORTS: &[&str] = &[
+    "unwind_frame",
+    "unwind_switch_user_stack",
+    "kernel_memo_recognise",
+    "kernel_memo_remember",
+    "switch_account",
+];
+
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
@@ -31,6 +44,13 @@ fn main() {
     );
     println!("cargo:rerun-if-env-changed=PROFILER_EBPF_OBJECT_OVERRIDE");
     println!("cargo:rerun-if-env-changed=PATH");
+    println!(
+        "cargo:rustc-env=PROFILER_EBPF_EXPORTS={}",
+        EXPORTS.join(",")
+    );
+    // Set when the crate is built without the eBPF programs: the tests that read the object
+    // are then ignored, with that reason.
+    println!("cargo:rustc-check-cfg=cfg(no_ebpf_object)");
 
     // An object built elsewhere (e.g. by the xtask for a cross build) can be supplied as is.
     if let Some(path) = env::var_os("PROFILER_EBPF_OBJECT_OVERRIDE") {
@@ -52,6 +72,7 @@ fn main() {
              until `cargo xtask build` installs the eBPF toolchain"
         );
         println!("cargo:rustc-env=PROFILER_EBPF_OBJECT={}", empty.display());
+        println!("cargo:rustc-cfg=no_ebpf_object");
         // Cargo reruns a build script whose `rerun-if-changed` path does not exist: without
         // this, the toolchain installed afterwards (`cargo xtask build`) would leave the
         // programs out until a source file changed.
@@ -73,11 +94,11 @@ fn main() {
         .env(
             "CARGO_ENCODED_RUSTFLAGS",
             [
-                "--cfg=bpf_target_arch=\"x86_64\"",
-                "-Cdebuginfo=2",
-                "-Clink-arg=--btf",
-                // Global functions stay global (the verifier checks each once): see unwind.rs.
-                "-Clink-arg=--export=unwind_frame,unwind_switch_user_stack,kernel_memo_recognise,kernel_memo_remember,switch_account",
+                "--cfg=bpf_target_arch=\"x86_64\"".to_string(),
+                "-Cdebuginfo=2".to_string(),
+                "-Clink-arg=--btf".to_string(),
+                // Global functions stay global (the verifier checks each once): see EXPORTS.
+                format!("-Clink-arg=--export={}", EXPORTS.join(",")),
             ]
             .join("\x1f"),
         )

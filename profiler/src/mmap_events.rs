@@ -620,7 +620,7 @@ impl Default for Config {
     /// reach it at once (exec → read p50 0.5–0.7 ms measured on a loaded 2-vCPU machine):
     /// the caller wants them within a few ms. A reader that sleeps ~2 ms after each wake-up
     /// before reading batches them (reader cost 1.9 µs a record instead of 7.1, p50 1.3 ms);
-    /// see `tests/mmap_events.rs`, `reader_cost_under_an_exec_storm`.
+    /// see `tests/mmap_events.rs`, `measurement_reader_cost_under_an_exec_storm`.
     fn default() -> Self {
         Self {
             data_pages_log2: 7,

@@ -951,6 +951,8 @@ fn start_ebpf_logger(ebpf: &mut Ebpf) {
 }
 
 #[cfg(test)]
+mod exports;
+#[cfg(test)]
 mod stack_budget;
 
 #[cfg(test)]

@@ -21,9 +21,9 @@ const WINDOW_S: f64 = SECS as f64;
 const TOLERANCE_S: f64 = 0.01 * WINDOW_S;
 
 /// Profiles `workload` in `mode` and compares every thread with its schedstat deltas.
-/// Returns the report.
-fn compare_with_schedstat(workload: &Workload, name: &str, mode: &str) -> Value {
-    compare_processes_with_schedstat(workload.pid(), &[workload.pid()], name, mode).0
+/// Returns the report and the threads compared.
+fn compare_with_schedstat(workload: &Workload, name: &str, mode: &str) -> (Value, Vec<u32>) {
+    compare_processes_with_schedstat(workload.pid(), &[workload.pid()], name, mode)
 }
 
 /// Profiles `target` (with its descendants) in `mode` and compares every thread of the
@@ -39,7 +39,9 @@ fn compare_processes_with_schedstat(
 }
 
 /// As [`compare_processes_with_schedstat`], with `extra` arguments for the profiler; also
-/// returns what the profiler printed on stderr.
+/// returns what the profiler printed on stderr. A thread of the report whose schedstat could
+/// not be read at both ends (it started or exited in the window) is not compared: the
+/// callers check that the threads they expect were.
 fn compare_with_schedstat_given(
     target: u32,
     pids: &[u32],
@@ -182,6 +184,20 @@ fn row<'a>(json: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no thread {name} in {json}"))
 }
 
+/// Each thread named is in the report and was compared with its schedstat deltas.
+fn assert_compared(json: &Value, checked: &[u32], names: &[&str]) {
+    for name in names {
+        let tid = row(json, name)["tid"].as_u64().expect("tid") as u32;
+        assert!(
+            checked.contains(&tid),
+            "{name}-{tid} was not compared with schedstat (compared: {checked:?})"
+        );
+    }
+}
+
+/// The racing-wakeups workload's threads (workload.c `accuracy`).
+const RACING_THREADS: [&str; 6] = ["syncer", "ping", "pong", "racer-a", "racer-b", "spinner-0"];
+
 #[test]
 #[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
 fn a_datasync_loop_alone_agrees_with_schedstat() {
@@ -189,7 +205,9 @@ fn a_datasync_loop_alone_agrees_with_schedstat() {
     let _serial = serial();
     let dir = scratch_dir();
     let workload = Workload::spawn(Build::NoFramePointers, &["fsync", dir.to_str().unwrap()]);
-    let json = compare_with_schedstat(&workload, "accuracy-fsync", "wall");
+    let (json, checked) = compare_with_schedstat(&workload, "accuracy-fsync", "wall");
+    // One thread: the loop.
+    assert_compared(&json, &checked, &["workload"]);
     let t = row(&json, "workload");
     assert!(
         t["io_pct"].as_f64().unwrap() > 0.0,
@@ -203,10 +221,8 @@ fn threads_beside_spinners_and_racing_wakeups_agree_with_schedstat() {
     require_root();
     let _serial = serial();
     let workload = racing_wakeups();
-    let json = compare_with_schedstat(&workload, "accuracy-mixed", "wall");
-    for name in ["syncer", "ping", "pong", "racer-a", "racer-b", "spinner-0"] {
-        row(&json, name);
-    }
+    let (json, checked) = compare_with_schedstat(&workload, "accuracy-mixed", "wall");
+    assert_compared(&json, &checked, &RACING_THREADS);
 }
 
 /// The test workload's accuracy mode: an fsync'ing writer, pipe ping-pong, two threads racing
@@ -233,13 +249,7 @@ fn without_wakers_nothing_names_a_waker_and_the_split_still_agrees_with_schedsta
     let extra = ["--no-wakers", "-v"];
     let (json, checked, stderr) =
         compare_with_schedstat_given(pid, &[pid], "accuracy-no-wakers", "wall", &extra);
-    for name in ["syncer", "ping", "pong", "racer-a", "racer-b", "spinner-0"] {
-        let tid = row(&json, name)["tid"].as_u64().expect("tid") as u32;
-        assert!(
-            checked.contains(&tid),
-            "{name} was not compared with schedstat"
-        );
-    }
+    assert_compared(&json, &checked, &RACING_THREADS);
     // What was loaded and attached, as `-v` names it.
     let attached = stderr
         .lines()

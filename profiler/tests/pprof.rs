@@ -265,6 +265,7 @@ fn golden_dir() -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs `go tool pprof` (Debian's golang-go; cargo xtask test installs it and runs this)"]
 fn golden_captures_read_back_by_go_tool_pprof_match_their_reports() {
     let cases = [
         ("accuracy-cpu", ["spin_loop", "spin_work"]),

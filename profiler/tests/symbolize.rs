@@ -290,13 +290,10 @@ fn a_file_mapped_by_many_processes_is_looked_up_once() {
 /// What naming costs per distinct file and per process, on the files a C build maps: one
 /// process each of cc1, as, ld and make (their files cold: each distinct file once), then
 /// 39 more cc1 and as processes (the same files again). Not an assertion, a measurement:
-/// `cargo test --release -p profiler --test symbolize -- --nocapture (with PROFILER_MEASURE=1) cost`.
+/// `cargo test --release -p profiler --test symbolize -- --ignored --nocapture measurement_`.
 #[test]
-fn cost_per_file_and_per_process() {
-    if std::env::var_os("PROFILER_MEASURE").is_none() {
-        eprintln!("skipped: a measurement, not a check (PROFILER_MEASURE=1 runs it)");
-        return;
-    }
+#[ignore = "measurement, not a check: prints what naming costs (run it with --ignored; cargo xtask test runs it with PROFILER_MEASURE=1)"]
+fn measurement_naming_cost_per_file_and_per_process() {
     let cc1 = String::from_utf8(
         Command::new("gcc")
             .arg("-print-prog-name=cc1")

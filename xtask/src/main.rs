@@ -207,7 +207,10 @@ fn test(root: &Path, test_args: &[OsString]) -> Result<ExitCode> {
     cmd.current_dir(root)
         .args(["test", "--workspace", "--release"])
         .args(cargo_args)
+        // The Perfetto decode test fails, rather than skips, without the `perfetto` package.
+        .env("PERFETTO_DECODE_REQUIRED", "1")
         .args(["--", "--include-ignored"])
+        .args(left_out_tests())
         .args(test_binary_args);
     let ok = cmd.status().context("cannot start cargo test")?.success();
     if !ok {
@@ -221,6 +224,37 @@ fn test(root: &Path, test_args: &[OsString]) -> Result<ExitCode> {
 
 /// Seconds per fuzz target in `cargo xtask test`.
 const CI_FUZZ_SECONDS: u64 = 20;
+
+/// The start of the name of every test that is a measurement rather than a check (each is
+/// `#[ignore]`d with that reason): `cargo xtask test` runs them only with PROFILER_MEASURE=1.
+const MEASUREMENT_PREFIX: &str = "measurement_";
+
+/// Temurin's JDK 25, which the JDK 25 reader tests need and Debian 12 does not package.
+const JDK25: &str = "/usr/lib/jvm/temurin-25-jdk-amd64";
+/// The tests that need [`JDK25`] (profiler/tests/jvm_reader.rs); without it they fail.
+const JDK25_TESTS: &[&str] = &["jvm_reader_jdk25", "jvm_reader_inlining_jdk25"];
+
+/// `--skip` arguments for the tests this run leaves out, each group said: the measurements
+/// unless PROFILER_MEASURE is set, the JDK 25 tests where no JDK 25 is installed.
+fn left_out_tests() -> Vec<String> {
+    let mut skip = Vec::new();
+    if env::var_os("PROFILER_MEASURE").is_none() {
+        eprintln!(
+            "xtask: the measurements ({MEASUREMENT_PREFIX}*) are left out (PROFILER_MEASURE=1 runs them)"
+        );
+        skip.push(MEASUREMENT_PREFIX);
+    }
+    if !Path::new(JDK25).exists() {
+        eprintln!(
+            "xtask: no JDK 25 at {JDK25} (Debian 12 packages none): {} left out",
+            JDK25_TESTS.join(", ")
+        );
+        skip.extend_from_slice(JDK25_TESTS);
+    }
+    skip.iter()
+        .flat_map(|name| ["--skip".to_string(), name.to_string()])
+        .collect()
+}
 
 #[cfg(test)]
 mod tests {
@@ -286,5 +320,44 @@ mod tests {
             parse(&["demo", "nginx", "5"]).unwrap(),
             Cmd::Demo { args } if args == ["nginx", "5"]
         ));
+    }
+
+    /// The tests `left_out_tests` names by name are there, and every test ignored as a
+    /// measurement has the prefix: a rename would otherwise run a JDK 25 test where there is
+    /// no JDK 25, or a measurement in every run.
+    #[test]
+    fn the_tests_left_out_by_name_exist() {
+        let tests = workspace_root().join("profiler/tests");
+        let read = |name: &str| {
+            std::fs::read_to_string(tests.join(name)).unwrap_or_else(|e| panic!("read {name}: {e}"))
+        };
+        let jvm_reader = read("jvm_reader.rs");
+        assert!(jvm_reader.contains(&format!("const JDK25: &str = \"{JDK25}\";")));
+        for name in JDK25_TESTS {
+            assert!(jvm_reader.contains(&format!("fn {name}() {{")), "{name}");
+        }
+        let mut measurements = 0;
+        for entry in std::fs::read_dir(&tests).expect("list profiler/tests") {
+            let path = entry.expect("an entry").path();
+            let Ok(source) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let mut lines = source.lines();
+            while let Some(line) = lines.next() {
+                if line.starts_with("#[ignore = \"measurement") {
+                    let f = lines.next().unwrap_or_default();
+                    assert!(
+                        f.starts_with(&format!("fn {MEASUREMENT_PREFIX}")),
+                        "{}: {f}",
+                        path.display()
+                    );
+                    measurements += 1;
+                }
+            }
+        }
+        assert!(
+            measurements >= 3,
+            "{measurements} measurements in profiler/tests"
+        );
     }
 }
