@@ -133,6 +133,13 @@ impl Target {
         }
     }
 
+    /// Whether this process can have made a record the kernel wrote at `ns`: it had not
+    /// finished by then. A later record under its pid is another process's (a pid reused
+    /// after it was reaped), not to be added to its mappings or followed as its child.
+    fn live_at(&self, ns: u64) -> bool {
+        self.freed_ns.is_none_or(|freed| ns < freed)
+    }
+
     pub fn info(&self) -> ProcessInfo {
         ProcessInfo {
             name: self.name.clone(),
@@ -361,7 +368,8 @@ impl TargetSet {
                 Event::Fork(t) if t.pid != t.ppid && self.follow_children => {
                     // A parent may have exited (and been forgotten by a tick) before this
                     // record was read: its last mappings are still the child's.
-                    let Some(parent) = self.processes.get(&t.ppid) else {
+                    let Some(parent) = self.processes.get(&t.ppid).filter(|p| p.live_at(t.time_ns))
+                    else {
                         continue;
                     };
                     let maps = parent.maps.forked(t.pid);
@@ -390,7 +398,11 @@ impl TargetSet {
                     changed.insert(t.pid);
                 }
                 Event::Comm(c) if c.exec => {
-                    let Some(target) = self.processes.get_mut(&c.pid) else {
+                    let Some(target) = self
+                        .processes
+                        .get_mut(&c.pid)
+                        .filter(|t| t.live_at(c.time_ns))
+                    else {
                         continue;
                     };
                     // A new program: its own mappings follow. Counted here, so the kernel's
@@ -411,7 +423,8 @@ impl TargetSet {
                     changed.insert(c.pid);
                 }
                 Event::Mmap2(m) if m.is_exec() => {
-                    if let Some(target) = self.processes.get_mut(&m.pid) {
+                    let target = self.processes.get_mut(&m.pid);
+                    if let Some(target) = target.filter(|t| t.live_at(m.time_ns)) {
                         target.maps.add_recorded(&m.recorded());
                         changed.insert(m.pid);
                     }
@@ -434,7 +447,8 @@ impl TargetSet {
             return;
         }
         for pid in pids {
-            if let Some(target) = self.processes.get(pid) {
+            // Nor rows for a process the kernel no longer holds.
+            if let Some(target) = self.processes.get(pid).filter(|t| t.freed_ns.is_none()) {
                 let live = self.processes.values().filter(|t| !t.gone).map(|t| &t.maps);
                 self.uploads.rows_for(&target.maps, live);
             }
