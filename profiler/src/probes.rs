@@ -447,8 +447,8 @@ impl Probes {
         hash.get(&tgid, 0).ok().map(|e| e.execs)
     }
 
-    /// Forgets a process that is gone: its event and its mapping table (the tables would
-    /// otherwise fill with process churn).
+    /// Forgets a process that finished: its event and its mapping table (the tables would
+    /// otherwise fill with process churn). Its bit in the target set is the caller's.
     pub fn forget_process(&mut self, tgid: u32) {
         for name in [names::MAP_PROCS, names::MAP_PROC_MAPPINGS] {
             if let Some(map) = self.ebpf.map_mut(name) {
@@ -462,7 +462,6 @@ impl Probes {
                 }
             }
         }
-        let _ = self.set_target(tgid, false);
         // A later process may get this one's thread ids.
         let _ = self.bump_tables_epoch();
     }

@@ -33,6 +33,20 @@ pub struct TableSizes {
 const THREAD_CHURN: u32 = 1_024;
 /// Processes a build starts between two ticks (a `make -j2` of small files: ~120 a second).
 const PROCESS_CHURN: u32 = 64;
+/// The least room for processes when children are followed. A target that forks (a build, a
+/// server forking per request) fills the table with its children until the tick after each
+/// one exits, and a tick can be late: it builds unwind rows for a new large program first
+/// (cc1: ~0.3 s under load) and competes for the CPUs. Sized from the processes at the start
+/// (a `-- CMD` is one), 66 entries lost 7-90 forks of `make -j2`..`-j8` (issue 44); 4 096 hold
+/// 8 s of a 500-forks-a-second server between two ticks. Cheap: the process table's 24-byte
+/// entries are preallocated, 385 KiB at 4 096 (8.2 KiB at 66), and the mapping tables' index
+/// grows by 62 KiB (fdinfo memlock, Linux 6.18); the mapping tables themselves are allocated
+/// as they fill, 20 KiB per process the kernel holds.
+const FOLLOWED_PROCESSES_MIN: u32 = 4_096;
+/// The most processes sized from the target: without followed children (nothing forks into
+/// the table), and with them (a large process tree with room for its children).
+const MAX_PROCESSES: u32 = 4_096;
+const MAX_PROCESSES_FOLLOWED: u32 = 16_384;
 /// Distinct stacks and (thread, stack) keys per thread between two drains: a PostgreSQL
 /// backend under pgbench used ~40 stacks and ~100 wait keys (11 processes: 420 and 1 061).
 /// Keys are at least 4 096: a Python thread-per-request server (540 threads a second, each
@@ -82,10 +96,15 @@ pub fn table_sizes(args: &Args, threads: u32, processes: u32, cpus: u32) -> Tabl
             .max_threads
             .unwrap_or_else(|| clamp(threads_sized, 2_048, 65_536)),
         processes: args.max_processes.unwrap_or_else(|| {
+            let (least, most) = if args.no_children {
+                (64, MAX_PROCESSES)
+            } else {
+                (FOLLOWED_PROCESSES_MIN, MAX_PROCESSES_FOLLOWED)
+            };
             clamp(
                 processes.saturating_mul(2).saturating_add(PROCESS_CHURN),
-                64,
-                4_096,
+                least,
+                most,
             )
         }),
         stacks: args
@@ -131,7 +150,19 @@ mod tests {
         let small = table_sizes(&args(&[]), 2, 1, 2);
         assert_eq!(small.threads, 2_048);
         assert_eq!(small.stacks, 2_048);
-        assert_eq!(small.processes, 66);
+        // Followed children get room for a build's or a forking server's churn (issue 44):
+        // 66 lost forks of `make -j8`; alone, the process is one entry and 64 of churn.
+        assert_eq!(small.processes, 4_096);
+        assert_eq!(
+            table_sizes(&args(&["--no-children"]), 2, 1, 2).processes,
+            66
+        );
+        assert_eq!(table_sizes(&args(&[]), 2, 3_000, 2).processes, 6_064);
+        assert_eq!(table_sizes(&args(&[]), 2, 30_000, 2).processes, 16_384);
+        assert_eq!(
+            table_sizes(&args(&["--no-children"]), 2, 3_000, 2).processes,
+            4_096
+        );
         assert_eq!((small.keys, small.samples), (4_096, 1_024));
         let pool = table_sizes(&args(&[]), 200, 1, 2);
         assert_eq!(pool.keys, 16_384);

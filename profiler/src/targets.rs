@@ -72,8 +72,13 @@ pub struct Target {
     /// Ticks left in which `name` is read again: a forked child often names itself
     /// (`prctl(PR_SET_NAME)`, `pthread_setname_np`) just after the fork, after its first read.
     rename_checks: u8,
-    /// Reaped: no longer in /proc, its kernel tables freed.
+    /// Reaped: no longer in /proc.
     gone: bool,
+    /// When (CLOCK_MONOTONIC) its entries in the kernel's process and mapping tables were
+    /// freed: at the first tick that found it finished (`finished`).
+    freed_ns: Option<u64>,
+    /// Out of the kernel's target set (a tick after it was reaped).
+    untargeted: bool,
     /// A HotSpot JVM's code cache, followed (found when its mappings show libjvm.so).
     pub hotspot: Option<HotSpot>,
     /// Maps libjvm.so, but its structures could not be read yet: tried again at this many
@@ -96,6 +101,8 @@ impl Target {
             exec_records: 0,
             rename_checks: RENAME_CHECKS,
             gone: false,
+            freed_ns: None,
+            untargeted: false,
             hotspot: None,
             jvm_retries: 0,
         }
@@ -124,6 +131,13 @@ impl Target {
             Some(update) => uploads.set_jit(self.pid, update.base, update.end, &update.rows),
             None => false,
         }
+    }
+
+    /// Whether this process can have made a record the kernel wrote at `ns`: it had not
+    /// finished by then. A later record under its pid is another process's (a pid reused
+    /// after it was reaped), not to be added to its mappings or followed as its child.
+    fn live_at(&self, ns: u64) -> bool {
+        self.freed_ns.is_none_or(|freed| ns < freed)
     }
 
     pub fn info(&self) -> ProcessInfo {
@@ -354,14 +368,16 @@ impl TargetSet {
                 Event::Fork(t) if t.pid != t.ppid && self.follow_children => {
                     // A parent may have exited (and been forgotten by a tick) before this
                     // record was read: its last mappings are still the child's.
-                    let Some(parent) = self.processes.get(&t.ppid) else {
+                    let Some(parent) = self.processes.get(&t.ppid).filter(|p| p.live_at(t.time_ns))
+                    else {
                         continue;
                     };
                     let maps = parent.maps.forked(t.pid);
-                    let target = self
-                        .processes
-                        .entry(t.pid)
-                        .or_insert_with(|| Target::new(t.pid));
+                    // A record read late may tell of the fork of a process already freed; one
+                    // forked after that is a new process under a reused pid.
+                    let (target, _) = born(&mut self.processes, t.pid, |old| {
+                        old.freed_ns.is_some_and(|freed| t.time_ns > freed)
+                    });
                     if target.maps.mappings().is_empty() {
                         target.maps = maps;
                     } else {
@@ -372,13 +388,21 @@ impl TargetSet {
                     }
                     target.parent = Some(t.ppid);
                     target.forked_ns = target.forked_ns.or(Some(t.time_ns));
+                    if target.freed_ns.is_some() {
+                        // Gone from the kernel's tables: its bit must not come back.
+                        continue;
+                    }
                     if let Err(e) = self.uploads.add_target(probes, t.pid) {
                         log::warn!("process {}, forked from a target: {e}", t.pid);
                     }
                     changed.insert(t.pid);
                 }
                 Event::Comm(c) if c.exec => {
-                    let Some(target) = self.processes.get_mut(&c.pid) else {
+                    let Some(target) = self
+                        .processes
+                        .get_mut(&c.pid)
+                        .filter(|t| t.live_at(c.time_ns))
+                    else {
                         continue;
                     };
                     // A new program: its own mappings follow. Counted here, so the kernel's
@@ -399,7 +423,8 @@ impl TargetSet {
                     changed.insert(c.pid);
                 }
                 Event::Mmap2(m) if m.is_exec() => {
-                    if let Some(target) = self.processes.get_mut(&m.pid) {
+                    let target = self.processes.get_mut(&m.pid);
+                    if let Some(target) = target.filter(|t| t.live_at(m.time_ns)) {
                         target.maps.add_recorded(&m.recorded());
                         changed.insert(m.pid);
                     }
@@ -422,14 +447,17 @@ impl TargetSet {
             return;
         }
         for pid in pids {
-            if let Some(target) = self.processes.get(pid) {
+            // Nor rows for a process the kernel no longer holds.
+            if let Some(target) = self.processes.get(pid).filter(|t| t.freed_ns.is_none()) {
                 let live = self.processes.values().filter(|t| !t.gone).map(|t| &t.maps);
                 self.uploads.rows_for(&target.maps, live);
             }
         }
-        let changed = pids
-            .iter()
-            .filter_map(|pid| self.processes.get(pid).map(|t| (*pid, &t.maps, t.execs)));
+        // A process whose entries were freed gets no table again: nothing would free it.
+        let changed = pids.iter().filter_map(|pid| {
+            let t = self.processes.get(pid).filter(|t| t.freed_ns.is_none())?;
+            Some((*pid, &t.maps, t.execs))
+        });
         if let Err(e) = self.uploads.publish(probes, changed) {
             log::warn!("the kernel's tables were not all updated: {e}");
         }
@@ -487,7 +515,7 @@ impl TargetSet {
         self.join_cgroup(probes, &mut reload);
         self.reload(probes, reload);
         self.follow_names();
-        self.forget_gone(probes);
+        self.release_finished(probes);
         tick.all_gone = self.processes.values().all(|t| t.gone);
         tick
     }
@@ -530,10 +558,12 @@ impl TargetSet {
     /// read again go in `reload`.
     fn follow_events(&mut self, probes: &mut Probes, tick: &mut Tick, reload: &mut BTreeSet<u32>) {
         for (pid, event) in probes.proc_events().unwrap_or_default() {
-            let target = self.processes.entry(pid).or_insert_with(|| {
+            // The entry of a process already freed was removed then: this one is a new
+            // process under a reused pid.
+            let (target, new) = born(&mut self.processes, pid, |old| old.freed_ns.is_some());
+            if new {
                 reload.insert(pid);
-                Target::new(pid)
-            });
+            }
             if reload.contains(&pid) && event.exited_ns == 0 {
                 // The fork handler set its bit with a plain read-modify-write: two forks on
                 // two CPUs into the same word can lose one. Setting it again repairs that.
@@ -570,8 +600,8 @@ impl TargetSet {
     fn join_cgroup(&mut self, probes: &mut Probes, reload: &mut BTreeSet<u32>) {
         if let Some(dir) = &self.cgroup {
             for pid in cgroup_members(dir) {
-                if let std::collections::btree_map::Entry::Vacant(v) = self.processes.entry(pid) {
-                    v.insert(Target::new(pid));
+                // A member under the pid of a process reaped before is a new one.
+                if born(&mut self.processes, pid, |old| old.gone).1 {
                     reload.insert(pid);
                     if let Err(e) = self.uploads.add_target(probes, pid) {
                         log::warn!("process {pid} joined the cgroup but cannot be added: {e}");
@@ -605,12 +635,12 @@ impl TargetSet {
         reload.retain(|pid| {
             self.processes
                 .get_mut(pid)
-                .is_some_and(|t| t.maps.refresh().is_ok())
+                .is_some_and(|t| t.freed_ns.is_none() && t.maps.refresh().is_ok())
         });
         // JVMs' code caches: new code unwinds once its rows are in, named from then on.
         let gaps_met = self.jit_gaps_met(probes);
         let recorded = std::mem::take(&mut self.recorded);
-        for target in self.processes.values_mut().filter(|t| !t.gone) {
+        for target in self.processes.values_mut().filter(|t| t.freed_ns.is_none()) {
             let mappings_new = reload.contains(&target.pid) || recorded.contains(&target.pid);
             if target.follow_jit(&mut self.uploads, mappings_new, gaps_met) {
                 reload.insert(target.pid);
@@ -638,18 +668,43 @@ impl TargetSet {
         for target in self.processes.values_mut() {
             if !target.gone && target.rename_checks > 0 {
                 target.rename_checks -= 1;
-                if let Some(name) = comm(target.pid) {
-                    target.name = name;
+                match comm(target.pid) {
+                    Some(name) => target.name = name,
+                    // Reaped before its name was read again: the name read at its fork may
+                    // be its parent's (a request handler forked at 500 a second names itself
+                    // just after; 8 % of them kept `workload`). Post-processing names it as
+                    // its main thread was named at its exit (account.rs).
+                    None => target.name.clear(),
                 }
             }
         }
     }
 
-    /// Reaped processes leave the kernel's tables, so churn does not fill them.
-    fn forget_gone(&mut self, probes: &mut Probes) {
+    /// Processes that ended leave the kernel's tables, so churn does not fill them: their
+    /// process and mapping-table entries at the first tick that finds them finished, their
+    /// bit in the target set a tick after they were reaped.
+    ///
+    /// Not at the exit the kernel noted: `sched_process_exit` fires before the exiting thread
+    /// releases its memory and files (kernel/exit.c, `do_exit`), which can take milliseconds
+    /// and sleep, and every thread still switches out once after it. That last switch-out
+    /// closes the thread's time and frees its thread entry: it needs the bit, and a table
+    /// until the memory is gone. Nothing writes the entries of a finished process again (its
+    /// exec and exit are behind it), so a new entry under its pid is a new process (`born`).
+    fn release_finished(&mut self, probes: &mut Probes) {
+        let now = crate::probes::monotonic_ns();
         for target in self.processes.values_mut() {
-            if !target.gone && !Path::new(&format!("/proc/{}", target.pid)).exists() {
+            // Reaped at an earlier tick: its threads' last switch-outs, microseconds after
+            // the reaping at most, are behind them.
+            if target.gone && !target.untargeted {
+                target.untargeted = true;
+                self.uploads.untarget(probes, target.pid);
+            }
+            if !target.gone && !alive(target.pid) {
                 target.gone = true;
+            }
+            let finished = target.gone || (target.exited_ns.is_some() && finished(target.pid));
+            if target.freed_ns.is_none() && finished {
+                target.freed_ns = Some(now);
                 self.uploads.forget(probes, target.pid);
             }
         }
@@ -812,6 +867,46 @@ fn alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The target `pid` names now, and whether it is new to the set: a process the set knew
+/// under that pid is replaced when `reused` says the pid now names another one (a server
+/// forking 500 times a second goes through the default pid_max of 32 768 in a minute; the
+/// old process's stacks keep their layouts, `Uploads::layouts`).
+fn born(
+    processes: &mut BTreeMap<u32, Target>,
+    pid: u32,
+    reused: impl FnOnce(&Target) -> bool,
+) -> (&mut Target, bool) {
+    match processes.entry(pid) {
+        std::collections::btree_map::Entry::Vacant(v) => (v.insert(Target::new(pid)), true),
+        std::collections::btree_map::Entry::Occupied(o) => {
+            let target = o.into_mut();
+            let new = reused(target);
+            if new {
+                log::debug!("pid {pid} names a new process");
+                *target = Target::new(pid);
+            }
+            (target, new)
+        }
+    }
+}
+
+/// Whether a process whose last thread the kernel saw exit is finished: reaped, or a zombie
+/// whose other threads are released (`/proc/PID/stat`: state Z or X, one thread). Its
+/// threads have then left `do_exit` but for the last switch-out, and their memory is gone.
+fn finished(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_or(true, |stat| parse_finished(&stat).unwrap_or(false))
+}
+
+/// From a `/proc/PID/stat` line: state (field 3) Z or X and num_threads (field 20) 1.
+fn parse_finished(stat: &str) -> Option<bool> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let dead = matches!(*fields.first()?, "Z" | "X");
+    let threads: u32 = fields.get(17)?.parse().ok()?;
+    Some(dead && threads <= 1)
+}
+
 fn unreadable(pid: u32, error: io::Error) -> PreflightError {
     if alive(pid) {
         PreflightError::Unreadable { pid, error }
@@ -923,6 +1018,24 @@ fn parse_stat(stat: &str) -> Option<(u32, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_is_finished_once_a_zombie_with_its_threads_released() {
+        let stat = |state: &str, threads: u32| {
+            format!(
+                "42 (a (b) c) {state} 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 {threads} 0 9 0 0"
+            )
+        };
+        assert_eq!(parse_finished(&stat("Z", 1)), Some(true));
+        assert_eq!(parse_finished(&stat("X", 1)), Some(true));
+        // The leader exited first; another thread still runs `do_exit`.
+        assert_eq!(parse_finished(&stat("Z", 2)), Some(false));
+        assert_eq!(parse_finished(&stat("R", 1)), Some(false));
+        assert_eq!(parse_finished(&stat("D", 1)), Some(false));
+        assert_eq!(parse_finished("42 (x"), None);
+        // Our own process runs.
+        assert!(!finished(std::process::id()));
+    }
 
     #[test]
     fn stat_lines_give_the_parent_even_with_odd_names() {

@@ -146,9 +146,17 @@ impl Uploads {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// A process that is gone leaves the kernel's tables (churn must not fill them).
+    /// A process that finished leaves the kernel's process and mapping tables (churn must
+    /// not fill them).
     pub fn forget(&mut self, probes: &mut Probes, pid: u32) {
         probes.forget_process(pid);
         self.forget_jit(pid);
+    }
+
+    /// Takes a reaped process out of the target set.
+    pub fn untarget(&self, probes: &mut Probes, pid: u32) {
+        if let Err(e) = probes.set_target(pid, false) {
+            log::debug!("process {pid} stays in the target set: {e}");
+        }
     }
 }

@@ -90,6 +90,130 @@ fn a_thread_per_request_server_loses_nothing_and_its_cpu_time_is_the_kernels() {
     check_short_lived_row(&r);
 }
 
+/// The forks a `forkserver` workload has made so far (it prints them on SIGUSR1).
+fn forks_so_far(workload: &Workload, stdout: &mut impl std::io::BufRead) -> u64 {
+    workload.signal(libc::SIGUSR1);
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("read the fork count");
+    line.trim()
+        .strip_prefix("forks ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not a fork count: {line:?}"))
+}
+
+/// A `forkserver` at 500 forks a second profiled for `secs` seconds with `--report`;
+/// `halfway` runs in the middle of the window. The report and the forks made in the window.
+fn capture_fork_server(name: &str, secs: u64, halfway: impl FnOnce()) -> (serde_json::Value, u64) {
+    let rate = 500u32;
+    let mut workload = Workload::spawn(Build::NoFramePointers, &["forkserver", &rate.to_string()]);
+    let mut stdout = std::io::BufReader::new(workload.child.stdout.take().expect("stdout"));
+    let out = outputs(name);
+    let report = scratch_dir().join(format!("{name}.json"));
+    let pid = workload.pid().to_string();
+    let secs_arg = secs.to_string();
+    let mut args = capture_args(&pid, &secs_arg, &out);
+    args.extend(["--report", report.to_str().unwrap()]);
+    let capturing = Capturing::start(&args);
+    let opened = Instant::now();
+    let forks_at_start = forks_so_far(&workload, &mut stdout);
+    std::thread::sleep(Duration::from_secs(secs / 2));
+    halfway();
+    std::thread::sleep(Duration::from_secs(secs).saturating_sub(opened.elapsed()));
+    let forks = forks_so_far(&workload, &mut stdout) - forks_at_start;
+    let result = capturing.finish();
+    assert_success(&result);
+    let r = json_report(&report);
+    let capture = &r["capture"];
+    eprintln!(
+        "{forks} forks in {secs} s, {} processes in the report; lost_total {} {}; tables at \
+         the end {}",
+        r["processes"].as_array().unwrap().len(),
+        capture["lost_total"],
+        capture["lost"],
+        capture["tables_at_end"]
+    );
+    assert_eq!(capture["lost_total"], 0, "losses: {}", capture["lost"]);
+    for (name, value) in capture["counters"].as_object().unwrap() {
+        if name.ends_with("_full") || name.ends_with("_lost") || name.ends_with("_failed") {
+            assert_eq!(value, 0, "{name}");
+        }
+    }
+    // Finished processes leave the kernel's tables within a tick or two: at ~500 forks a
+    // second that is a few hundred entries, not the thousands that came and went.
+    let procs = capture["tables_at_end"]["PROCS"].as_u64().unwrap();
+    assert!(
+        procs < 1_000,
+        "{procs} process entries left after {forks} forks"
+    );
+    (r, forks)
+}
+
+/// Request handlers in the report forked during the capture whose pid passes `keep`.
+fn handlers(r: &serde_json::Value, keep: impl Fn(&serde_json::Value) -> bool) -> u64 {
+    r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] == "handler" && !p["forked_at_s"].is_null() && keep(p))
+        .count() as u64
+}
+
+#[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
+fn a_fork_per_request_server_loses_nothing() {
+    require_root();
+    let _serial = serial();
+    let (r, forks) = capture_fork_server("forkserver", 30, || {});
+    let seen = handlers(&r, |_| true);
+    // Each named `handler` too, though most are reaped before a tick reads their name again.
+    assert!(
+        seen as f64 >= 0.9 * forks as f64,
+        "{seen} handler processes seen of {forks} forked"
+    );
+}
+
+/// `/proc/sys/kernel/ns_last_pid`: the pid this pid namespace handed out last. Writing it
+/// makes the next forks take the pids after it again, free ones first (CRIU's knob).
+const LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
+
+fn last_pid() -> Option<u32> {
+    std::fs::read_to_string(LAST_PID).ok()?.trim().parse().ok()
+}
+
+#[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
+fn a_fork_per_request_server_that_reuses_pids_loses_nothing() {
+    require_root();
+    let _serial = serial();
+    let Some(first) = last_pid() else {
+        eprintln!("skipping: {LAST_PID} cannot be read (a kernel without checkpoint/restore)");
+        return;
+    };
+    // Halfway, the next forks are sent back to the pids the first half used: each reused
+    // pid names a new process, whose entries must be freed like the first's (500 forks a
+    // second go through the default pid_max of 32 768 in about a minute; a set that kept
+    // the first process of a pid filled the process table and 80 MiB of mapping tables in
+    // 90 s, losing 17 557 events).
+    let mut reused_from = 0;
+    let (r, forks) = capture_fork_server("forkserver-reused", 20, || {
+        reused_from = last_pid().expect("read ns_last_pid");
+        std::fs::write(LAST_PID, first.to_string()).expect("write ns_last_pid");
+    });
+    // Handlers of the second half under pids of the first half: the report keeps the last
+    // process of each pid.
+    let reused = handlers(&r, |p| {
+        let pid = p["pid"].as_u64().unwrap();
+        pid > u64::from(first)
+            && pid <= u64::from(reused_from)
+            && p["forked_at_s"].as_f64() >= Some(10.0)
+    });
+    eprintln!("{reused} processes forked under pids of the first half");
+    assert!(
+        reused as f64 >= 0.3 * forks as f64,
+        "only {reused} of {forks} forks reused a pid"
+    );
+}
+
 /// Every request thread is accounted for its own short life, never for the window.
 fn check_request_lives(folded: &Path) {
     let mut per_tid: std::collections::HashMap<String, u64> = Default::default();
@@ -138,10 +262,15 @@ fn check_short_lived_row(r: &serde_json::Value) {
     );
 }
 
-/// Writes 40 one-function C files and a Makefile that compiles each (no link).
+/// C files the make test compiles.
+const BUILD_FILES: usize = 100;
+/// Its `make -jN`: the machine's CPUs × 4 on the 2-CPU hosts CI runs on, the issue's bar.
+const BUILD_JOBS: &str = "-j8";
+
+/// Writes `BUILD_FILES` one-function C files and a Makefile that compiles each (no link).
 fn build_tree(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
-    for i in 0..40 {
+    for i in 0..BUILD_FILES {
         std::fs::write(
             dir.join(format!("f{i}.c")),
             format!(
@@ -192,6 +321,12 @@ fn a_build_under_make_is_named_process_by_process() {
     let _serial = serial();
     let dir = scratch_dir().join("make-tree");
     build_tree(&dir);
+    // Two spinning processes, not profiled: the build's ticks and drains compete for the
+    // CPUs as they do on a loaded CI host, where a one-in-three flake shows (issue 44).
+    let _busy = [
+        Workload::spawn(Build::FramePointers, &["spin"]),
+        Workload::spawn(Build::FramePointers, &["spin"]),
+    ];
     let out = outputs("make");
     let report = scratch_dir().join("make.json");
     let result = profile(&[
@@ -206,7 +341,7 @@ fn a_build_under_make_is_named_process_by_process() {
         report.to_str().unwrap(),
         "--",
         "make",
-        "-j2",
+        BUILD_JOBS,
         "-C",
         dir.to_str().unwrap(),
     ]);
@@ -220,9 +355,28 @@ fn a_build_under_make_is_named_process_by_process() {
     let lines = read_folded(&out.folded);
     let (total, named) = named_share(&lines);
     let share = named as f64 / total as f64;
+    // Off-CPU stacks of a process that has just exec'd (or was forked before its parent's
+    // table was published) are walked without a table, by frame pointers: what the process's
+    // mappings cannot place is cut, not shown.
+    let off_cpu = |unmapped: bool| -> u64 {
+        lines
+            .iter()
+            .filter(|l| l.state().is_some())
+            .filter(|l| !unmapped || l.frames.iter().any(|f| f == "[unmapped]"))
+            .map(|l| l.count)
+            .sum()
+    };
+    let unmapped_share = off_cpu(true) as f64 / off_cpu(false) as f64;
+    let r = json_report(&report);
+    let processes = r["processes"].as_array().unwrap().len();
+    // Every figure first, so a failing run says all it measured.
     eprintln!(
-        "{total} µs of sampled on-CPU time, {:.1} % named",
-        share * 100.0
+        "{total} µs of sampled on-CPU time, {:.1} % named; {:.2} % of off-CPU time [unmapped]; \
+         {processes} processes; lost_total {} {}",
+        share * 100.0,
+        unmapped_share * 100.0,
+        r["capture"]["lost_total"],
+        r["capture"]["lost"]
     );
     // Issue 23's goal: 95 %. Measured on 2026-12-02 (2 vCPUs, other builds beside it):
     // 95.0-100 % over ten runs (most 98-99.8 %) since a child forked by an exited gcc
@@ -236,37 +390,26 @@ fn a_build_under_make_is_named_process_by_process() {
             .any(|l| l.frames[0] == "cc1" && l.has("toplev::main(int, char**)")),
         "cc1's own functions are not in the graph"
     );
-    // Off-CPU stacks of a process that has just exec'd (or was forked before its parent's
-    // table was published) are walked without a table, by frame pointers: what the process's
-    // mappings cannot place is cut, not shown. Measured on 2026-12-04 (AMD EPYC, 2 vCPUs):
-    // 0-0.19 % over four runs; 0.9 % before the cut, with a verdict naming
-    // `_dl_lookup_symbol_x ← [unmapped]`. CI then failed at 0.55 % (AMD) and 0.81 % (Intel
-    // Xeon): a child of make or gcc unwound with its parent's layout (its table uploaded as
-    // it exec'd: `clone3 ← [unmapped]`), and a child whose fork record was read after its
-    // exec, whose stacks from before it had no names. With both fixed, 0-0.03 % over six runs
-    // on the Intel Xeon host (`bench/scripts/make_unmapped.sh target/release/profiler 6`).
-    let off_cpu = |unmapped: bool| -> u64 {
-        lines
-            .iter()
-            .filter(|l| l.state().is_some())
-            .filter(|l| !unmapped || l.frames.iter().any(|f| f == "[unmapped]"))
-            .map(|l| l.count)
-            .sum()
-    };
-    let unmapped_share = off_cpu(true) as f64 / off_cpu(false) as f64;
+    // Measured on 2026-12-04 (AMD EPYC, 2 vCPUs, -j2 over 40 files): 0-0.19 % over four
+    // runs; 0.9 % before the cut, with a verdict naming `_dl_lookup_symbol_x ← [unmapped]`.
+    // CI then failed at 0.55 % (AMD) and 0.81 % (Intel Xeon): a child of make or gcc unwound
+    // with its parent's layout (its table uploaded as it exec'd: `clone3 ← [unmapped]`), and
+    // a child whose fork record was read after its exec, whose stacks from before it had no
+    // names. With both fixed, 0-0.03 % over six runs on the Intel Xeon host
+    // (`bench/scripts/make_unmapped.sh target/release/profiler 6`).
     assert!(
         unmapped_share < 0.005,
         "{:.2} % of off-CPU time has an [unmapped] frame",
         unmapped_share * 100.0
     );
-    let r = json_report(&report);
     let verdict = r["verdict"].as_str().unwrap();
     assert!(!verdict.contains("[unmapped]"), "verdict: {verdict}");
+    // The process table holds the build's churn (issue 44: a `-- CMD` target is one process
+    // when the tables are sized, and 66 entries once lost 7 forks of a `-j2` build).
     assert_eq!(r["capture"]["lost_total"], 0, "{}", r["capture"]["lost"]);
-    let processes = r["processes"].as_array().unwrap().len();
     assert!(
-        processes >= 80,
-        "{processes} processes (make, 40 × cc, cc1, as)"
+        processes >= 3 * BUILD_FILES,
+        "{processes} processes (make, {BUILD_FILES} × cc, cc1, as)"
     );
 }
 
