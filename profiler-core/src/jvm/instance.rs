@@ -1,0 +1,473 @@
+//! One JVM attached to ([`Jvm`]): its memory and resolved layout, the interpreter's code, the
+//! names of its methods, and the inlining its nmethods recorded, read once per nmethod.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use super::{
+    JvmError,
+    codecache::{BlobKind, CodeBlob},
+    debuginfo::{DebugInfo, Inlining, PcScopes},
+    layout::{Layout, major_version},
+    memory::{MAX_CSTR, Memory},
+    vmstructs::{Field, Libjvm, VmStructs},
+};
+
+/// Longest Symbol body accepted (class and method names).
+const MAX_SYMBOL: usize = 4096;
+
+/// What one `Jvm::read_inlining` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InliningRead {
+    /// Nmethods whose debug information was read and decoded now.
+    pub decoded: usize,
+    /// Of those, nmethods that inlined something.
+    pub inlined: usize,
+    /// Nmethods read before (cached).
+    pub cached: usize,
+    /// Nmethods left for a later call: the time budget ran out.
+    pub deferred: usize,
+    /// Nmethods whose debug information could not be read or did not decode (freed or
+    /// being written while read); tried again next call.
+    pub failed: usize,
+    /// Bytes of debug information read from the target.
+    pub bytes: usize,
+}
+
+/// A JVM attached to: its memory and its resolved layout.
+pub struct Jvm {
+    pub(super) pid: u32,
+    pub(super) mem: Memory,
+    pub(super) layout: Layout,
+    pub(super) interpreter: (u64, u64),
+    /// Names of Java methods by `Method*`. A Method* can be reused after its class is
+    /// unloaded; names are cached all the same, as the profiler attaches for seconds.
+    methods: HashMap<u64, String>,
+    /// Blob names by the address of their C string (they are static strings in libjvm).
+    blob_names: HashMap<u64, String>,
+    /// Buffers kept between calls to `code_blobs` (segment map; block headers or heap span).
+    pub(super) segmap: Vec<u8>,
+    pub(super) heap: Vec<u8>,
+    /// The lowest and highest committed addresses of the code heaps at the last walk.
+    pub(super) heaps: (u64, u64),
+    /// Inlining read per nmethod, by (code start, compile id): an installed nmethod's
+    /// debug information never changes, so it is read once.
+    inlining: HashMap<(u64, i32), ReadInlining>,
+    inlining_calls: u64,
+}
+
+/// One nmethod's inlining as read (None: it inlined nothing), and the number of the last
+/// `read_inlining` call that saw the nmethod (entries of nmethods gone are dropped).
+struct ReadInlining {
+    seen: u64,
+    inlining: Option<Arc<Inlining>>,
+}
+
+/// A hidden class's name without the address the JVM appends to it (`JitWork$$Lambda+0x…`,
+/// `Foo$$Lambda$12/0x…`): the same lambda is one frame name across runs and captures, so
+/// `profiler diff` lines it up.
+fn stable_class_name(class: &str) -> &str {
+    for sep in ["+0x", ".0x"] {
+        if let Some((head, tail)) = class.rsplit_once(sep)
+            && !tail.is_empty()
+            && tail.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return head;
+        }
+    }
+    class
+}
+
+impl Jvm {
+    /// Reads the JVM's tables and resolves the offsets used. `Ok(None)` when the process
+    /// maps no libjvm.so.
+    pub fn attach(pid: u32) -> Result<Option<Jvm>, JvmError> {
+        let Some(lib) = Libjvm::find(pid)? else {
+            return Ok(None);
+        };
+        let file = File::open(format!("/proc/{pid}/mem")).map_err(|source| JvmError::Io {
+            pid,
+            what: "opening /proc/PID/mem".into(),
+            source,
+        })?;
+        let mem = Memory::live(pid, file);
+        let vm = VmStructs::read(&mem, &lib)?;
+        let layout = Layout::resolve(pid, &vm, major_version(&mem, &vm))?;
+        let mut jvm = Jvm {
+            pid,
+            mem,
+            layout,
+            interpreter: (0, 0),
+            methods: HashMap::new(),
+            blob_names: HashMap::new(),
+            segmap: Vec::new(),
+            heap: Vec::new(),
+            heaps: (0, 0),
+            inlining: HashMap::new(),
+            inlining_calls: 0,
+        };
+        // A JVM still starting has no interpreter yet: `code_blobs` tries again.
+        jvm.interpreter = jvm.read_interpreter().unwrap_or((0, 0));
+        Ok(Some(jvm))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The VM's release string ("17.0.15+6-Debian-1deb12u1"), if the JVM exports it.
+    pub fn version(&self) -> Option<String> {
+        let var = self.layout.vm_release?;
+        let s = self.mem.u64(var).ok()?;
+        (s != 0).then(|| self.mem.cstr(s, MAX_CSTR).ok())?
+    }
+
+    /// The template interpreter's code `[start, end)`; `(0, 0)` until the JVM generated it.
+    pub fn interpreter(&self) -> (u64, u64) {
+        self.interpreter
+    }
+
+    /// Where an interpreted frame keeps its `Method*`: this many words from its rbp (-3 on
+    /// x86_64).
+    pub fn interpreter_method_offset_words(&self) -> i32 {
+        self.layout.interpreter_method_offset
+    }
+
+    /// Where an interpreted frame keeps its caller's stack pointer (the "sender sp", which an
+    /// adapter between compiled code and the interpreter may have moved below rbp + 16), in
+    /// words from its rbp; 0 when the JVM does not export it.
+    pub fn interpreter_sender_sp_offset_words(&self) -> i32 {
+        self.layout.interpreter_sender_sp_offset
+    }
+
+    pub(super) fn read_interpreter(&self) -> Result<(u64, u64), JvmError> {
+        let l = &self.layout;
+        let queue = self.mem.u64(l.interpreter_code)?;
+        if queue == 0 {
+            return Err(self
+                .mem
+                .invalid("the interpreter is not generated yet".into()));
+        }
+        let mut buf = [0u8; 64];
+        let need = l.queue_buffer.end().max(l.queue_limit.end()) as usize;
+        let buf = buf
+            .get_mut(..need)
+            .ok_or_else(|| self.mem.invalid("StubQueue layout".into()))?;
+        self.mem.read(queue, buf)?;
+        let start = l.queue_buffer.get(buf, 0).unwrap_or(0) as u64;
+        let limit = l.queue_limit.get(buf, 0).unwrap_or(0);
+        if start == 0 || limit <= 0 {
+            return Err(self
+                .mem
+                .invalid(format!("implausible interpreter StubQueue at {queue:#x}")));
+        }
+        Ok((start, start + limit as u64))
+    }
+
+    /// Sets `inlining` of the nmethods among `blobs` (all the blobs of one `code_blobs`
+    /// call: entries for nmethods not among them are dropped). An nmethod's debug
+    /// information is read once (keyed by its code start and compile id) and reused; new
+    /// nmethods are read a batch at a time until `budget` is spent, the rest on the next
+    /// call.
+    pub fn read_inlining(&mut self, blobs: &mut [CodeBlob], budget: Duration) -> InliningRead {
+        let started = Instant::now();
+        self.inlining_calls += 1;
+        let call = self.inlining_calls;
+        let mut read = InliningRead::default();
+        let pending = self.reuse_inlining(blobs, call, &mut read);
+        let mut buf = Vec::new();
+        let mut rest = &pending[..];
+        while !rest.is_empty() {
+            // The first batch is read whatever the budget, so every call makes progress.
+            if rest.len() < pending.len() && started.elapsed() >= budget {
+                read.deferred = rest.len();
+                break;
+            }
+            let parts = Self::next_inlining_batch(blobs, rest);
+            let (batch, tail) = rest.split_at(parts.len());
+            rest = tail;
+            let ranges: Vec<(u64, usize)> = parts.iter().flatten().flatten().copied().collect();
+            let ok = self.mem.read_ranges(&ranges, &mut buf);
+            for (&i, bytes) in batch.iter().zip(Self::cut_parts(&parts, &buf, &ok)) {
+                match bytes {
+                    Some(bytes) => self.decode_inlining(&mut blobs[i], bytes, call, &mut read),
+                    None => read.failed += 1,
+                }
+            }
+        }
+        self.inlining.retain(|_, r| r.seen == call);
+        read
+    }
+
+    /// Gives the blobs whose nmethod was read on an earlier call their inlining again
+    /// (marking the entry seen by `call`, so it is kept); returns the indices in `blobs` of
+    /// the nmethods still to read.
+    fn reuse_inlining(
+        &mut self,
+        blobs: &mut [CodeBlob],
+        call: u64,
+        read: &mut InliningRead,
+    ) -> Vec<usize> {
+        let mut pending = Vec::new();
+        for (i, b) in blobs.iter_mut().enumerate() {
+            let Some(at) = b.debug else { continue };
+            match self.inlining.get_mut(&(b.start, at.compile_id)) {
+                Some(known) => {
+                    known.seen = call;
+                    b.inlining = known.inlining.clone();
+                    read.cached += 1;
+                }
+                None => pending.push(i),
+            }
+        }
+        pending
+    }
+
+    /// The parts (PcDescs, scopes, metadata) of the next batch of `rest` (indices in
+    /// `blobs`): as many nmethods as one `process_vm_readv` and one look at the clock are
+    /// for, the first one whatever its size. None for an nmethod whose parts are not known.
+    fn next_inlining_batch(blobs: &[CodeBlob], rest: &[usize]) -> Vec<Option<[(u64, usize); 3]>> {
+        // Nmethods read per `process_vm_readv` (three parts each), and between two looks at
+        // the clock; and the bytes a batch may hold beyond its first nmethod's.
+        const BATCH: usize = 64;
+        const BATCH_BYTES: usize = 4 << 20;
+        let mut parts: Vec<Option<[(u64, usize); 3]>> = Vec::with_capacity(BATCH);
+        let mut batch_bytes = 0;
+        for &i in rest.iter().take(BATCH) {
+            let p = blobs[i].debug.and_then(|d| d.parts());
+            let len: usize = p.iter().flatten().map(|r| r.1).sum();
+            if !parts.is_empty() && batch_bytes + len > BATCH_BYTES {
+                break;
+            }
+            batch_bytes += len;
+            parts.push(p);
+        }
+        parts
+    }
+
+    /// Each nmethod's three parts cut out of `buf`, which holds the ranges of `parts` one
+    /// after the other as `read_ranges` left them (`ok`: which were read). None for an
+    /// nmethod whose parts were not known or not all read: its information is not whole.
+    fn cut_parts<'a>(
+        parts: &[Option<[(u64, usize); 3]>],
+        buf: &'a [u8],
+        ok: &[bool],
+    ) -> Vec<Option<[&'a [u8]; 3]>> {
+        let mut next = 0;
+        let mut part = 0;
+        parts
+            .iter()
+            .map(|parts| {
+                // Not known: no ranges were asked for, so `next` and `part` stay.
+                let parts = parts.as_ref()?;
+                let mut bytes: [&[u8]; 3] = [&[]; 3];
+                let mut whole = true;
+                for (k, &(_, len)) in parts.iter().enumerate() {
+                    bytes[k] = &buf[next..next + len];
+                    whole &= ok[part];
+                    next += len;
+                    part += 1;
+                }
+                whole.then_some(bytes)
+            })
+            .collect()
+    }
+
+    /// Decodes the inlining of the nmethod `b` from its parts, read whole, and keeps it for
+    /// the next calls (a failure is not kept: the nmethod is read again next time).
+    fn decode_inlining(
+        &mut self,
+        b: &mut CodeBlob,
+        bytes: [&[u8]; 3],
+        call: u64,
+        read: &mut InliningRead,
+    ) {
+        read.bytes += bytes.iter().map(|b| b.len()).sum::<usize>();
+        let BlobKind::Nmethod { method } = b.kind else {
+            return;
+        };
+        let Ok(layout) = &self.layout.debug else {
+            return;
+        };
+        let info = DebugInfo {
+            pcs: bytes[0],
+            scopes: bytes[1],
+            metadata: bytes[2],
+            stream: layout.stream,
+            method,
+        };
+        match info.inlining(layout) {
+            Ok(inlining) => {
+                let inlining = inlining.map(Arc::new);
+                read.decoded += 1;
+                read.inlined += usize::from(inlining.is_some());
+                if let Some(at) = b.debug {
+                    self.inlining.insert(
+                        (b.start, at.compile_id),
+                        ReadInlining {
+                            seen: call,
+                            inlining: inlining.clone(),
+                        },
+                    );
+                }
+                b.inlining = inlining;
+            }
+            Err(e) => {
+                log::debug!(
+                    "process {}: the debug information of {} at {:#x} did not decode: {e}",
+                    self.pid,
+                    b.name,
+                    b.start
+                );
+                read.failed += 1;
+            }
+        }
+    }
+
+    /// Every PcDesc of an nmethod with its whole chain of scopes (bcis included), read now.
+    pub fn pc_scopes(&self, blob: &CodeBlob) -> Result<Vec<PcScopes>, JvmError> {
+        let layout = self
+            .layout
+            .debug
+            .as_ref()
+            .map_err(|what| JvmError::Unsupported {
+                pid: self.pid,
+                what: what.clone(),
+            })?;
+        let bad = |what: String| {
+            self.mem
+                .invalid(format!("nmethod at {:#x}: {what}", blob.start))
+        };
+        let BlobKind::Nmethod { method } = blob.kind else {
+            return Err(bad("not an nmethod".into()));
+        };
+        let parts = blob
+            .debug
+            .and_then(|d| d.parts())
+            .ok_or_else(|| bad("its debug information cannot be located".into()))?;
+        let mut bytes: [Vec<u8>; 3] = Default::default();
+        for (b, &(addr, len)) in bytes.iter_mut().zip(&parts) {
+            b.resize(len, 0);
+            self.mem.read(addr, b)?;
+        }
+        DebugInfo {
+            pcs: &bytes[0],
+            scopes: &bytes[1],
+            metadata: &bytes[2],
+            stream: layout.stream,
+            method,
+        }
+        .pc_scopes(layout)
+        .map_err(bad)
+    }
+
+    pub(super) fn blob_name(&mut self, ptr: u64) -> String {
+        if ptr == 0 {
+            return String::new();
+        }
+        if let Some(n) = self.blob_names.get(&ptr) {
+            return n.clone();
+        }
+        let name = self.mem.cstr(ptr, MAX_CSTR).unwrap_or_default();
+        self.blob_names.insert(ptr, name.clone());
+        name
+    }
+
+    /// `Class.method` of a `Method*` ("JitWork.leaf", "java.lang.Thread.sleep"), checked to
+    /// be a plausible name, cached per `Method*`.
+    pub fn method_name(&mut self, method: u64) -> Result<String, JvmError> {
+        if let Some(n) = self.methods.get(&method) {
+            return Ok(n.clone());
+        }
+        let l = &self.layout;
+        let bad = |what: String| self.mem.invalid(format!("Method* {method:#x}: {what}"));
+        let const_method = self.ptr(method, l.method_const)?;
+        let pool = self.ptr(const_method, l.const_constants)?;
+        let name_index = self.int(const_method, l.const_name_index)?;
+        let pool_length = self.int(pool, l.pool_length)?;
+        if name_index <= 0 || name_index >= pool_length {
+            return Err(bad(format!(
+                "name index {name_index} outside its constant pool of {pool_length}"
+            )));
+        }
+        let name = self.mem.u64(pool + l.pool_size + name_index as u64 * 8)?;
+        let holder = self.ptr(pool, l.pool_holder)?;
+        let class = self.ptr(holder, l.klass_name)?;
+        let class = self.symbol(class)?.replace('/', ".");
+        let name = self.symbol(name)?;
+        let full = format!("{}.{name}", stable_class_name(&class));
+        self.methods.insert(method, full.clone());
+        Ok(full)
+    }
+
+    /// A non-null pointer field of the object at `at`.
+    fn ptr(&self, at: u64, f: Field) -> Result<u64, JvmError> {
+        let v = self.int(at, f)? as u64;
+        if v == 0 || at == 0 {
+            return Err(self
+                .mem
+                .invalid(format!("null pointer at {at:#x}+{}", f.offset)));
+        }
+        Ok(v)
+    }
+
+    fn int(&self, at: u64, f: Field) -> Result<i64, JvmError> {
+        if at == 0 {
+            return Err(self.mem.invalid("null object".into()));
+        }
+        let mut buf = [0u8; 8];
+        self.mem.read(at + f.offset, &mut buf[..f.size])?;
+        // The field was read alone: it sits at 0 in the buffer.
+        Field { offset: 0, ..f }
+            .get(&buf, 0)
+            .ok_or_else(|| self.mem.invalid("field layout".into()))
+    }
+
+    /// A Symbol's text: bounded, valid UTF-8 and without control characters.
+    fn symbol(&self, sym: u64) -> Result<String, JvmError> {
+        let l = &self.layout;
+        let len = self.int(sym, l.symbol_length)?;
+        if len <= 0 || len as usize > MAX_SYMBOL {
+            return Err(self
+                .mem
+                .invalid(format!("Symbol at {sym:#x} has length {len}")));
+        }
+        let mut body = vec![0u8; len as usize];
+        self.mem.read(sym + l.symbol_body, &mut body)?;
+        match String::from_utf8(body) {
+            Ok(s) if !s.chars().any(char::is_control) => Ok(s),
+            _ => Err(self
+                .mem
+                .invalid(format!("Symbol at {sym:#x} is not a printable name"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hidden_classes_lose_their_address() {
+        assert_eq!(
+            stable_class_name("JitWork$$Lambda+0x0000000054040210"),
+            "JitWork$$Lambda"
+        );
+        assert_eq!(
+            stable_class_name("Foo$$Lambda$12.0x00007f00"),
+            "Foo$$Lambda$12"
+        );
+        assert_eq!(stable_class_name("java.lang.Thread"), "java.lang.Thread");
+        assert_eq!(stable_class_name("a.b+0xzz"), "a.b+0xzz");
+    }
+
+    #[test]
+    fn jvm_not_a_jvm_is_none() {
+        let attached = Jvm::attach(std::process::id()).expect("read our own maps");
+        assert!(attached.is_none());
+    }
+}

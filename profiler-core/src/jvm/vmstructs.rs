@@ -1,0 +1,610 @@
+//! The JVM's self-description: libjvm.so's exported symbols, and the vmStructs, vmTypes and
+//! constants tables they point at, read once at attach into fields by (type, field), type
+//! sizes and constants; [`Field`]: where one field lies in its object and how it reads.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    path::{Path, PathBuf},
+};
+
+use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+
+use super::{
+    JvmError,
+    memory::{MAX_CSTR, Memory, le},
+};
+use crate::procmap::{MappingKind, parse_maps};
+
+/// One field as vmStructs describes it.
+#[derive(Clone, Debug)]
+pub(super) struct FieldEntry {
+    type_string: String,
+    /// Offset in the object (non-static fields).
+    pub(super) offset: u64,
+    /// Address of the variable (static fields).
+    address: u64,
+    is_static: bool,
+}
+
+/// The JVM's self-description: fields by (type, field), type sizes, constants.
+#[derive(Debug, Default)]
+pub(super) struct VmStructs {
+    fields: HashMap<(String, String), FieldEntry>,
+    /// Size and unsignedness of each type.
+    types: HashMap<String, (u64, bool)>,
+    pub(super) int_constants: HashMap<String, i64>,
+    /// Read like the other tables (a JVM whose table cannot be read is not attached to).
+    #[expect(dead_code, reason = "no long constant is used yet")]
+    long_constants: HashMap<String, i64>,
+}
+
+/// The libjvm.so a process maps: its exported symbols' addresses in the target.
+pub(super) struct Libjvm {
+    /// Symbol name → address in the target (load bias added).
+    symbols: HashMap<String, u64>,
+}
+
+impl Libjvm {
+    pub(super) fn find(pid: u32) -> Result<Option<Libjvm>, JvmError> {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| {
+            JvmError::Io {
+                pid,
+                what: "reading /proc/PID/maps".into(),
+                source,
+            }
+        })?;
+        let Some((mapping, path)) = parse_maps(&maps).into_iter().find_map(|m| match &m.kind {
+            MappingKind::File { path, .. }
+                if path.file_name().is_some_and(|n| n == "libjvm.so") =>
+            {
+                let path = path.clone();
+                Some((m, path))
+            }
+            _ => None,
+        }) else {
+            return Ok(None);
+        };
+        // The exact file mapped, also across mount namespaces.
+        let candidates = [
+            PathBuf::from(format!(
+                "/proc/{pid}/map_files/{:x}-{:x}",
+                mapping.start, mapping.end
+            )),
+            Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(&path)),
+        ];
+        let mut last = None;
+        let file = candidates.iter().find_map(|p| match File::open(p) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                last = Some(e);
+                None
+            }
+        });
+        let Some(file) = file else {
+            return Err(JvmError::Io {
+                pid,
+                what: format!("opening {}", path.display()),
+                source: last.unwrap_or_else(|| std::io::Error::other("no path")),
+            });
+        };
+        let cache = object::ReadCache::new(file);
+        let elf_err = |error| JvmError::Elf {
+            path: path.clone(),
+            error,
+        };
+        let obj = object::File::parse(&cache).map_err(elf_err)?;
+        // The segment holding the mapped file offset gives the load bias.
+        let segment = obj
+            .segments()
+            .find(|s| {
+                let (off, size) = s.file_range();
+                off <= mapping.offset && mapping.offset < off + size
+            })
+            .ok_or_else(|| JvmError::Invalid {
+                pid,
+                what: format!(
+                    "{}: no segment holds the mapped offset {:#x}",
+                    path.display(),
+                    mapping.offset
+                ),
+            })?;
+        let vaddr = segment.address() + (mapping.offset - segment.file_range().0);
+        let bias = mapping.start.wrapping_sub(vaddr);
+        let symbols = obj
+            .dynamic_symbols()
+            .filter(|s| s.is_definition())
+            .filter_map(|s| {
+                let name = s.name().ok()?;
+                name.starts_with("gHotSpot")
+                    .then(|| (name.to_string(), s.address().wrapping_add(bias)))
+            })
+            .collect();
+        Ok(Some(Libjvm { symbols }))
+    }
+
+    fn symbol(&self, pid: u32, name: &'static str) -> Result<u64, JvmError> {
+        self.symbols
+            .get(name)
+            .copied()
+            .ok_or(JvmError::MissingSymbol { pid, symbol: name })
+    }
+}
+
+impl VmStructs {
+    pub(super) fn read(mem: &Memory, lib: &Libjvm) -> Result<VmStructs, JvmError> {
+        let mut tables = Tables {
+            mem,
+            lib,
+            strings: HashMap::new(),
+        };
+        Ok(VmStructs {
+            fields: tables.fields()?,
+            types: tables.types()?,
+            int_constants: tables.constants(&VM_INT_CONSTANTS, 4)?,
+            long_constants: tables.constants(&VM_LONG_CONSTANTS, 8)?,
+        })
+    }
+}
+
+/// One of the tables libjvm exports, by the exported variables that describe it: its address,
+/// the stride of its entries, and where in an entry its name lies (a NULL name ends the
+/// table); and, for constants, where the value lies.
+struct Table {
+    address: &'static str,
+    stride: &'static str,
+    name: &'static str,
+    value: &'static str,
+    /// The table's name in messages.
+    what: &'static str,
+}
+
+const VM_STRUCTS: Table = Table {
+    address: "gHotSpotVMStructs",
+    stride: "gHotSpotVMStructEntryArrayStride",
+    name: "gHotSpotVMStructEntryTypeNameOffset",
+    value: "",
+    what: "vmStructs",
+};
+const VM_TYPES: Table = Table {
+    address: "gHotSpotVMTypes",
+    stride: "gHotSpotVMTypeEntryArrayStride",
+    name: "gHotSpotVMTypeEntryTypeNameOffset",
+    value: "",
+    what: "vmTypes",
+};
+const VM_INT_CONSTANTS: Table = Table {
+    address: "gHotSpotVMIntConstants",
+    stride: "gHotSpotVMIntConstantEntryArrayStride",
+    name: "gHotSpotVMIntConstantEntryNameOffset",
+    value: "gHotSpotVMIntConstantEntryValueOffset",
+    what: "vm constant",
+};
+const VM_LONG_CONSTANTS: Table = Table {
+    address: "gHotSpotVMLongConstants",
+    stride: "gHotSpotVMLongConstantEntryArrayStride",
+    name: "gHotSpotVMLongConstantEntryNameOffset",
+    value: "gHotSpotVMLongConstantEntryValueOffset",
+    what: "vm constant",
+};
+
+/// The tables as read from the target; their names are C strings, each read once.
+struct Tables<'a> {
+    mem: &'a Memory,
+    lib: &'a Libjvm,
+    strings: HashMap<u64, String>,
+}
+
+/// One entry of a table.
+struct Entry<'a> {
+    mem: &'a Memory,
+    bytes: &'a [u8],
+    what: &'static str,
+    /// Its name (a C string's address).
+    name: u64,
+}
+
+impl Entry<'_> {
+    /// The `size`-byte value at `at`.
+    fn get(&self, at: u64, size: usize) -> Result<u64, JvmError> {
+        le(self.bytes, at as usize, size)
+            .ok_or_else(|| self.mem.invalid(format!("{} entry layout", self.what)))
+    }
+}
+
+impl Tables<'_> {
+    /// An exported variable: its value in the target.
+    fn var(&self, name: &'static str) -> Result<u64, JvmError> {
+        self.mem.u64(self.lib.symbol(self.mem.pid, name)?)
+    }
+
+    fn string(&mut self, addr: u64) -> Result<String, JvmError> {
+        if addr == 0 {
+            return Ok(String::new());
+        }
+        if let Some(s) = self.strings.get(&addr) {
+            return Ok(s.clone());
+        }
+        let s = self.mem.cstr(addr, MAX_CSTR)?;
+        self.strings.insert(addr, s.clone());
+        Ok(s)
+    }
+
+    /// Calls `f` with each entry of `table` in turn.
+    fn each_entry(
+        &mut self,
+        table: &Table,
+        mut f: impl FnMut(&mut Self, &Entry<'_>) -> Result<(), JvmError>,
+    ) -> Result<(), JvmError> {
+        let stride = self.var(table.stride)?;
+        let name = self.var(table.name)?;
+        let base = self.var(table.address)?;
+        let mem = self.mem;
+        for_each_entry(mem, base, stride, name, |bytes| {
+            let mut entry = Entry {
+                mem,
+                bytes,
+                what: table.what,
+                name: 0,
+            };
+            entry.name = entry.get(name, 8)?;
+            f(self, &entry)
+        })
+    }
+
+    /// `gHotSpotVMStructs`: every field by (type, field).
+    fn fields(&mut self) -> Result<HashMap<(String, String), FieldEntry>, JvmError> {
+        let field_name = self.var("gHotSpotVMStructEntryFieldNameOffset")?;
+        let type_string = self.var("gHotSpotVMStructEntryTypeStringOffset")?;
+        let is_static = self.var("gHotSpotVMStructEntryIsStaticOffset")?;
+        let offset = self.var("gHotSpotVMStructEntryOffsetOffset")?;
+        let address = self.var("gHotSpotVMStructEntryAddressOffset")?;
+        let mut fields = HashMap::new();
+        self.each_entry(&VM_STRUCTS, |t, e| {
+            let ty = t.string(e.name)?;
+            let field = t.string(e.get(field_name, 8)?)?;
+            let entry = FieldEntry {
+                type_string: t.string(e.get(type_string, 8)?)?,
+                offset: e.get(offset, 8)?,
+                address: e.get(address, 8)?,
+                is_static: e.get(is_static, 4)? != 0,
+            };
+            fields.insert((ty, field), entry);
+            Ok(())
+        })?;
+        Ok(fields)
+    }
+
+    /// `gHotSpotVMTypes`: each type's size and unsignedness.
+    fn types(&mut self) -> Result<HashMap<String, (u64, bool)>, JvmError> {
+        let size = self.var("gHotSpotVMTypeEntrySizeOffset")?;
+        let unsigned = self.var("gHotSpotVMTypeEntryIsUnsignedOffset")?;
+        let mut types = HashMap::new();
+        self.each_entry(&VM_TYPES, |t, e| {
+            types.insert(
+                t.string(e.name)?,
+                (e.get(size, 8)?, e.get(unsigned, 4)? != 0),
+            );
+            Ok(())
+        })?;
+        Ok(types)
+    }
+
+    /// A table of constants of `width` bytes (int constants 4, long constants 8) by name.
+    fn constants(&mut self, table: &Table, width: usize) -> Result<HashMap<String, i64>, JvmError> {
+        let value = self.var(table.value)?;
+        let mut constants = HashMap::new();
+        self.each_entry(table, |t, e| {
+            let name = t.string(e.name)?;
+            let v = e.get(value, width)?;
+            let v = if width == 4 {
+                v as u32 as i32 as i64
+            } else {
+                v as i64
+            };
+            constants.insert(name, v);
+            Ok(())
+        })?;
+        Ok(constants)
+    }
+}
+
+/// Calls `f` on each entry of a table ending with an entry whose name pointer (at `name`) is
+/// NULL; entries are read a batch at a time.
+fn for_each_entry(
+    mem: &Memory,
+    base: u64,
+    stride: u64,
+    name: u64,
+    mut f: impl FnMut(&[u8]) -> Result<(), JvmError>,
+) -> Result<(), JvmError> {
+    const BATCH: u64 = 64;
+    // A table of tens of thousands of entries is not one of these: stop at a corrupt one.
+    const MAX_ENTRIES: u64 = 100_000;
+    if base == 0 || stride == 0 || stride > 1024 || name + 8 > stride {
+        return Err(mem.invalid(format!(
+            "implausible vmStructs table at {base:#x}, stride {stride}"
+        )));
+    }
+    let mut buf = vec![0u8; (stride * BATCH) as usize];
+    let mut index = 0;
+    while index < MAX_ENTRIES {
+        let at = base + index * stride;
+        // The last batch may run past the table's end into unmapped memory: read less.
+        if mem.read(at, &mut buf).is_err() {
+            buf.truncate(stride as usize);
+            mem.read(at, &mut buf)?;
+        }
+        for e in buf.chunks_exact(stride as usize) {
+            if le(e, name as usize, 8) == Some(0) {
+                return Ok(());
+            }
+            f(e)?;
+            index += 1;
+        }
+    }
+    Err(mem.invalid(format!("the vmStructs table at {base:#x} has no end")))
+}
+
+/// Where a field lies in its object and how to read it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Field {
+    pub(super) offset: u64,
+    pub(super) size: usize,
+    pub(super) signed: bool,
+}
+
+impl Field {
+    /// The field of the object at `at` in `buf`, sign-extended when its type is signed.
+    pub(super) fn get(self, buf: &[u8], at: usize) -> Option<i64> {
+        let v = le(buf, at.checked_add(self.offset as usize)?, self.size)?;
+        let shift = 64 - 8 * self.size as u32;
+        Some(if self.signed {
+            ((v << shift) as i64) >> shift
+        } else {
+            v as i64
+        })
+    }
+
+    pub(super) fn end(self) -> u64 {
+        self.offset + self.size as u64
+    }
+}
+
+impl VmStructs {
+    pub(super) fn entry(&self, pid: u32, ty: &str, field: &str) -> Result<&FieldEntry, JvmError> {
+        self.fields
+            .get(&(ty.to_string(), field.to_string()))
+            .ok_or_else(|| JvmError::Unsupported {
+                pid,
+                what: format!("field {ty}::{field}"),
+            })
+    }
+
+    /// A non-static field, its width taken from its type's size in the type table.
+    pub(super) fn field(&self, pid: u32, ty: &str, name: &str) -> Result<Field, JvmError> {
+        let e = self.entry(pid, ty, name)?;
+        if e.is_static {
+            return Err(JvmError::Unsupported {
+                pid,
+                what: format!("instance field {ty}::{name} (it is static)"),
+            });
+        }
+        let t = e.type_string.as_str();
+        let (size, signed) = if t.ends_with('*') || t == "address" {
+            (8, false)
+        } else {
+            let &(size, unsigned) = self.types.get(t).ok_or_else(|| JvmError::Unsupported {
+                pid,
+                what: format!("size of type {t} (of {ty}::{name})"),
+            })?;
+            (size, !unsigned)
+        };
+        if !matches!(size, 1 | 2 | 4 | 8) {
+            return Err(JvmError::Unsupported {
+                pid,
+                what: format!("integer type {t} of {ty}::{name} ({size} bytes)"),
+            });
+        }
+        Ok(Field {
+            offset: e.offset,
+            size: size as usize,
+            signed,
+        })
+    }
+
+    /// The address of a static field.
+    pub(super) fn static_address(&self, pid: u32, ty: &str, name: &str) -> Result<u64, JvmError> {
+        let e = self.entry(pid, ty, name)?;
+        if !e.is_static || e.address == 0 {
+            return Err(JvmError::Unsupported {
+                pid,
+                what: format!("static field {ty}::{name}"),
+            });
+        }
+        Ok(e.address)
+    }
+
+    pub(super) fn size_of(&self, pid: u32, ty: &str) -> Result<u64, JvmError> {
+        self.types
+            .get(ty)
+            .map(|&(size, _)| size)
+            .ok_or_else(|| JvmError::Unsupported {
+                pid,
+                what: format!("type {ty}"),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{super::memory::TargetMemory, *};
+
+    /// A recorded image of a target's memory: (address, bytes) pieces.
+    struct Image(Vec<(u64, Vec<u8>)>);
+
+    impl TargetMemory for Image {
+        fn read_at(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            let piece = self.0.iter().find_map(|(start, bytes)| {
+                let at = usize::try_from(addr.checked_sub(*start)?).ok()?;
+                bytes.get(at..at.checked_add(buf.len())?)
+            });
+            let piece = piece.ok_or(std::io::ErrorKind::UnexpectedEof)?;
+            buf.copy_from_slice(piece);
+            Ok(())
+        }
+    }
+
+    /// Lays out libjvm's exported variables, tables and strings in one piece of memory.
+    struct ImageWriter {
+        base: u64,
+        bytes: Vec<u8>,
+        symbols: HashMap<String, u64>,
+    }
+
+    impl ImageWriter {
+        fn alloc(&mut self, len: usize) -> u64 {
+            self.bytes
+                .resize(self.bytes.len().next_multiple_of(8) + len, 0);
+            self.base + (self.bytes.len() - len) as u64
+        }
+
+        fn put(&mut self, addr: u64, value: u64, width: usize) {
+            let at = (addr - self.base) as usize;
+            self.bytes[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
+        }
+
+        fn string(&mut self, s: &str) -> u64 {
+            let at = self.alloc(s.len() + 1);
+            self.bytes[(at - self.base) as usize..][..s.len()].copy_from_slice(s.as_bytes());
+            at
+        }
+
+        fn var(&mut self, name: &str, value: u64) {
+            let at = self.alloc(8);
+            self.put(at, value, 8);
+            self.symbols.insert(name.into(), at);
+        }
+    }
+
+    /// libjvm's tables as a JDK lays them out: two vmStructs fields (one static), two
+    /// vmTypes, one int constant, no long constant.
+    fn recorded_tables() -> ImageWriter {
+        let mut w = ImageWriter {
+            base: 0x7f00_0000_0000,
+            bytes: Vec::new(),
+            symbols: HashMap::new(),
+        };
+        let s = |w: &mut ImageWriter, text: &str| w.string(text);
+        let (klass, name, symbol) = (s(&mut w, "Klass"), s(&mut w, "_name"), s(&mut w, "Symbol*"));
+        let (universe, heap, heap_t) = (
+            s(&mut w, "Universe"),
+            s(&mut w, "_collectedHeap"),
+            s(&mut w, "CollectedHeap*"),
+        );
+        let (u2, native) = (s(&mut w, "u2"), s(&mut w, "Method::_native"));
+        // vmStructs: type name 0, field name 8, type string 16, is static 24, offset 32,
+        // address 40.
+        let structs = w.alloc(48 * 3);
+        for (i, e) in [
+            [klass, name, symbol, 0, 16, 0],
+            [universe, heap, heap_t, 1, 0, 0x1234],
+        ]
+        .iter()
+        .enumerate()
+        {
+            for (k, &v) in e.iter().enumerate() {
+                let width = if k == 3 { 4 } else { 8 };
+                w.put(structs + i as u64 * 48 + k as u64 * 8, v, width);
+            }
+        }
+        w.var("gHotSpotVMStructs", structs);
+        for (var, v) in [
+            ("ArrayStride", 48),
+            ("TypeNameOffset", 0),
+            ("FieldNameOffset", 8),
+            ("TypeStringOffset", 16),
+            ("IsStaticOffset", 24),
+            ("OffsetOffset", 32),
+            ("AddressOffset", 40),
+        ] {
+            w.var(&format!("gHotSpotVMStructEntry{var}"), v);
+        }
+        // vmTypes: name 0, size 16, is unsigned 24; int constants: name 0, value 8 (4 bytes).
+        let types_table = w.alloc(32 * 3);
+        w.var("gHotSpotVMTypes", types_table);
+        for (i, (n, size, unsigned)) in [(klass, 200, 0), (u2, 2, 1)].into_iter().enumerate() {
+            let e = types_table + i as u64 * 32;
+            w.put(e, n, 8);
+            w.put(e + 16, size, 8);
+            w.put(e + 24, unsigned, 4);
+        }
+        for (var, v) in [
+            ("ArrayStride", 32),
+            ("TypeNameOffset", 0),
+            ("SizeOffset", 16),
+        ] {
+            w.var(&format!("gHotSpotVMTypeEntry{var}"), v);
+        }
+        w.var("gHotSpotVMTypeEntryIsUnsignedOffset", 24);
+        let ints = w.alloc(16 * 2);
+        w.put(ints, native, 8);
+        w.put(ints + 8, (-5i32) as u32 as u64, 4);
+        w.var("gHotSpotVMIntConstants", ints);
+        let longs = w.alloc(16);
+        w.var("gHotSpotVMLongConstants", longs);
+        for kind in ["Int", "Long"] {
+            w.var(&format!("gHotSpotVM{kind}ConstantEntryArrayStride"), 16);
+            w.var(&format!("gHotSpotVM{kind}ConstantEntryNameOffset"), 0);
+            w.var(&format!("gHotSpotVM{kind}ConstantEntryValueOffset"), 8);
+        }
+
+        w
+    }
+
+    #[test]
+    fn vm_structs_are_read_from_a_recorded_image() {
+        let w = recorded_tables();
+        let lib = Libjvm {
+            symbols: w.symbols.clone(),
+        };
+        let mem = Memory {
+            pid: 4242,
+            source: Box::new(Image(vec![(w.base, w.bytes.clone())])),
+        };
+        let vm = VmStructs::read(&mem, &lib).expect("read the recorded tables");
+        let field = &vm.fields[&("Klass".to_string(), "_name".to_string())];
+        assert_eq!((field.offset, field.type_string.as_str()), (16, "Symbol*"));
+        assert!(!field.is_static);
+        let heap = &vm.fields[&("Universe".to_string(), "_collectedHeap".to_string())];
+        assert!(heap.is_static);
+        assert_eq!(heap.address, 0x1234);
+        assert_eq!(vm.types["Klass"], (200, false));
+        assert_eq!(vm.types["u2"], (2, true));
+        assert_eq!(vm.int_constants["Method::_native"], -5);
+
+        // An image without one exported variable names it, and nothing panics.
+        let mut symbols = w.symbols.clone();
+        symbols.remove("gHotSpotVMTypeEntrySizeOffset");
+        let Err(err) = VmStructs::read(&mem, &Libjvm { symbols }) else {
+            panic!("tables without gHotSpotVMTypeEntrySizeOffset were read");
+        };
+        assert!(
+            err.to_string().contains("gHotSpotVMTypeEntrySizeOffset"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn jvm_field_sign_extends() {
+        let f = Field {
+            offset: 1,
+            size: 2,
+            signed: true,
+        };
+        assert_eq!(f.get(&[9, 0xff, 0xff], 0), Some(-1));
+        let u = Field { signed: false, ..f };
+        assert_eq!(u.get(&[9, 0xff, 0xff], 0), Some(0xffff));
+        assert_eq!(u.get(&[9, 0xff], 0), None);
+    }
+}
