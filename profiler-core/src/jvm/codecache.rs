@@ -8,7 +8,7 @@ use super::{
     debuginfo::{DebugInfoAt, Inlining},
     instance::Jvm,
     layout::{CodeRange, NmethodTest},
-    memory::{le, vm_readv},
+    memory::{MAX_PARTS, le},
 };
 
 /// What a code blob is, as far as unwinding cares.
@@ -137,7 +137,7 @@ impl Jvm {
     }
 
     /// The used blocks of one CodeHeap. Its segment map (a byte per segment) says where
-    /// blocks may start; the headers there are gathered with a few `process_vm_readv` calls
+    /// blocks may start; the headers there are gathered with a few `read_parts` calls
     /// (a thousand headers each), or, if that fails, read with the whole used span of the
     /// heap. Each header's length then says where the next block starts.
     fn heap_blobs(&mut self, heap: u64, blobs: &mut Vec<CodeBlob>) -> Result<(), JvmError> {
@@ -251,10 +251,9 @@ impl Jvm {
     }
 
     /// Reads `header` bytes at each block start (a segment index) into `buf`, one after the
-    /// other, with `process_vm_readv` (up to 1024 pieces a call). False if a call fails or
+    /// other, with `read_parts` (up to `MAX_PARTS` pieces a call). False if a call fails or
     /// reads short: the caller falls back to reading the whole span.
     fn gather(&self, span: &HeapSpan, header: usize, buf: &mut Vec<u8>) -> bool {
-        const IOV_MAX: usize = 1024;
         let HeapSpan {
             low,
             log2,
@@ -264,7 +263,10 @@ impl Jvm {
         } = *span;
         buf.clear();
         buf.resize(starts.len() * header, 0);
-        for (batch, chunk) in starts.chunks(IOV_MAX).zip(buf.chunks_mut(IOV_MAX * header)) {
+        for (batch, chunk) in starts
+            .chunks(MAX_PARTS)
+            .zip(buf.chunks_mut(MAX_PARTS * header))
+        {
             let mut parts = Vec::with_capacity(batch.len());
             let mut want = 0;
             for (&seg, piece) in batch.iter().zip(chunk.chunks_mut(header)) {
@@ -274,8 +276,7 @@ impl Jvm {
                 parts.push((low + at as u64, &mut piece[..len]));
                 want += len;
             }
-            let got = vm_readv(self.pid, &mut parts);
-            if got < 0 || got as usize != want {
+            if self.mem.read_parts(&mut parts).ok() != Some(want) {
                 return false;
             }
         }

@@ -3,7 +3,6 @@
 
 use std::{
     collections::HashMap,
-    fs::File,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -13,7 +12,7 @@ use super::{
     codecache::{BlobKind, CodeBlob},
     debuginfo::{DebugInfo, Inlining, PcScopes},
     layout::{Layout, major_version},
-    memory::{MAX_CSTR, Memory},
+    memory::{MAX_CSTR, Memory, TargetMemory},
     vmstructs::{Field, Libjvm, VmStructs},
 };
 
@@ -83,19 +82,14 @@ fn stable_class_name(class: &str) -> &str {
 }
 
 impl Jvm {
-    /// Reads the JVM's tables and resolves the offsets used. `Ok(None)` when the process
-    /// maps no libjvm.so.
-    pub fn attach(pid: u32) -> Result<Option<Jvm>, JvmError> {
-        let Some(lib) = Libjvm::find(pid)? else {
-            return Ok(None);
-        };
-        let file = File::open(format!("/proc/{pid}/mem")).map_err(|source| JvmError::Io {
+    /// Reads the JVM's tables from `memory` (process `pid`'s, where `lib`'s symbols point)
+    /// and resolves the offsets used.
+    pub fn attach(pid: u32, memory: Box<dyn TargetMemory>, lib: &Libjvm) -> Result<Jvm, JvmError> {
+        let mem = Memory {
             pid,
-            what: "opening /proc/PID/mem".into(),
-            source,
-        })?;
-        let mem = Memory::live(pid, file);
-        let vm = VmStructs::read(&mem, &lib)?;
+            source: memory,
+        };
+        let vm = VmStructs::read(&mem, lib)?;
         let layout = Layout::resolve(pid, &vm, major_version(&mem, &vm))?;
         let mut jvm = Jvm {
             pid,
@@ -112,7 +106,7 @@ impl Jvm {
         };
         // A JVM still starting has no interpreter yet: `code_blobs` tries again.
         jvm.interpreter = jvm.read_interpreter().unwrap_or((0, 0));
-        Ok(Some(jvm))
+        Ok(jvm)
     }
 
     pub fn pid(&self) -> u32 {
@@ -228,10 +222,10 @@ impl Jvm {
     }
 
     /// The parts (PcDescs, scopes, metadata) of the next batch of `rest` (indices in
-    /// `blobs`): as many nmethods as one `process_vm_readv` and one look at the clock are
+    /// `blobs`): as many nmethods as one `read_parts` and one look at the clock are
     /// for, the first one whatever its size. None for an nmethod whose parts are not known.
     fn next_inlining_batch(blobs: &[CodeBlob], rest: &[usize]) -> Vec<Option<[(u64, usize); 3]>> {
-        // Nmethods read per `process_vm_readv` (three parts each), and between two looks at
+        // Nmethods read per `read_parts` (three parts each), and between two looks at
         // the clock; and the bytes a batch may hold beyond its first nmethod's.
         const BATCH: usize = 64;
         const BATCH_BYTES: usize = 4 << 20;
@@ -463,11 +457,5 @@ mod tests {
         );
         assert_eq!(stable_class_name("java.lang.Thread"), "java.lang.Thread");
         assert_eq!(stable_class_name("a.b+0xzz"), "a.b+0xzz");
-    }
-
-    #[test]
-    fn jvm_not_a_jvm_is_none() {
-        let attached = Jvm::attach(std::process::id()).expect("read our own maps");
-        assert!(attached.is_none());
     }
 }

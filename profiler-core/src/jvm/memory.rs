@@ -1,7 +1,6 @@
-//! The target's memory as the reader sees it: a source behind a trait (the live process, or a
-//! recorded image in a unit test), read as bytes, integers, C strings or many ranges at once.
-
-use std::{fs::File, os::unix::fs::FileExt as _};
+//! The target's memory as the reader sees it: a source behind a trait (the live process, read
+//! by the capture side, or a recorded image), read as bytes, integers, C strings or many
+//! ranges at once.
 
 use super::JvmError;
 
@@ -9,32 +8,55 @@ use super::JvmError;
 pub(super) const MAX_CSTR: usize = 512;
 const PAGE: u64 = 4096;
 
-/// Where a JVM's memory is read from: the live process ([`LiveMemory`]), or, in a unit test,
-/// a recorded image of the parts the parser reads.
-pub(super) trait TargetMemory: Send + Sync {
+/// Most parts one [`TargetMemory::read_parts`] call is given (`IOV_MAX`, what one
+/// `process_vm_readv(2)` call takes).
+pub const MAX_PARTS: usize = 1024;
+
+/// Where a JVM's memory is read from: the live process (the capture side's reader of
+/// `/proc/PID/mem`), or a recorded image ([`RecordedMemory`]: unit tests, the fuzz target).
+pub trait TargetMemory: Send + Sync {
+    /// Reads `buf.len()` bytes at `addr`: all of them, or an error.
     fn read_at(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()>;
 
-    /// Reads each `(address, length)` into consecutive parts of `buf`; whether each part was
-    /// read. One by one, unless the source has a faster way.
-    fn read_ranges(&self, ranges: &[(u64, usize)], buf: &mut Vec<u8>) -> Vec<bool> {
-        buf.clear();
-        buf.resize(ranges.iter().map(|r| r.1).sum(), 0);
-        let mut offset = 0;
-        ranges
-            .iter()
-            .map(|&(addr, len)| {
-                let ok = self.read_at(addr, &mut buf[offset..offset + len]).is_ok();
-                offset += len;
-                ok
-            })
-            .collect()
+    /// Reads each `(address, buffer)` of `parts` (at most [`MAX_PARTS`]) into its buffer, in
+    /// order, as `process_vm_readv(2)` does: the bytes read, which stop at the first part
+    /// that could not be read (the parts before it whole); an error when none could be. One
+    /// `read_at` a part, unless the source has a faster way.
+    fn read_parts(&self, parts: &mut [(u64, &mut [u8])]) -> std::io::Result<usize> {
+        let mut done = 0;
+        for (addr, buf) in parts.iter_mut() {
+            match self.read_at(*addr, buf) {
+                Ok(()) => done += buf.len(),
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(done)
     }
 }
 
-/// A live process's memory: `/proc/<pid>/mem`, and `process_vm_readv` for many ranges.
-pub(super) struct LiveMemory {
-    pid: u32,
-    file: File,
+/// A recorded image of a target's memory: `(address, bytes)` pieces, each read within itself.
+#[derive(Clone, Debug, Default)]
+pub struct RecordedMemory {
+    pieces: Vec<(u64, Vec<u8>)>,
+}
+
+impl RecordedMemory {
+    pub fn new(pieces: Vec<(u64, Vec<u8>)>) -> Self {
+        Self { pieces }
+    }
+}
+
+impl TargetMemory for RecordedMemory {
+    fn read_at(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let piece = self.pieces.iter().find_map(|(start, bytes)| {
+            let at = usize::try_from(addr.checked_sub(*start)?).ok()?;
+            bytes.get(at..at.checked_add(buf.len())?)
+        });
+        let piece = piece.ok_or(std::io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(piece);
+        Ok(())
+    }
 }
 
 /// The target's memory as the parser reads it, with the pid its errors name.
@@ -44,13 +66,6 @@ pub(super) struct Memory {
 }
 
 impl Memory {
-    pub(super) fn live(pid: u32, file: File) -> Self {
-        Self {
-            pid,
-            source: Box::new(LiveMemory { pid, file }),
-        }
-    }
-
     pub(super) fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), JvmError> {
         self.source
             .read_at(addr, buf)
@@ -96,22 +111,15 @@ impl Memory {
         }
     }
 
+    /// Reads each `(address, buffer)` in one go where the source can; see
+    /// [`TargetMemory::read_parts`].
+    pub(super) fn read_parts(&self, parts: &mut [(u64, &mut [u8])]) -> std::io::Result<usize> {
+        self.source.read_parts(parts)
+    }
+
     /// Reads each `(address, length)` into consecutive parts of `buf`; whether each part was
-    /// read.
+    /// read. [`MAX_PARTS`] at a time with `read_parts`; a part it did not read is read alone.
     pub(super) fn read_ranges(&self, ranges: &[(u64, usize)], buf: &mut Vec<u8>) -> Vec<bool> {
-        self.source.read_ranges(ranges, buf)
-    }
-}
-
-impl TargetMemory for LiveMemory {
-    fn read_at(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.file.read_exact_at(buf, addr)
-    }
-
-    /// With `process_vm_readv` (up to 1024 parts a call); a part it did not read is read
-    /// alone through `/proc/PID/mem`.
-    fn read_ranges(&self, ranges: &[(u64, usize)], buf: &mut Vec<u8>) -> Vec<bool> {
-        const IOV_MAX: usize = 1024;
         let total: usize = ranges.iter().map(|r| r.1).sum();
         buf.clear();
         buf.resize(total, 0);
@@ -119,7 +127,7 @@ impl TargetMemory for LiveMemory {
         let mut first = 0;
         let mut offset = 0;
         while first < ranges.len() {
-            let batch = &ranges[first..ranges.len().min(first + IOV_MAX)];
+            let batch = &ranges[first..ranges.len().min(first + MAX_PARTS)];
             let want: usize = batch.iter().map(|r| r.1).sum();
             let mut rest = &mut buf[offset..];
             let mut parts = Vec::with_capacity(batch.len());
@@ -128,10 +136,10 @@ impl TargetMemory for LiveMemory {
                 parts.push((addr, piece));
                 rest = tail;
             }
-            let got = vm_readv(self.pid, &mut parts);
-            // The call stops at the first part it cannot read (it never splits one): the
+            let got = self.source.read_parts(&mut parts);
+            // A read stops at the first part it cannot read (it never splits one): the
             // parts before it are whole, that one is read alone, and the rest is retried.
-            let mut got = usize::try_from(got).unwrap_or(0).min(want);
+            let mut got = got.unwrap_or(0).min(want);
             let mut done = 0;
             for &(_, len) in batch {
                 if got < len && len > 0 {
@@ -144,43 +152,16 @@ impl TargetMemory for LiveMemory {
             }
             if done < batch.len() {
                 let (addr, len) = batch[done];
-                ok[first + done] = self.read_at(addr, &mut buf[offset..offset + len]).is_ok();
+                ok[first + done] = self
+                    .source
+                    .read_at(addr, &mut buf[offset..offset + len])
+                    .is_ok();
                 offset += len;
                 done += 1;
             }
             first += done;
         }
         ok
-    }
-}
-
-/// One `process_vm_readv(2)` call: each `(address in the target, buffer)` read into its
-/// buffer, in order. What the call returns: the bytes read, or -1.
-pub(super) fn vm_readv(pid: u32, parts: &mut [(u64, &mut [u8])]) -> isize {
-    let mut local = Vec::with_capacity(parts.len());
-    let mut remote = Vec::with_capacity(parts.len());
-    for (addr, piece) in parts.iter_mut() {
-        local.push(libc::iovec {
-            iov_base: piece.as_mut_ptr().cast(),
-            iov_len: piece.len(),
-        });
-        remote.push(libc::iovec {
-            iov_base: *addr as *mut libc::c_void,
-            iov_len: piece.len(),
-        });
-    }
-    // SAFETY: every local iovec points into a buffer of `parts`, alive and exclusively
-    // borrowed for the call, with its length; the remote ones are only read by the kernel
-    // from the target.
-    unsafe {
-        libc::process_vm_readv(
-            pid as libc::pid_t,
-            local.as_ptr(),
-            local.len() as libc::c_ulong,
-            remote.as_ptr(),
-            remote.len() as libc::c_ulong,
-            0,
-        )
     }
 }
 
@@ -201,26 +182,49 @@ mod tests {
 
     #[test]
     fn ranges_are_read_around_one_that_cannot_be() {
-        let mem = Memory::live(
-            std::process::id(),
-            File::open("/proc/self/mem").expect("open our own memory"),
-        );
+        let base = 0x7f00_0000_0000u64;
         let data: Vec<u8> = (0..=255).collect();
-        let at = |i: usize| data.as_ptr() as u64 + i as u64;
-        // Address 8 is never mapped.
-        let ranges = [(at(0), 4), (8, 16), (at(10), 0), (at(100), 3), (at(250), 6)];
+        let mem = Memory {
+            pid: 4242,
+            source: Box::new(RecordedMemory::new(vec![(base, data.clone())])),
+        };
+        let at = |i: usize| base + i as u64;
+        // Address 8 is not in the image; nor is the end of the last range.
+        let ranges = [
+            (at(0), 4),
+            (8, 16),
+            (at(10), 0),
+            (at(100), 3),
+            (at(250), 6),
+            (at(254), 4),
+        ];
         let mut buf = Vec::new();
         assert_eq!(
             mem.read_ranges(&ranges, &mut buf),
-            vec![true, false, true, true, true]
+            vec![true, false, true, true, true, false]
         );
-        assert_eq!(buf.len(), 29);
+        assert_eq!(buf.len(), 33);
         assert_eq!(&buf[..4], &data[..4]);
         assert_eq!(&buf[20..23], &data[100..103]);
-        assert_eq!(&buf[23..], &data[250..]);
+        assert_eq!(&buf[23..29], &data[250..]);
         // More parts than one call takes.
         let many: Vec<(u64, usize)> = (0..3000).map(|i| (at(i % 256), 1)).collect();
         assert!(mem.read_ranges(&many, &mut buf).iter().all(|&ok| ok));
         assert!(buf.iter().enumerate().all(|(i, &b)| b == (i % 256) as u8));
+    }
+
+    #[test]
+    fn parts_are_read_up_to_the_first_that_cannot_be() {
+        let mem = RecordedMemory::new(vec![(0x1000, vec![7; 64])]);
+        let (mut a, mut b, mut c) = ([0u8; 8], [0u8; 8], [0u8; 8]);
+        let mut parts = [
+            (0x1000, &mut a[..]),
+            (0x2000, &mut b[..]),
+            (0x1008, &mut c[..]),
+        ];
+        assert_eq!(mem.read_parts(&mut parts).ok(), Some(8));
+        assert_eq!((a, c), ([7; 8], [0; 8]));
+        let mut parts = [(0x2000, &mut b[..])];
+        assert!(mem.read_parts(&mut parts).is_err());
     }
 }

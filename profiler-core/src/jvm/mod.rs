@@ -1,5 +1,11 @@
-//! A reader of a live HotSpot JVM's own structures, so that compiled and interpreted Java
-//! frames can be unwound and named without `-XX:+PreserveFramePointer` or a perf map.
+//! A reader of a HotSpot JVM's own structures, so that compiled and interpreted Java frames
+//! can be unwound and named without `-XX:+PreserveFramePointer` or a perf map.
+//!
+//! It reads the target through [`TargetMemory`] and never opens a process itself: the
+//! capture side hands it the live process's memory and its libjvm.so's symbols
+//! (`profiler/src/jvm_attach.rs`); unit tests and the fuzz target hand it a recorded image
+//! ([`RecordedMemory`]). What it reads is untrusted (it runs as root): anything may fail to
+//! read, nothing may panic or loop without bound.
 //!
 //! Every offset comes from the tables the JVM exports for its serviceability agent
 //! (`gHotSpotVMStructs`, `gHotSpotVMTypes`, `gHotSpotVMIntConstants`,
@@ -29,6 +35,8 @@ use thiserror::Error;
 pub use codecache::{BlobKind, CodeBlob};
 pub use debuginfo::{Inlining, PcScopes, Scope};
 pub use instance::{InliningRead, Jvm};
+pub use memory::{MAX_PARTS, RecordedMemory, TargetMemory};
+pub use vmstructs::Libjvm;
 
 #[derive(Debug, Error)]
 pub enum JvmError {

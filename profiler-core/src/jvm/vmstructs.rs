@@ -2,11 +2,7 @@
 //! constants tables they point at, read once at attach into fields by (type, field), type
 //! sizes and constants; [`Field`]: where one field lies in its object and how it reads.
 
-use std::{
-    collections::HashMap,
-    fs::File,
-    path::{Path, PathBuf},
-};
+use std::{collections::HashMap, fs::File, path::Path};
 
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
 
@@ -14,7 +10,7 @@ use super::{
     JvmError,
     memory::{MAX_CSTR, Memory, le},
 };
-use crate::procmap::{MappingKind, parse_maps};
+use crate::procmap::Mapping;
 
 /// One field as vmStructs describes it.
 #[derive(Clone, Debug)]
@@ -40,57 +36,24 @@ pub(super) struct VmStructs {
 }
 
 /// The libjvm.so a process maps: its exported symbols' addresses in the target.
-pub(super) struct Libjvm {
+pub struct Libjvm {
     /// Symbol name → address in the target (load bias added).
     symbols: HashMap<String, u64>,
 }
 
 impl Libjvm {
-    pub(super) fn find(pid: u32) -> Result<Option<Libjvm>, JvmError> {
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|source| {
-            JvmError::Io {
-                pid,
-                what: "reading /proc/PID/maps".into(),
-                source,
-            }
-        })?;
-        let Some((mapping, path)) = parse_maps(&maps).into_iter().find_map(|m| match &m.kind {
-            MappingKind::File { path, .. }
-                if path.file_name().is_some_and(|n| n == "libjvm.so") =>
-            {
-                let path = path.clone();
-                Some((m, path))
-            }
-            _ => None,
-        }) else {
-            return Ok(None);
-        };
-        // The exact file mapped, also across mount namespaces.
-        let candidates = [
-            PathBuf::from(format!(
-                "/proc/{pid}/map_files/{:x}-{:x}",
-                mapping.start, mapping.end
-            )),
-            Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(&path)),
-        ];
-        let mut last = None;
-        let file = candidates.iter().find_map(|p| match File::open(p) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                last = Some(e);
-                None
-            }
-        });
-        let Some(file) = file else {
-            return Err(JvmError::Io {
-                pid,
-                what: format!("opening {}", path.display()),
-                source: last.unwrap_or_else(|| std::io::Error::other("no path")),
-            });
-        };
+    /// The `gHotSpot*` symbols of the libjvm.so the target maps at `mapping`, at their
+    /// addresses in the target: `file` is that file (opened by the caller, who sees the
+    /// target's mount namespace), `path` its name in messages.
+    pub fn from_elf(
+        pid: u32,
+        file: File,
+        path: &Path,
+        mapping: &Mapping,
+    ) -> Result<Libjvm, JvmError> {
         let cache = object::ReadCache::new(file);
         let elf_err = |error| JvmError::Elf {
-            path: path.clone(),
+            path: path.to_path_buf(),
             error,
         };
         let obj = object::File::parse(&cache).map_err(elf_err)?;
@@ -99,7 +62,7 @@ impl Libjvm {
             .segments()
             .find(|s| {
                 let (off, size) = s.file_range();
-                off <= mapping.offset && mapping.offset < off + size
+                off <= mapping.offset && mapping.offset - off < size
             })
             .ok_or_else(|| JvmError::Invalid {
                 pid,
@@ -109,7 +72,9 @@ impl Libjvm {
                     mapping.offset
                 ),
             })?;
-        let vaddr = segment.address() + (mapping.offset - segment.file_range().0);
+        let vaddr = segment
+            .address()
+            .wrapping_add(mapping.offset - segment.file_range().0);
         let bias = mapping.start.wrapping_sub(vaddr);
         let symbols = obj
             .dynamic_symbols()
@@ -120,7 +85,12 @@ impl Libjvm {
                     .then(|| (name.to_string(), s.address().wrapping_add(bias)))
             })
             .collect();
-        Ok(Some(Libjvm { symbols }))
+        Ok(Libjvm { symbols })
+    }
+
+    /// Symbols known already, by name: a recorded JVM's.
+    pub fn from_symbols(symbols: HashMap<String, u64>) -> Libjvm {
+        Libjvm { symbols }
     }
 
     fn symbol(&self, pid: u32, name: &'static str) -> Result<u64, JvmError> {
@@ -438,22 +408,7 @@ impl VmStructs {
 
 #[cfg(test)]
 mod tests {
-    use super::{super::memory::TargetMemory, *};
-
-    /// A recorded image of a target's memory: (address, bytes) pieces.
-    struct Image(Vec<(u64, Vec<u8>)>);
-
-    impl TargetMemory for Image {
-        fn read_at(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
-            let piece = self.0.iter().find_map(|(start, bytes)| {
-                let at = usize::try_from(addr.checked_sub(*start)?).ok()?;
-                bytes.get(at..at.checked_add(buf.len())?)
-            });
-            let piece = piece.ok_or(std::io::ErrorKind::UnexpectedEof)?;
-            buf.copy_from_slice(piece);
-            Ok(())
-        }
-    }
+    use super::{super::memory::RecordedMemory, *};
 
     /// Lays out libjvm's exported variables, tables and strings in one piece of memory.
     struct ImageWriter {
@@ -570,7 +525,7 @@ mod tests {
         };
         let mem = Memory {
             pid: 4242,
-            source: Box::new(Image(vec![(w.base, w.bytes.clone())])),
+            source: Box::new(RecordedMemory::new(vec![(w.base, w.bytes.clone())])),
         };
         let vm = VmStructs::read(&mem, &lib).expect("read the recorded tables");
         let field = &vm.fields[&("Klass".to_string(), "_name".to_string())];
