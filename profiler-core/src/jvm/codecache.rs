@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use super::{
-    JvmError,
     debuginfo::{DebugInfoAt, Inlining},
-    instance::Jvm,
-    layout::{CodeRange, NmethodTest},
-    memory::{MAX_PARTS, le},
+    error::JvmError,
+    layout::{CodeRange, Layout, NmethodTest},
+    memory::{MAX_PARTS, Memory, le},
+    names::Names,
 };
 
 /// What a code blob is, as far as unwinding cares.
@@ -86,14 +86,60 @@ struct HeapSpan {
     starts: Vec<usize>,
 }
 
-impl Jvm {
-    /// Every blob in the code cache now. The JVM changes the cache while it is read: blobs
-    /// that do not look whole are left out rather than failing the walk.
-    pub fn code_blobs(&mut self) -> Result<Vec<CodeBlob>, JvmError> {
-        if self.interpreter == (0, 0) {
-            self.interpreter = self.read_interpreter().unwrap_or((0, 0));
+/// What walks of the code cache keep between them: their buffers (the segment map; the block
+/// headers or the heap's used span) and where the code heaps lay at the last walk.
+#[derive(Default)]
+pub(super) struct CodeCache {
+    segmap: Vec<u8>,
+    heap: Vec<u8>,
+    /// The lowest and highest committed addresses of the code heaps at the last walk.
+    heaps: (u64, u64),
+}
+
+impl CodeCache {
+    /// Every blob in the code cache now, read from `mem` with the offsets of `layout`
+    /// (`interpreter`: the interpreter's code, `names`: the names read so far).
+    pub(super) fn blobs(
+        &mut self,
+        mem: &Memory,
+        layout: &Layout,
+        interpreter: (u64, u64),
+        names: &mut Names,
+    ) -> Result<Vec<CodeBlob>, JvmError> {
+        Walk {
+            mem,
+            layout,
+            interpreter,
+            names,
+            cache: self,
         }
-        let l = &self.layout;
+        .blobs()
+    }
+
+    /// The code heaps' lowest and highest committed addresses at the last walk; `(0, 0)`
+    /// before a walk found any.
+    pub(super) fn heaps(&self) -> (u64, u64) {
+        if self.heaps.1 > self.heaps.0 {
+            self.heaps
+        } else {
+            (0, 0)
+        }
+    }
+}
+
+/// One walk of the code cache: what it reads with, and the buffers it reuses.
+struct Walk<'a> {
+    mem: &'a Memory,
+    layout: &'a Layout,
+    interpreter: (u64, u64),
+    names: &'a mut Names,
+    cache: &'a mut CodeCache,
+}
+
+impl Walk<'_> {
+    /// Every blob of every code heap.
+    fn blobs(&mut self) -> Result<Vec<CodeBlob>, JvmError> {
+        let l = self.layout;
         let array = self.mem.u64(l.heaps)?;
         if array == 0 {
             // The code cache is not initialised yet.
@@ -114,7 +160,7 @@ impl Jvm {
         }
         let mut heaps = vec![0u8; len as usize * 8];
         self.mem.read(data, &mut heaps)?;
-        self.heaps = (u64::MAX, 0);
+        self.cache.heaps = (u64::MAX, 0);
         let mut blobs = Vec::new();
         for heap in heaps.chunks_exact(8) {
             let heap = le(heap, 0, 8).unwrap_or(0);
@@ -125,17 +171,6 @@ impl Jvm {
         Ok(blobs)
     }
 
-    /// Where the code heaps lay at the last `code_blobs` (their lowest and highest committed
-    /// addresses): all the space the JIT can put code in until the next walk. `(0, 0)`
-    /// before a walk found any.
-    pub fn code_heaps(&self) -> (u64, u64) {
-        if self.heaps.1 > self.heaps.0 {
-            self.heaps
-        } else {
-            (0, 0)
-        }
-    }
-
     /// The used blocks of one CodeHeap. Its segment map (a byte per segment) says where
     /// blocks may start; the headers there are gathered with a few `read_parts` calls
     /// (a thousand headers each), or, if that fails, read with the whole used span of the
@@ -144,32 +179,32 @@ impl Jvm {
         let Some(span) = self.heap_span(heap)? else {
             return Ok(());
         };
-        let l = &self.layout;
+        let l = self.layout;
         // Bytes read per block: the block header, the blob header, an nmethod's `_method`
         // and the fields that locate its debug information.
         let debug_end = l.debug.as_ref().map_or(0, |d| d.header_end);
         let header = (l.block_size + l.blob_header.max(l.nmethod_method.end()).max(debug_end))
             .next_multiple_of(8) as usize;
-        let mut buf = std::mem::take(&mut self.heap);
+        let mut buf = std::mem::take(&mut self.cache.heap);
         let gathered = self.gather(&span, header, &mut buf);
         if !gathered {
             buf.resize(span.used, 0);
             for (i, chunk) in buf.chunks_mut(READ_CHUNK).enumerate() {
                 if let Err(e) = self.mem.read(span.low + (i * READ_CHUNK) as u64, chunk) {
-                    self.heap = buf;
+                    self.cache.heap = buf;
                     return Err(e);
                 }
             }
         }
         self.decode_blocks(&span, &buf, gathered.then_some(header), blobs);
-        self.heap = buf;
+        self.cache.heap = buf;
         Ok(())
     }
 
     /// Where the blocks of the CodeHeap at `heap` lie, from its header and its segment map
-    /// (read into `self.segmap`); None when no block is in use.
+    /// (read into `self.cache.segmap`); None when no block is in use.
     fn heap_span(&mut self, heap: u64) -> Result<Option<HeapSpan>, JvmError> {
-        let l = &self.layout;
+        let l = self.layout;
         let mut h = vec![0u8; l.heap_size as usize];
         self.mem.read(heap, &mut h)?;
         let space = |at: u64| -> Option<(u64, u64)> {
@@ -189,12 +224,12 @@ impl Jvm {
         if !(4..=16).contains(&log2) || high < low || high - low > MAX_HEAP || map_high < map_low {
             return Err(bad("implausible bounds"));
         }
-        self.heaps = (self.heaps.0.min(low), self.heaps.1.max(high));
+        self.cache.heaps = (self.cache.heaps.0.min(low), self.cache.heaps.1.max(high));
         let segments = ((high - low) >> log2).min(map_high - map_low) as usize;
-        self.segmap.resize(segments, 0);
-        self.mem.read(map_low, &mut self.segmap)?;
+        self.cache.segmap.resize(segments, 0);
+        self.mem.read(map_low, &mut self.cache.segmap)?;
         // Segments past the last block are free: read no further.
-        let Some(last) = self.segmap.iter().rposition(|&s| s != FREE_SENTINEL) else {
+        let Some(last) = self.cache.segmap.iter().rposition(|&s| s != FREE_SENTINEL) else {
             return Ok(None);
         };
         Ok(Some(HeapSpan {
@@ -204,7 +239,7 @@ impl Jvm {
             last,
             // A block starts where the map holds 0 (a large block may hold more zeros
             // inside: its header's length skips them).
-            starts: (0..=last).filter(|&s| self.segmap[s] == 0).collect(),
+            starts: (0..=last).filter(|&s| self.cache.segmap[s] == 0).collect(),
         }))
     }
 
@@ -218,7 +253,7 @@ impl Jvm {
         gathered: Option<usize>,
         blobs: &mut Vec<CodeBlob>,
     ) {
-        let l = &self.layout;
+        let l = self.layout;
         let (block_length, block_used, block_size) = (l.block_length, l.block_used, l.block_size);
         let mut next = 0usize;
         for (k, &seg) in span.starts.iter().enumerate() {
@@ -286,7 +321,7 @@ impl Jvm {
     /// The blob at `addr`, its header at the start of `buf`, `room` bytes left in its block;
     /// None if it does not fit its block.
     fn decode_blob(&mut self, addr: u64, buf: &[u8], room: usize) -> Option<CodeBlob> {
-        let l = &self.layout;
+        let l = self.layout;
         if l.blob_header as usize > room {
             return None;
         }
@@ -320,7 +355,7 @@ impl Jvm {
             NmethodTest::Name => None,
         };
         let method_field = l.nmethod_method;
-        let blob_name = self.blob_name(name_ptr);
+        let blob_name = self.names.blob_name(self.mem, name_ptr);
         // JDK 17 names compiled Java methods "nmethod" and native method wrappers
         // "native nmethod"; both are nmethods with a Method*.
         let is_nmethod = is_nmethod_kind
@@ -332,7 +367,10 @@ impl Jvm {
         };
         let (kind, name) = if is_nmethod && method != 0 {
             // A method whose name cannot be read (being unloaded) keeps the blob's name.
-            let name = self.method_name(method).unwrap_or(blob_name);
+            let name = self
+                .names
+                .method_name(self.mem, self.layout, method)
+                .unwrap_or(blob_name);
             (BlobKind::Nmethod { method }, name)
         } else if start >= self.interpreter.0 && end <= self.interpreter.1 && start < end
             || blob_name == "Interpreter"
@@ -355,5 +393,36 @@ impl Jvm {
             debug,
             inlining: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{
+        super::{
+            debuginfo::tests::{INNER, OUTER, info, pc_layout, recorded},
+            unsigned5::Unsigned5,
+        },
+        *,
+    };
+
+    #[test]
+    fn a_blob_names_the_methods_inlined_at_an_address_inside_it() {
+        let f = Unsigned5::UP_TO_JDK19;
+        let (r, _) = recorded(f);
+        let inlining = info(&r, f).inlining(&pc_layout(f)).expect("decode");
+        let blob = CodeBlob {
+            start: 0x1000,
+            end: 0x1100,
+            frame_complete: 0x1010,
+            frame_size_words: 4,
+            kind: BlobKind::Nmethod { method: OUTER },
+            name: "Outer.outer".into(),
+            debug: None,
+            inlining: inlining.map(Arc::new),
+        };
+        assert_eq!(blob.inlined_at(0x1000 + 29), Some(&[OUTER, INNER][..]));
+        assert_eq!(blob.inlined_at(0xfff), None);
+        assert_eq!(blob.inlined_at(0x1100), None);
     }
 }

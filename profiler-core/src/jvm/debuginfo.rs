@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::{
-    JvmError,
+    error::JvmError,
     memory::le,
     unsigned5::Unsigned5,
     vmstructs::{Field, VmStructs},
@@ -212,12 +212,7 @@ impl DebugLayout {
         if self.header_end as usize > room {
             return None;
         }
-        let get = |f: Field| f.get(buf, 0);
-        // An offset from `base`, within `[0, limit]`.
-        let at = |base: u64, f: Field, limit: u64| -> Option<u64> {
-            let off = u64::try_from(get(f)?).ok()?;
-            (off <= limit).then(|| base.checked_add(off))?
-        };
+        let h = HeaderFields(buf);
         let blob_end = addr.checked_add(size)?;
         let (metadata, scopes, pcs) = match self.sections {
             DebugSections::InBlob {
@@ -226,10 +221,10 @@ impl DebugLayout {
                 scopes_pcs_offset,
                 dependencies_offset,
             } => {
-                let metadata = at(addr, metadata_offset, size)?;
-                let scopes = get(scopes_data_begin)? as u64;
-                let pcs = at(addr, scopes_pcs_offset, size)?;
-                let pcs_end = at(addr, dependencies_offset, size)?;
+                let metadata = h.at(addr, metadata_offset, size)?;
+                let scopes = h.get(scopes_data_begin)? as u64;
+                let pcs = h.at(addr, scopes_pcs_offset, size)?;
+                let pcs_end = h.at(addr, dependencies_offset, size)?;
                 if !(metadata <= scopes && scopes <= pcs && pcs <= pcs_end && pcs_end <= blob_end) {
                     return None;
                 }
@@ -242,35 +237,15 @@ impl DebugLayout {
                 scopes_data_offset,
                 metadata,
             } => {
-                let data = get(immutable_data)? as u64;
-                let data_size = u64::try_from(get(immutable_data_size)?).ok()?;
+                let data = h.get(immutable_data)? as u64;
+                let data_size = u64::try_from(h.get(immutable_data_size)?).ok()?;
                 let data_end = data.checked_add(data_size)?;
-                let pcs = at(data, scopes_pcs_offset, data_size)?;
-                let scopes = at(data, scopes_data_offset, data_size)?;
+                let pcs = h.at(data, scopes_pcs_offset, data_size)?;
+                let scopes = h.at(data, scopes_data_offset, data_size)?;
                 if pcs > scopes {
                     return None;
                 }
-                let metadata = match metadata {
-                    MetadataSection::Data {
-                        data_offset,
-                        metadata_offset,
-                    } => {
-                        let data_begin = at(addr, data_offset, size)?;
-                        (at(data_begin, metadata_offset, size)?, blob_end)
-                    }
-                    MetadataSection::Mutable {
-                        mutable_data,
-                        relocation_size,
-                        mutable_data_size,
-                    } => {
-                        let mutable = get(mutable_data)? as u64;
-                        let mutable_size = u64::try_from(get(mutable_data_size)?).ok()?;
-                        (
-                            at(mutable, relocation_size, mutable_size)?,
-                            mutable.checked_add(mutable_size)?,
-                        )
-                    }
-                };
+                let metadata = metadata.locate(&h, addr, size)?;
                 if metadata.0 > metadata.1 {
                     return None;
                 }
@@ -278,11 +253,56 @@ impl DebugLayout {
             }
         };
         Some(DebugInfoAt {
-            compile_id: i32::try_from(get(self.compile_id)?).ok()?,
+            compile_id: i32::try_from(h.get(self.compile_id)?).ok()?,
             metadata,
             scopes,
             pcs,
         })
+    }
+}
+
+impl MetadataSection {
+    /// Where the metadata of the nmethod at `addr` (`size` bytes) lies, from its header.
+    fn locate(self, h: &HeaderFields<'_>, addr: u64, size: u64) -> Option<(u64, u64)> {
+        Some(match self {
+            MetadataSection::Data {
+                data_offset,
+                metadata_offset,
+            } => {
+                let data_begin = h.at(addr, data_offset, size)?;
+                (
+                    h.at(data_begin, metadata_offset, size)?,
+                    addr.checked_add(size)?,
+                )
+            }
+            MetadataSection::Mutable {
+                mutable_data,
+                relocation_size,
+                mutable_data_size,
+            } => {
+                let mutable = h.get(mutable_data)? as u64;
+                let mutable_size = u64::try_from(h.get(mutable_data_size)?).ok()?;
+                (
+                    h.at(mutable, relocation_size, mutable_size)?,
+                    mutable.checked_add(mutable_size)?,
+                )
+            }
+        })
+    }
+}
+
+/// The fields of an nmethod's header, at the start of the bytes read of it.
+struct HeaderFields<'a>(&'a [u8]);
+
+impl HeaderFields<'_> {
+    fn get(&self, f: Field) -> Option<i64> {
+        f.get(self.0, 0)
+    }
+
+    /// An offset from `base` (the field `f`), within `[0, limit]`.
+    fn at(&self, base: u64, f: Field, limit: u64) -> Option<u64> {
+        let off = u64::try_from(self.get(f)?).ok()?;
+        (off <= limit).then(|| base.checked_add(off))?
     }
 }
 
@@ -561,29 +581,21 @@ impl Inlining {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::{
-        super::{
-            codecache::{BlobKind, CodeBlob},
-            unsigned5::encode,
-        },
-        *,
-    };
+pub(super) mod tests {
+    use super::{super::unsigned5::encode, *};
 
     /// An nmethod's debug information as HotSpot records it, built by hand: the PcDescs
     /// (16 bytes: `_pc_offset`, `_scope_decode_offset`, `_obj_decode_offset`, `_flags`), the
     /// scopes data and the metadata.
-    struct Recorded {
+    pub(crate) struct Recorded {
         pcs: Vec<u8>,
         scopes: Vec<u8>,
         metadata: Vec<u8>,
     }
 
-    const OUTER: u64 = 0x7f00_0000_1000;
-    const INNER: u64 = 0x7f00_0000_2000;
-    const LEAF: u64 = 0x7f00_0000_3000;
+    pub(crate) const OUTER: u64 = 0x7f00_0000_1000;
+    pub(crate) const INNER: u64 = 0x7f00_0000_2000;
+    pub(crate) const LEAF: u64 = 0x7f00_0000_3000;
 
     /// A 4-byte signed field.
     fn int(offset: u64) -> Field {
@@ -603,7 +615,7 @@ mod tests {
         }
     }
 
-    fn pc_layout(stream: Unsigned5) -> DebugLayout {
+    pub(crate) fn pc_layout(stream: Unsigned5) -> DebugLayout {
         DebugLayout {
             compile_id: int(0),
             sections: DebugSections::InBlob {
@@ -623,7 +635,7 @@ mod tests {
     /// Scopes: OUTER@5 (top), INNER@7 called from it, LEAF@-1 called from INNER, and
     /// OUTER@9; PcDescs at 10 (OUTER@5), 20 and 30 (INNER), 35 (LEAF), 40 (OUTER@9), with
     /// the sentinels: -1 before, 101 (`content_size() + 1`) after, no scope.
-    fn recorded(f: Unsigned5) -> (Recorded, [u32; 4]) {
+    pub(crate) fn recorded(f: Unsigned5) -> (Recorded, [u32; 4]) {
         // `DebugInformationRecorder`'s constructor writes one byte so that no scope starts at
         // 0, the offset meaning "none".
         let mut scopes = vec![0xff];
@@ -667,7 +679,7 @@ mod tests {
         )
     }
 
-    fn info(r: &Recorded, stream: Unsigned5) -> DebugInfo<'_> {
+    pub(crate) fn info(r: &Recorded, stream: Unsigned5) -> DebugInfo<'_> {
         DebugInfo {
             pcs: &r.pcs,
             scopes: &r.scopes,
@@ -755,20 +767,6 @@ mod tests {
         assert_eq!(at(100), None);
         assert_eq!(at(101), None);
         assert_eq!(at(1 << 40), None);
-
-        let blob = CodeBlob {
-            start: 0x1000,
-            end: 0x1100,
-            frame_complete: 0x1010,
-            frame_size_words: 4,
-            kind: BlobKind::Nmethod { method: OUTER },
-            name: "Outer.outer".into(),
-            debug: None,
-            inlining: Some(Arc::new(inlining)),
-        };
-        assert_eq!(blob.inlined_at(0x1000 + 29), Some(&[OUTER, INNER][..]));
-        assert_eq!(blob.inlined_at(0xfff), None);
-        assert_eq!(blob.inlined_at(0x1100), None);
     }
 
     #[test]

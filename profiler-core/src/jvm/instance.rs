@@ -1,5 +1,6 @@
-//! One JVM attached to ([`Jvm`]): its memory and resolved layout, the interpreter's code, the
-//! names of its methods, and the inlining its nmethods recorded, read once per nmethod.
+//! One JVM attached to ([`Jvm`]): its memory and resolved layout, the interpreter's code, and
+//! the inlining its nmethods recorded, read once per nmethod and kept; its code cache
+//! (`codecache.rs`) and the names of its methods (`names.rs`) read on request.
 
 use std::{
     collections::HashMap,
@@ -8,16 +9,14 @@ use std::{
 };
 
 use super::{
-    JvmError,
-    codecache::{BlobKind, CodeBlob},
+    codecache::{BlobKind, CodeBlob, CodeCache},
     debuginfo::{DebugInfo, Inlining, PcScopes},
+    error::JvmError,
     layout::{Layout, major_version},
     memory::{MAX_CSTR, Memory, TargetMemory},
-    vmstructs::{Field, Libjvm, VmStructs},
+    names::Names,
+    vmstructs::{Libjvm, VmStructs},
 };
-
-/// Longest Symbol body accepted (class and method names).
-const MAX_SYMBOL: usize = 4096;
 
 /// What one `Jvm::read_inlining` did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,20 +38,12 @@ pub struct InliningRead {
 
 /// A JVM attached to: its memory and its resolved layout.
 pub struct Jvm {
-    pub(super) pid: u32,
-    pub(super) mem: Memory,
-    pub(super) layout: Layout,
-    pub(super) interpreter: (u64, u64),
-    /// Names of Java methods by `Method*`. A Method* can be reused after its class is
-    /// unloaded; names are cached all the same, as the profiler attaches for seconds.
-    methods: HashMap<u64, String>,
-    /// Blob names by the address of their C string (they are static strings in libjvm).
-    blob_names: HashMap<u64, String>,
-    /// Buffers kept between calls to `code_blobs` (segment map; block headers or heap span).
-    pub(super) segmap: Vec<u8>,
-    pub(super) heap: Vec<u8>,
-    /// The lowest and highest committed addresses of the code heaps at the last walk.
-    pub(super) heaps: (u64, u64),
+    pid: u32,
+    mem: Memory,
+    layout: Layout,
+    interpreter: (u64, u64),
+    names: Names,
+    code_cache: CodeCache,
     /// Inlining read per nmethod, by (code start, compile id): an installed nmethod's
     /// debug information never changes, so it is read once.
     inlining: HashMap<(u64, i32), ReadInlining>,
@@ -64,21 +55,6 @@ pub struct Jvm {
 struct ReadInlining {
     seen: u64,
     inlining: Option<Arc<Inlining>>,
-}
-
-/// A hidden class's name without the address the JVM appends to it (`JitWork$$Lambda+0x…`,
-/// `Foo$$Lambda$12/0x…`): the same lambda is one frame name across runs and captures, so
-/// `profiler diff` lines it up.
-fn stable_class_name(class: &str) -> &str {
-    for sep in ["+0x", ".0x"] {
-        if let Some((head, tail)) = class.rsplit_once(sep)
-            && !tail.is_empty()
-            && tail.bytes().all(|b| b.is_ascii_hexdigit())
-        {
-            return head;
-        }
-    }
-    class
 }
 
 impl Jvm {
@@ -96,11 +72,8 @@ impl Jvm {
             mem,
             layout,
             interpreter: (0, 0),
-            methods: HashMap::new(),
-            blob_names: HashMap::new(),
-            segmap: Vec::new(),
-            heap: Vec::new(),
-            heaps: (0, 0),
+            names: Names::default(),
+            code_cache: CodeCache::default(),
             inlining: HashMap::new(),
             inlining_calls: 0,
         };
@@ -138,7 +111,7 @@ impl Jvm {
         self.layout.interpreter_sender_sp_offset
     }
 
-    pub(super) fn read_interpreter(&self) -> Result<(u64, u64), JvmError> {
+    fn read_interpreter(&self) -> Result<(u64, u64), JvmError> {
         let l = &self.layout;
         let queue = self.mem.u64(l.interpreter_code)?;
         if queue == 0 {
@@ -160,6 +133,29 @@ impl Jvm {
                 .invalid(format!("implausible interpreter StubQueue at {queue:#x}")));
         }
         Ok((start, start + limit as u64))
+    }
+
+    /// Every blob in the code cache now. The JVM changes the cache while it is read: blobs
+    /// that do not look whole are left out rather than failing the walk.
+    pub fn code_blobs(&mut self) -> Result<Vec<CodeBlob>, JvmError> {
+        if self.interpreter == (0, 0) {
+            self.interpreter = self.read_interpreter().unwrap_or((0, 0));
+        }
+        self.code_cache
+            .blobs(&self.mem, &self.layout, self.interpreter, &mut self.names)
+    }
+
+    /// Where the code heaps lay at the last `code_blobs` (their lowest and highest committed
+    /// addresses): all the space the JIT can put code in until the next walk. `(0, 0)`
+    /// before a walk found any.
+    pub fn code_heaps(&self) -> (u64, u64) {
+        self.code_cache.heaps()
+    }
+
+    /// `Class.method` of a `Method*` ("JitWork.leaf", "java.lang.Thread.sleep"), checked to
+    /// be a plausible name, cached per `Method*`.
+    pub fn method_name(&mut self, method: u64) -> Result<String, JvmError> {
+        self.names.method_name(&self.mem, &self.layout, method)
     }
 
     /// Sets `inlining` of the nmethods among `blobs` (all the blobs of one `code_blobs`
@@ -357,105 +353,5 @@ impl Jvm {
         }
         .pc_scopes(layout)
         .map_err(bad)
-    }
-
-    pub(super) fn blob_name(&mut self, ptr: u64) -> String {
-        if ptr == 0 {
-            return String::new();
-        }
-        if let Some(n) = self.blob_names.get(&ptr) {
-            return n.clone();
-        }
-        let name = self.mem.cstr(ptr, MAX_CSTR).unwrap_or_default();
-        self.blob_names.insert(ptr, name.clone());
-        name
-    }
-
-    /// `Class.method` of a `Method*` ("JitWork.leaf", "java.lang.Thread.sleep"), checked to
-    /// be a plausible name, cached per `Method*`.
-    pub fn method_name(&mut self, method: u64) -> Result<String, JvmError> {
-        if let Some(n) = self.methods.get(&method) {
-            return Ok(n.clone());
-        }
-        let l = &self.layout;
-        let bad = |what: String| self.mem.invalid(format!("Method* {method:#x}: {what}"));
-        let const_method = self.ptr(method, l.method_const)?;
-        let pool = self.ptr(const_method, l.const_constants)?;
-        let name_index = self.int(const_method, l.const_name_index)?;
-        let pool_length = self.int(pool, l.pool_length)?;
-        if name_index <= 0 || name_index >= pool_length {
-            return Err(bad(format!(
-                "name index {name_index} outside its constant pool of {pool_length}"
-            )));
-        }
-        let name = self.mem.u64(pool + l.pool_size + name_index as u64 * 8)?;
-        let holder = self.ptr(pool, l.pool_holder)?;
-        let class = self.ptr(holder, l.klass_name)?;
-        let class = self.symbol(class)?.replace('/', ".");
-        let name = self.symbol(name)?;
-        let full = format!("{}.{name}", stable_class_name(&class));
-        self.methods.insert(method, full.clone());
-        Ok(full)
-    }
-
-    /// A non-null pointer field of the object at `at`.
-    fn ptr(&self, at: u64, f: Field) -> Result<u64, JvmError> {
-        let v = self.int(at, f)? as u64;
-        if v == 0 || at == 0 {
-            return Err(self
-                .mem
-                .invalid(format!("null pointer at {at:#x}+{}", f.offset)));
-        }
-        Ok(v)
-    }
-
-    fn int(&self, at: u64, f: Field) -> Result<i64, JvmError> {
-        if at == 0 {
-            return Err(self.mem.invalid("null object".into()));
-        }
-        let mut buf = [0u8; 8];
-        self.mem.read(at + f.offset, &mut buf[..f.size])?;
-        // The field was read alone: it sits at 0 in the buffer.
-        Field { offset: 0, ..f }
-            .get(&buf, 0)
-            .ok_or_else(|| self.mem.invalid("field layout".into()))
-    }
-
-    /// A Symbol's text: bounded, valid UTF-8 and without control characters.
-    fn symbol(&self, sym: u64) -> Result<String, JvmError> {
-        let l = &self.layout;
-        let len = self.int(sym, l.symbol_length)?;
-        if len <= 0 || len as usize > MAX_SYMBOL {
-            return Err(self
-                .mem
-                .invalid(format!("Symbol at {sym:#x} has length {len}")));
-        }
-        let mut body = vec![0u8; len as usize];
-        self.mem.read(sym + l.symbol_body, &mut body)?;
-        match String::from_utf8(body) {
-            Ok(s) if !s.chars().any(char::is_control) => Ok(s),
-            _ => Err(self
-                .mem
-                .invalid(format!("Symbol at {sym:#x} is not a printable name"))),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hidden_classes_lose_their_address() {
-        assert_eq!(
-            stable_class_name("JitWork$$Lambda+0x0000000054040210"),
-            "JitWork$$Lambda"
-        );
-        assert_eq!(
-            stable_class_name("Foo$$Lambda$12.0x00007f00"),
-            "Foo$$Lambda$12"
-        );
-        assert_eq!(stable_class_name("java.lang.Thread"), "java.lang.Thread");
-        assert_eq!(stable_class_name("a.b+0xzz"), "a.b+0xzz");
     }
 }

@@ -2,8 +2,8 @@
 //! its blobs, methods and symbols, the interpreter's frame — what differs between JDK builds.
 
 use super::{
-    JvmError,
     debuginfo::DebugLayout,
+    error::JvmError,
     memory::{MAX_CSTR, Memory},
     vmstructs::{Field, VmStructs},
 };

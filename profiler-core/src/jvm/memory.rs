@@ -2,7 +2,7 @@
 //! by the capture side, or a recorded image), read as bytes, integers, C strings or many
 //! ranges at once.
 
-use super::JvmError;
+use super::error::JvmError;
 
 /// Longest C string read from the target (type, field and blob names are short).
 pub(super) const MAX_CSTR: usize = 512;

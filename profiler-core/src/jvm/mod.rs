@@ -14,47 +14,25 @@
 //! Only the sizes of fixed C types (a pointer is 8 bytes) are assumed.
 //!
 //! Split as the OpenTelemetry eBPF profiler splits its HotSpot support: `memory.rs` (where
-//! the target's memory is read from), `vmstructs.rs` (the tables → fields, types,
+//! the target's memory is read from), `vmstructs.rs` (libjvm's tables → fields, types,
 //! constants), `layout.rs` (every offset used, resolved once), `unsigned5.rs` and
 //! `debuginfo.rs` (an nmethod's compressed debug information → inlined methods by pc),
-//! `codecache.rs` (the code heaps' walk → blobs) and `instance.rs` (one attached JVM: its
-//! names, its interpreter, the inlining read so far).
+//! `codecache.rs` (the code heaps' walk → blobs), `names.rs` (methods' and blobs' names) and
+//! `instance.rs` (one attached JVM); `error.rs` what they report.
 
 mod codecache;
 mod debuginfo;
+mod error;
 mod instance;
 mod layout;
 mod memory;
+mod names;
 mod unsigned5;
 mod vmstructs;
 
-use std::path::PathBuf;
-
-use thiserror::Error;
-
 pub use codecache::{BlobKind, CodeBlob};
 pub use debuginfo::{Inlining, PcScopes, Scope};
+pub use error::JvmError;
 pub use instance::{InliningRead, Jvm};
 pub use memory::{MAX_PARTS, RecordedMemory, TargetMemory};
 pub use vmstructs::Libjvm;
-
-#[derive(Debug, Error)]
-pub enum JvmError {
-    #[error("{what} of process {pid}: {source}")]
-    Io {
-        pid: u32,
-        what: String,
-        source: std::io::Error,
-    },
-    #[error("{path}: {error}")]
-    Elf { path: PathBuf, error: object::Error },
-    #[error("libjvm.so of process {pid} exports no symbol `{symbol}`")]
-    MissingSymbol { pid: u32, symbol: &'static str },
-    /// The JVM's tables lack something this reader needs: a JDK it does not know.
-    #[error("unsupported JVM in process {pid}: its vmStructs have no {what}")]
-    Unsupported { pid: u32, what: String },
-    /// What was read does not look like what the tables describe (the JVM changed it while
-    /// we read, or it is not what we think).
-    #[error("process {pid}: {what}")]
-    Invalid { pid: u32, what: String },
-}

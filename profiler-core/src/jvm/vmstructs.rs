@@ -7,7 +7,7 @@ use std::{collections::HashMap, fs::File, path::Path};
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
 
 use super::{
-    JvmError,
+    error::JvmError,
     memory::{MAX_CSTR, Memory, le},
 };
 use crate::procmap::Mapping;
