@@ -588,9 +588,9 @@ pub(super) mod tests {
     /// (16 bytes: `_pc_offset`, `_scope_decode_offset`, `_obj_decode_offset`, `_flags`), the
     /// scopes data and the metadata.
     pub(crate) struct Recorded {
-        pcs: Vec<u8>,
-        scopes: Vec<u8>,
-        metadata: Vec<u8>,
+        pub(crate) pcs: Vec<u8>,
+        pub(crate) scopes: Vec<u8>,
+        pub(crate) metadata: Vec<u8>,
     }
 
     pub(crate) const OUTER: u64 = 0x7f00_0000_1000;

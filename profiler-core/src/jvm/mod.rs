@@ -18,7 +18,8 @@
 //! constants), `layout.rs` (every offset used, resolved once), `unsigned5.rs` and
 //! `debuginfo.rs` (an nmethod's compressed debug information → inlined methods by pc),
 //! `codecache.rs` (the code heaps' walk → blobs), `names.rs` (methods' and blobs' names) and
-//! `instance.rs` (one attached JVM); `error.rs` what they report.
+//! `instance.rs` (one attached JVM); `error.rs` what they report, `recorded.rs` a JVM recorded
+//! as one byte string (the unit tests' and the fuzz target's).
 
 mod codecache;
 mod debuginfo;
@@ -27,6 +28,7 @@ mod instance;
 mod layout;
 mod memory;
 mod names;
+mod recorded;
 mod unsigned5;
 mod vmstructs;
 
@@ -35,4 +37,5 @@ pub use debuginfo::{Inlining, PcScopes, Scope};
 pub use error::JvmError;
 pub use instance::{InliningRead, Jvm};
 pub use memory::{MAX_PARTS, RecordedMemory, TargetMemory};
-pub use vmstructs::Libjvm;
+pub use recorded::{IMAGE_BASE, recorded_jvm};
+pub use vmstructs::{LIBJVM_VARIABLES, Libjvm};

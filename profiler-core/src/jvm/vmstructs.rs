@@ -35,6 +35,32 @@ pub(super) struct VmStructs {
     long_constants: HashMap<String, i64>,
 }
 
+/// The variables libjvm.so exports that the reader reads (by their symbols): where the tables
+/// lie, and how their entries are laid out.
+pub const LIBJVM_VARIABLES: [&str; 21] = [
+    "gHotSpotVMStructs",
+    "gHotSpotVMStructEntryArrayStride",
+    "gHotSpotVMStructEntryTypeNameOffset",
+    "gHotSpotVMStructEntryFieldNameOffset",
+    "gHotSpotVMStructEntryTypeStringOffset",
+    "gHotSpotVMStructEntryIsStaticOffset",
+    "gHotSpotVMStructEntryOffsetOffset",
+    "gHotSpotVMStructEntryAddressOffset",
+    "gHotSpotVMTypes",
+    "gHotSpotVMTypeEntryArrayStride",
+    "gHotSpotVMTypeEntryTypeNameOffset",
+    "gHotSpotVMTypeEntrySizeOffset",
+    "gHotSpotVMTypeEntryIsUnsignedOffset",
+    "gHotSpotVMIntConstants",
+    "gHotSpotVMIntConstantEntryArrayStride",
+    "gHotSpotVMIntConstantEntryNameOffset",
+    "gHotSpotVMIntConstantEntryValueOffset",
+    "gHotSpotVMLongConstants",
+    "gHotSpotVMLongConstantEntryArrayStride",
+    "gHotSpotVMLongConstantEntryNameOffset",
+    "gHotSpotVMLongConstantEntryValueOffset",
+];
+
 /// The libjvm.so a process maps: its exported symbols' addresses in the target.
 pub struct Libjvm {
     /// Symbol name → address in the target (load bias added).
@@ -94,6 +120,10 @@ impl Libjvm {
     }
 
     fn symbol(&self, pid: u32, name: &'static str) -> Result<u64, JvmError> {
+        debug_assert!(
+            LIBJVM_VARIABLES.contains(&name),
+            "{name} is missing from LIBJVM_VARIABLES"
+        );
         self.symbols
             .get(name)
             .copied()
