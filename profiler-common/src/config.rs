@@ -39,12 +39,13 @@ pub struct Config {
     /// `offsetof(struct task_struct, start_time)`: when the task was created (CLOCK_MONOTONIC,
     /// `bpf_ktime_get_ns`'s clock).
     pub task_start_time_offset: u32,
-    /// Waits shorter than this are not aggregated (`--min-block-us`).
+    /// Waits shorter than this are not aggregated (the user's shortest wait).
     pub min_block_ns: u64,
-    /// Waits longer than this are not aggregated (`--max-block-us`); `u64::MAX` = no limit.
+    /// Waits longer than this are not aggregated (the user's longest wait); `u64::MAX` = no
+    /// limit.
     pub max_block_ns: u64,
     /// With [`config_flags::TIMELINE`]: waits at least this long (blocked and runnable
-    /// together) are written to the timeline one by one (`--timeline-resolution-us`).
+    /// together) are written to the timeline one by one (its resolution).
     pub timeline_min_ns: u64,
 }
 
@@ -61,26 +62,26 @@ pub mod config_flags {
     pub const USER_STACKS: u32 = 1 << 0;
     /// Take kernel stacks.
     pub const KERNEL_STACKS: u32 = 1 << 1;
-    /// Take the stacks of wakers (`--wakers`).
+    /// Take the stacks of wakers (the wakeup chains are drawn).
     pub const WAKER_STACKS: u32 = 1 << 2;
     /// Unwind user stacks with the `.eh_frame` rows (frame pointers where there are none).
     pub const DWARF_UNWIND: u32 = 1 << 3;
     /// The preempt-count offsets in [`super::Config`] are valid.
     pub const PREEMPT_COUNT: u32 = 1 << 4;
-    /// Context switches are traced (`--mode wall|off`): thread entries are created by the
-    /// switch programs and the start snapshot, which give them their time baseline; the
-    /// sampler only names threads it finds there.
+    /// Context switches are traced (wall-clock and off-CPU modes): thread entries are created by
+    /// the switch programs and the start snapshot, which give them their time baseline; the sampler
+    /// only names threads it finds there.
     pub const SWITCHES: u32 = 1 << 5;
     /// Unwind every stack even when a memo recognises it, and count disagreements
-    /// (`--verify-memos`, for tests).
+    /// (for tests).
     pub const VERIFY_MEMOS: u32 = 1 << 6;
-    /// A target's new processes join the target set (not with `--no-children`).
+    /// A target's new processes join the target set (unless only the named ones are profiled).
     pub const FOLLOW_CHILDREN: u32 = 1 << 7;
     /// Write the timeline: each wait of at least `Config::timeline_min_ns` and each on-CPU
-    /// sample, with its time, to [`crate::names::MAP_TIMELINE`] (when `--timeline`, `--save` or
-    /// `--report` asks for it, not with `--no-timeline`).
+    /// sample, with its time, to [`crate::names::MAP_TIMELINE`] (when an output needs the
+    /// timeline and it is not turned off).
     pub const TIMELINE: u32 = 1 << 8;
-    /// Wakers are not recorded (`--no-wakers`): `sched_waking` is neither loaded nor
+    /// Wakers are not recorded (turned off by the user): `sched_waking` is neither loaded nor
     /// attached, `sched_switch` credits no waker and `sched_wakeup_new` (still attached: it
     /// starts a new thread's first cycle) names none. `WAKERS` is one entry.
     pub const NO_WAKERS: u32 = 1 << 9;

@@ -21,7 +21,7 @@ pub enum Counter {
     Waits,
     /// Waits dropped because the wait map was full.
     WaitsMapFull,
-    /// Waits outside `--min-block-us`/`--max-block-us`.
+    /// Waits shorter or longer than the bounds set (`Config::min_block_ns`, `max_block_ns`).
     WaitsFiltered,
     /// Threads not tracked because the thread table was full.
     ThreadsFull,
@@ -52,8 +52,8 @@ pub enum Counter {
     /// Processes of the target set whose events could not be recorded (process table full):
     /// a new process may be missed.
     ProcsFull,
-    /// With `--verify-memos`: stacks a memo recognised that a full unwind disagreed with (the
-    /// unwound one is kept). Must stay 0.
+    /// With [`crate::config_flags::VERIFY_MEMOS`]: stacks a memo recognised that a full unwind
+    /// disagreed with (the unwound one is kept). Must stay 0.
     MemoDisagreements,
     /// Threads whose lost wait time could not be recorded (that table full too): their
     /// missing time shows as nothing at all.
@@ -73,7 +73,7 @@ pub enum Counter {
     /// Timeline records the ring had no room for (user space reads it every drain): the
     /// timeline of their threads has a hole there.
     TimelineRingFull,
-    /// Set by user space: timeline records read beyond `--timeline-max-records` and dropped.
+    /// Set by user space: timeline records read beyond the cap on records kept, and dropped.
     TimelineDropped,
     /// Frames in a JVM's code cache where the last read of the cache found no code (JIT
     /// code compiled since, unwound by frame pointers until its rows are in).
@@ -85,12 +85,56 @@ pub enum Counter {
     LateRingFull,
 }
 
-/// What a counter counts: something lost (the user must see it, with the flag that avoids it)
-/// or an event (how the capture went).
+/// What a counter counts: something lost (the user must see it, with what avoids it) or an
+/// event (how the capture went).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CounterKind {
     Loss,
     Event,
+}
+
+/// A table whose filling loses something (see [`Counter::loss`]): which one filled. The side
+/// that sizes the tables says what makes each larger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    /// [`crate::names::MAP_SAMPLES`].
+    Samples,
+    /// [`crate::names::MAP_WAITS`].
+    Waits,
+    /// [`crate::names::MAP_WAKERS`].
+    Wakers,
+    /// [`crate::names::MAP_SITE_HISTS`].
+    SiteHists,
+    /// [`crate::names::MAP_LOST_WAITS`].
+    LostWaits,
+    /// [`crate::names::MAP_THREADS`].
+    Threads,
+    /// [`crate::names::MAP_PROCS`].
+    Procs,
+    /// [`crate::names::MAP_UNWIND_ROWS`].
+    UnwindRows,
+    /// [`crate::names::MAP_STACKS`].
+    Stacks,
+    /// [`crate::names::MAP_TIMELINE`].
+    TimelineRing,
+    /// The timeline records user space keeps.
+    TimelineRecords,
+}
+
+impl Table {
+    pub const ALL: [Table; 11] = [
+        Table::Samples,
+        Table::Waits,
+        Table::Wakers,
+        Table::SiteHists,
+        Table::LostWaits,
+        Table::Threads,
+        Table::Procs,
+        Table::UnwindRows,
+        Table::Stacks,
+        Table::TimelineRing,
+        Table::TimelineRecords,
+    ];
 }
 
 impl Counter {
@@ -154,34 +198,34 @@ impl Counter {
         }
     }
 
-    /// For a loss: what was lost, and the flag that enlarges the table that filled (None:
-    /// no flag helps).
-    pub const fn loss(self) -> Option<(&'static str, Option<&'static str>)> {
+    /// For a loss: what was lost, and the table that filled (None: no table did, or no
+    /// larger one helps).
+    pub const fn loss(self) -> Option<(&'static str, Option<Table>)> {
         use Counter::*;
         match self {
-            SamplesMapFull => Some(("samples: sample table full", Some("--max-keys"))),
-            WaitsMapFull => Some(("waits: wait table full", Some("--max-keys"))),
-            WakersMapFull => Some(("wakers: waker table full", Some("--max-keys"))),
+            SamplesMapFull => Some(("samples: sample table full", Some(Table::Samples))),
+            WaitsMapFull => Some(("waits: wait table full", Some(Table::Waits))),
+            WakersMapFull => Some(("wakers: waker table full", Some(Table::Wakers))),
             SiteHistsFull => Some((
                 "wait latencies: site histogram table full",
-                Some("--max-keys"),
+                Some(Table::SiteHists),
             )),
-            ThreadsFull => Some(("threads: thread table full", Some("--max-threads"))),
-            ProcsFull => Some(("processes: process table full", Some("--max-processes"))),
-            LostWaitsFull => Some(("lost wait time: its table full too", Some("--max-keys"))),
+            ThreadsFull => Some(("threads: thread table full", Some(Table::Threads))),
+            ProcsFull => Some(("processes: process table full", Some(Table::Procs))),
+            LostWaitsFull => Some(("lost wait time: its table full too", Some(Table::LostWaits))),
             MappingRecordsLost => Some(("mapping records: the kernel's ring was full", None)),
             UnwindRowsNotLoaded => Some((
                 "files unwound by frame pointers: the unwind row array full",
-                Some("--unwind-chunks"),
+                Some(Table::UnwindRows),
             )),
-            StackTableFull => Some(("stacks: stack table full", Some("--max-stacks"))),
+            StackTableFull => Some(("stacks: stack table full", Some(Table::Stacks))),
             TimelineRingFull => Some((
                 "timeline records: ring buffer full",
-                Some("--timeline-ring-kib"),
+                Some(Table::TimelineRing),
             )),
             TimelineDropped => Some((
                 "timeline records: beyond the cap",
-                Some("--timeline-max-records"),
+                Some(Table::TimelineRecords),
             )),
             UserStackFailed => Some(("user stacks: unwinding failed", None)),
             KernelStackFailed => Some(("kernel stacks: unwinding failed", None)),

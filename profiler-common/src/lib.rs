@@ -26,7 +26,7 @@ pub use aggregates::{
     SampleKey, SampleValue, SiteKey, WaitEntry, WaitKey, WaitValue, WakerKey, WakerValue,
 };
 pub use config::{Config, Control, IRQ_ENTRY_RANGES, config_flags};
-pub use counters::{Counter, CounterKind};
+pub use counters::{Counter, CounterKind, Table};
 pub use cycle::{Cycle, CycleInput, UNCHARGED_MIN_NS, split_cycle};
 pub use hist::{
     HIST_MIN_LOG2, HIST_OCTAVES, HIST_SUB_BUCKETS, HIST_SUB_LOG2, RunqueueHist, WAIT_HIST_BUCKETS,

@@ -100,8 +100,8 @@ pub struct WaitStart {
     pub waker_tid: u32,
     pub waker_tgid: u32,
     pub waker_comm: [u8; COMM_LEN],
-    /// The waker's stacks (with `--wakers`; otherwise `stack_id::EMPTY`, but for a short
-    /// kernel stack of a hard interrupt, which tells a timer).
+    /// The waker's stacks (with [`crate::config_flags::WAKER_STACKS`]; otherwise `stack_id::EMPTY`,
+    /// but for a short kernel stack of a hard interrupt, which tells a timer).
     pub waker_user_stack: u64,
     pub waker_kernel_stack: u64,
     /// A [`crate::waker_context`] value.
