@@ -268,19 +268,18 @@ impl Walk<'_> {
             };
             let length = block_length.get(block, 0).unwrap_or(0) as usize;
             let in_use = block_used.get(block, 0).unwrap_or(0) != 0;
-            if length == 0 || seg + length > span.last + 1 {
+            if length == 0 || length > span.last + 1 - seg {
                 // Torn by the JVM changing the heap: look at the next start.
                 continue;
             }
             next = seg + length;
-            if in_use {
-                let addr = span.low + (at as u64) + block_size;
-                if let Some(room) = (length << span.log2).checked_sub(block_size as usize)
-                    && let Some(b) = block.get(block_size as usize..)
-                    && let Some(blob) = self.decode_blob(addr, b, room)
-                {
-                    blobs.push(blob);
-                }
+            if in_use
+                && let Some(addr) = span.low.checked_add(at as u64 + block_size)
+                && let Some(room) = (length << span.log2).checked_sub(block_size as usize)
+                && let Some(b) = block.get(block_size as usize..)
+                && let Some(blob) = self.decode_blob(addr, b, room)
+            {
+                blobs.push(blob);
             }
         }
     }
@@ -338,12 +337,12 @@ impl Walk<'_> {
                 addr.checked_add(data.get(buf, 0)? as u64)?,
             ),
         };
-        if start < addr || end < start || end > addr + size as u64 {
+        if start < addr || end < start || end > addr.checked_add(size as u64)? {
             return None;
         }
         let complete = l.blob_frame_complete.get(buf, 0)?;
         let frame_complete = if complete >= 0 {
-            (start + complete as u64).min(end)
+            start.saturating_add(complete as u64).min(end)
         } else {
             end
         };

@@ -8,7 +8,7 @@ use super::{
     error::JvmError,
     memory::le,
     unsigned5::Unsigned5,
-    vmstructs::{Field, VmStructs},
+    vmstructs::{Field, MAX_HEADER, VmStructs},
 };
 
 /// Where an nmethod keeps its debug information — the PcDescs (pc offset → scope), the scopes
@@ -188,6 +188,12 @@ impl DebugLayout {
             .map(|f| f.end())
             .max()
             .unwrap_or(0);
+        if header_end > MAX_HEADER {
+            return Err(JvmError::Invalid {
+                pid,
+                what: format!("an nmethod header of {header_end} bytes"),
+            });
+        }
         Ok(DebugLayout {
             compile_id,
             sections,

@@ -127,12 +127,15 @@ impl Jvm {
         self.mem.read(queue, buf)?;
         let start = l.queue_buffer.get(buf, 0).unwrap_or(0) as u64;
         let limit = l.queue_limit.get(buf, 0).unwrap_or(0);
-        if start == 0 || limit <= 0 {
+        let end = start
+            .checked_add(limit as u64)
+            .filter(|_| start != 0 && limit > 0);
+        let Some(end) = end else {
             return Err(self
                 .mem
                 .invalid(format!("implausible interpreter StubQueue at {queue:#x}")));
-        }
-        Ok((start, start + limit as u64))
+        };
+        Ok((start, end))
     }
 
     /// Every blob in the code cache now. The JVM changes the cache while it is read: blobs

@@ -5,7 +5,7 @@ use super::{
     debuginfo::DebugLayout,
     error::JvmError,
     memory::{MAX_CSTR, Memory},
-    vmstructs::{Field, VmStructs},
+    vmstructs::{Field, MAX_HEADER, VmStructs},
 };
 
 /// How a blob's code range is stored: JDK 17 keeps pointers, JDK 23+ offsets from the blob.
@@ -96,6 +96,12 @@ impl Layout {
             blob_code,
             nmethod_test,
         );
+        if blob_header.max(nmethod_method.end()) > MAX_HEADER {
+            return Err(JvmError::Invalid {
+                pid,
+                what: format!("a blob header of {blob_header} bytes"),
+            });
+        }
         let (interpreter_method_offset, interpreter_sender_sp_offset) = interpreter_slots(pid, vm)?;
         let debug = DebugLayout::resolve(pid, vm, major).map_err(|e| e.to_string());
         if let Err(e) = &debug {

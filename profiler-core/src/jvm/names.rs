@@ -57,7 +57,10 @@ impl Names {
                 "name index {name_index} outside its constant pool of {pool_length}"
             )));
         }
-        let name = mem.u64(pool + l.pool_size + name_index as u64 * 8)?;
+        let entry = (name_index as u64)
+            .checked_mul(8)
+            .and_then(|e| e.checked_add(l.pool_size));
+        let name = mem.u64(past(mem, pool, entry)?)?;
         let holder = ptr(mem, pool, l.pool_holder)?;
         let class = ptr(mem, holder, l.klass_name)?;
         let class = symbol(mem, l, class)?.replace('/', ".");
@@ -82,11 +85,17 @@ fn int(mem: &Memory, at: u64, f: Field) -> Result<i64, JvmError> {
         return Err(mem.invalid("null object".into()));
     }
     let mut buf = [0u8; 8];
-    mem.read(at + f.offset, &mut buf[..f.size])?;
+    mem.read(past(mem, at, Some(f.offset))?, &mut buf[..f.size])?;
     // The field was read alone: it sits at 0 in the buffer.
     Field { offset: 0, ..f }
         .get(&buf, 0)
         .ok_or_else(|| mem.invalid("field layout".into()))
+}
+
+/// `by` bytes past `at` (None: more than an address holds).
+fn past(mem: &Memory, at: u64, by: Option<u64>) -> Result<u64, JvmError> {
+    by.and_then(|by| at.checked_add(by))
+        .ok_or_else(|| mem.invalid(format!("an object at {at:#x} ends past the address space")))
 }
 
 /// A Symbol's text: bounded, valid UTF-8 and without control characters.
@@ -96,7 +105,7 @@ fn symbol(mem: &Memory, l: &Layout, sym: u64) -> Result<String, JvmError> {
         return Err(mem.invalid(format!("Symbol at {sym:#x} has length {len}")));
     }
     let mut body = vec![0u8; len as usize];
-    mem.read(sym + l.symbol_body, &mut body)?;
+    mem.read(past(mem, sym, Some(l.symbol_body))?, &mut body)?;
     match String::from_utf8(body) {
         Ok(s) if !s.chars().any(char::is_control) => Ok(s),
         _ => Err(mem.invalid(format!("Symbol at {sym:#x} is not a printable name"))),

@@ -34,7 +34,9 @@ mod tests {
             codecache::BlobKind,
             debuginfo::{PcScopes, Scope, tests::recorded},
             instance::Jvm,
+            memory::Memory,
             unsigned5::{Unsigned5, encode},
+            vmstructs::VmStructs,
         },
         *,
     };
@@ -45,6 +47,13 @@ mod tests {
     impl Image {
         fn new() -> Image {
             Image(vec![0; 8 * LIBJVM_VARIABLES.len()])
+        }
+
+        /// The image, to the end of its last page (memory is mapped in pages: a C string is
+        /// read up to its page's end).
+        fn into_bytes(mut self) -> Vec<u8> {
+            self.0.resize(self.0.len().next_multiple_of(4096), 0);
+            self.0
         }
 
         /// `len` zero bytes at a multiple of `align`: their address.
@@ -76,6 +85,13 @@ mod tests {
         fn var(&mut self, name: &str, value: u64) {
             let i = LIBJVM_VARIABLES.iter().position(|v| *v == name);
             self.put(IMAGE_BASE + 8 * i.expect("a variable") as u64, value, 8);
+        }
+
+        /// The variables `prefix` + each name.
+        fn vars(&mut self, prefix: &str, values: &[(&str, u64)]) {
+            for &(name, value) in values {
+                self.var(&format!("{prefix}{name}"), value);
+            }
         }
 
         /// A table of `entries` of `stride` bytes, each `(offset in the entry, value,
@@ -203,6 +219,7 @@ mod tests {
         img: &mut Image,
         fields: &[(&str, &str, &str, u64)],
         statics: &[(&str, &str, &str, u64)],
+        types: &[(&str, u64, bool)],
         ints: &[(&str, i64)],
     ) {
         // vmStructs: type name 0, field name 8, type string 16, is static 24, offset 32,
@@ -226,19 +243,20 @@ mod tests {
             ]);
         }
         img.table("gHotSpotVMStructs", 48, &structs);
-        for (var, v) in [
-            ("ArrayStride", 48),
-            ("TypeNameOffset", 0),
-            ("FieldNameOffset", 8),
-            ("TypeStringOffset", 16),
-            ("IsStaticOffset", 24),
-            ("OffsetOffset", 32),
-            ("AddressOffset", 40),
-        ] {
-            img.var(&format!("gHotSpotVMStructEntry{var}"), v);
-        }
+        img.vars(
+            "gHotSpotVMStructEntry",
+            &[
+                ("ArrayStride", 48),
+                ("TypeNameOffset", 0),
+                ("FieldNameOffset", 8),
+                ("TypeStringOffset", 16),
+                ("IsStaticOffset", 24),
+                ("OffsetOffset", 32),
+                ("AddressOffset", 40),
+            ],
+        );
         // vmTypes: name 0, size 16, is unsigned 24.
-        let types: Vec<_> = TYPES
+        let types: Vec<_> = types
             .iter()
             .map(|&(name, size, unsigned)| {
                 vec![
@@ -249,14 +267,15 @@ mod tests {
             })
             .collect();
         img.table("gHotSpotVMTypes", 32, &types);
-        for (var, v) in [
-            ("ArrayStride", 32),
-            ("TypeNameOffset", 0),
-            ("SizeOffset", 16),
-            ("IsUnsignedOffset", 24),
-        ] {
-            img.var(&format!("gHotSpotVMTypeEntry{var}"), v);
-        }
+        img.vars(
+            "gHotSpotVMTypeEntry",
+            &[
+                ("ArrayStride", 32),
+                ("TypeNameOffset", 0),
+                ("SizeOffset", 16),
+                ("IsUnsignedOffset", 24),
+            ],
+        );
         // Constants: name 0, value 8.
         let ints: Vec<_> = ints
             .iter()
@@ -269,9 +288,11 @@ mod tests {
         ]];
         img.table("gHotSpotVMLongConstants", 16, &longs);
         for kind in ["Int", "Long"] {
-            img.var(&format!("gHotSpotVM{kind}ConstantEntryArrayStride"), 16);
-            img.var(&format!("gHotSpotVM{kind}ConstantEntryNameOffset"), 0);
-            img.var(&format!("gHotSpotVM{kind}ConstantEntryValueOffset"), 8);
+            let prefix = format!("gHotSpotVM{kind}ConstantEntry");
+            img.vars(
+                &prefix,
+                &[("ArrayStride", 16), ("NameOffset", 0), ("ValueOffset", 8)],
+            );
         }
     }
 
@@ -453,13 +474,45 @@ mod tests {
     /// stub, the outer method's nmethod and a free block, the second the leaf's nmethod.
     fn jvm(jdk: Jdk) -> (Vec<u8>, Want) {
         let mut img = Image::new();
-        let statics: Vec<u64> = (0..4).map(|_| img.alloc(8, 8)).collect();
+        let statics: [u64; 4] = std::array::from_fn(|_| img.alloc(8, 8));
         let methods = Methods {
             outer: img.method("pkg/Outer", "run"),
             inner: img.method("pkg/Inner", "step"),
             leaf: img.method("pkg/Outer$$Lambda+0x0000000800c01234", "apply"),
         };
-        let [outer, leaf] = nmethods(jdk, &methods);
+        let (a, b) = code_cache(&mut img, jdk, &methods, statics[0]);
+        // The interpreter: a StubQueue over the first blob's code.
+        let queue = img.alloc(16, 8);
+        img.put(queue, a[0] + 96, 8);
+        img.put(queue + 8, 128, 4);
+        img.put(statics[1], queue, 8);
+        let (version, major) = match jdk {
+            Jdk::J17 => ("17.0.99+1-recorded", 17),
+            Jdk::J25 => ("25.0.9+1-recorded", 25),
+        };
+        let release = img.string(version);
+        img.put(statics[2], release, 8);
+        img.put(statics[3], major, 4);
+        jdk_tables(&mut img, jdk, statics);
+        let want = Want {
+            version,
+            interpreter: (a[0] + 96, a[0] + 224),
+            heaps: (a[0] - 16, b[0] - 16 + 12 * 64),
+            blobs: want_blobs(&a, &b, &methods),
+            methods,
+        };
+        (img.into_bytes(), want)
+    }
+
+    /// The two code heaps, as `CodeCache::_heaps` (the static at `heaps`) points at them;
+    /// the addresses of their blobs.
+    fn code_cache(
+        img: &mut Image,
+        jdk: Jdk,
+        methods: &Methods,
+        heaps: u64,
+    ) -> (Vec<u64>, Vec<u64>) {
+        let [outer, leaf] = nmethods(jdk, methods);
         let nmethod = |segment, segments, n, complete| Blob {
             segment,
             segments,
@@ -489,26 +542,19 @@ mod tests {
             free,
         ];
         let second = [nmethod(0, 8, leaf, 0)];
-        let (heap_a, a) = code_heap(&mut img, jdk, 24, &first);
-        let (heap_b, b) = code_heap(&mut img, jdk, 12, &second);
-        // The heaps, as `CodeCache::_heaps` points at them.
+        let (heap_a, a) = code_heap(img, jdk, 24, &first);
+        let (heap_b, b) = code_heap(img, jdk, 12, &second);
         let list = img.bytes(&[heap_a.to_le_bytes(), heap_b.to_le_bytes()].concat());
         let array = img.alloc(16, 8);
         img.put(array, 2, 4);
         img.put(array + 8, list, 8);
-        img.put(statics[0], array, 8);
-        // The interpreter: a StubQueue over the first blob's code.
-        let queue = img.alloc(16, 8);
-        img.put(queue, a[0] + 96, 8);
-        img.put(queue + 8, 128, 4);
-        img.put(statics[1], queue, 8);
-        let (version, major) = match jdk {
-            Jdk::J17 => ("17.0.99+1-recorded", 17),
-            Jdk::J25 => ("25.0.9+1-recorded", 25),
-        };
-        let release = img.string(version);
-        img.put(statics[2], release, 8);
-        img.put(statics[3], major, 4);
+        img.put(heaps, array, 8);
+        (a, b)
+    }
+
+    /// libjvm's tables as `jdk` has them, its static fields at `statics` (the code heaps,
+    /// the interpreter, the release string, the major version).
+    fn jdk_tables(img: &mut Image, jdk: Jdk, statics: [u64; 4]) {
         let (own, mut ints) = match jdk {
             Jdk::J17 => (&FIELDS_17[..], vec![]),
             Jdk::J25 => (
@@ -521,91 +567,48 @@ mod tests {
             ("frame::interpreter_frame_sender_sp_offset", -1),
         ]);
         let fields: Vec<_> = FIELDS.iter().chain(own).copied().collect();
+        let [heaps, code, release, major] = statics;
         let statics = [
-            (
-                "CodeCache",
-                "_heaps",
-                "GrowableArray<CodeHeap*>*",
-                statics[0],
-            ),
-            ("AbstractInterpreter", "_code", "StubQueue*", statics[1]),
+            ("CodeCache", "_heaps", "GrowableArray<CodeHeap*>*", heaps),
+            ("AbstractInterpreter", "_code", "StubQueue*", code),
             (
                 "Abstract_VM_Version",
                 "_s_vm_release",
                 "const char*",
-                statics[2],
+                release,
             ),
-            (
-                "Abstract_VM_Version",
-                "_vm_major_version",
-                "int",
-                statics[3],
-            ),
+            ("Abstract_VM_Version", "_vm_major_version", "int", major),
         ];
-        tables(&mut img, &fields, &statics, &ints);
-        let blob = |at: u64, end: u64, complete: u64, size: u32, kind: BlobKind, name: &str, id| {
-            (
-                at + 96,
-                at + end,
-                complete,
-                size,
-                kind,
-                name.to_string(),
-                id,
-            )
+        tables(img, &fields, &statics, &TYPES, &ints);
+    }
+
+    /// The blobs the reader should find in the heaps whose blobs lie at `a` and `b`.
+    fn want_blobs(a: &[u64], b: &[u64], m: &Methods) -> Vec<BlobSeen> {
+        let blob = |at: u64, end: u64, complete: u64, size: u32, kind: BlobKind, name: &str| {
+            (at + 96, at + end, complete, size, kind, name.to_string())
         };
-        let want = Want {
-            version,
-            interpreter: (a[0] + 96, a[0] + 224),
-            heaps: (a[0] - 16, b[0] - 16 + 12 * 64),
-            blobs: vec![
-                blob(
-                    a[0],
-                    240,
-                    a[0] + 240,
-                    0,
-                    BlobKind::Interpreter,
-                    "Interpreter",
-                    None,
-                ),
-                blob(
-                    a[1],
-                    112,
-                    a[1] + 112,
-                    0,
-                    BlobKind::Stub,
-                    "StubRoutines (1)",
-                    None,
-                ),
-                blob(
-                    a[2],
-                    224,
-                    a[2] + 96 + 16,
-                    6,
-                    BlobKind::Nmethod {
-                        method: methods.outer,
-                    },
-                    "pkg.Outer.run",
-                    Some(42),
-                ),
-                blob(
-                    b[0],
-                    224,
-                    b[0] + 96,
-                    6,
-                    BlobKind::Nmethod {
-                        method: methods.leaf,
-                    },
-                    "pkg.Outer$$Lambda.apply",
-                    Some(43),
-                ),
-            ],
-            methods,
-        };
-        // Memory is mapped in pages: a C string is read up to its page's end.
-        let mut image = img.0;
-        image.resize(image.len().next_multiple_of(4096), 0);
-        (image, want)
+        let outer = BlobKind::Nmethod { method: m.outer };
+        let leaf = BlobKind::Nmethod { method: m.leaf };
+        let seen = [
+            blob(
+                a[0],
+                240,
+                a[0] + 240,
+                0,
+                BlobKind::Interpreter,
+                "Interpreter",
+            ),
+            blob(a[1], 112, a[1] + 112, 0, BlobKind::Stub, "StubRoutines (1)"),
+            blob(a[2], 224, a[2] + 96 + 16, 6, outer, "pkg.Outer.run"),
+            blob(b[0], 224, b[0] + 96, 6, leaf, "pkg.Outer$$Lambda.apply"),
+        ];
+        let ids = [None, None, Some(42), Some(43)];
+        seen.into_iter()
+            .zip(ids)
+            .map(|((start, end, complete, size, kind, name), id)| {
+                (start, end, complete, size, kind, name, id)
+            })
+            .collect()
     }
 
     #[test]
@@ -682,6 +685,54 @@ mod tests {
             let read = jvm.read_inlining(&mut again, Duration::ZERO);
             assert_eq!((read.decoded, read.cached), (0, 2), "{jdk:?}");
         }
+    }
+
+    #[test]
+    fn vm_structs_are_read_from_a_recorded_image() {
+        let mut img = Image::new();
+        let fields = [
+            ("Klass", "_name", "Symbol*", 16),
+            ("Symbol", "_length", "u2", 0),
+        ];
+        let statics = [("Universe", "_collectedHeap", "CollectedHeap*", 0x1234)];
+        let types = [("Klass", 200, false), ("u2", 2, true)];
+        tables(
+            &mut img,
+            &fields,
+            &statics,
+            &types,
+            &[("Method::_native", -5)],
+        );
+        let (lib, source) = recorded_jvm(&img.into_bytes());
+        let mem = Memory {
+            pid: 4242,
+            source: Box::new(source),
+        };
+        let vm = VmStructs::read(&mem, &lib).expect("read the recorded tables");
+        let field = |ty, name| {
+            vm.field(4242, ty, name)
+                .map(|f| (f.offset, f.size, f.signed))
+        };
+        assert_eq!(field("Klass", "_name").ok(), Some((16, 8, false)));
+        assert_eq!(field("Symbol", "_length").ok(), Some((0, 2, false)));
+        assert!(field("Universe", "_collectedHeap").is_err(), "static");
+        let heap = vm.static_address(4242, "Universe", "_collectedHeap");
+        assert_eq!(heap.ok(), Some(0x1234));
+        assert_eq!(vm.size_of(4242, "Klass").ok(), Some(200));
+        assert_eq!(vm.int_constants["Method::_native"], -5);
+
+        // Without one exported variable: an error that names it, and nothing panics.
+        let symbols = LIBJVM_VARIABLES
+            .iter()
+            .zip((IMAGE_BASE..).step_by(8))
+            .filter(|(name, _)| **name != "gHotSpotVMTypeEntrySizeOffset")
+            .map(|(name, at)| (name.to_string(), at))
+            .collect();
+        let Err(err) = VmStructs::read(&mem, &Libjvm::from_symbols(symbols)) else {
+            panic!("tables without gHotSpotVMTypeEntrySizeOffset were read");
+        };
+        let err = err.to_string();
+        assert!(err.contains("gHotSpotVMTypeEntrySizeOffset"), "{err}");
     }
 
     /// The fuzz target's seeds (`fuzz/seeds/jvm/`) are these recorded JVMs, so it starts from

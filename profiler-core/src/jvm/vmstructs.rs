@@ -35,6 +35,13 @@ pub(super) struct VmStructs {
     long_constants: HashMap<String, i64>,
 }
 
+/// The largest offset of a field in its object believed (HotSpot's objects are far smaller):
+/// a table that says more is not the JVM's.
+const MAX_FIELD_OFFSET: u64 = 1 << 16;
+/// The most bytes of a blob's header read for each block (the reader's fields of a CodeBlob
+/// and an nmethod lie in its first few hundred bytes).
+pub(super) const MAX_HEADER: u64 = 4096;
+
 /// The variables libjvm.so exports that the reader reads (by their symbols): where the tables
 /// lie, and how their entries are laid out.
 pub const LIBJVM_VARIABLES: [&str; 21] = [
@@ -321,7 +328,7 @@ fn for_each_entry(
     const BATCH: u64 = 64;
     // A table of tens of thousands of entries is not one of these: stop at a corrupt one.
     const MAX_ENTRIES: u64 = 100_000;
-    if base == 0 || stride == 0 || stride > 1024 || name + 8 > stride {
+    if base == 0 || stride == 0 || stride > 1024 || name.checked_add(8).is_none_or(|e| e > stride) {
         return Err(mem.invalid(format!(
             "implausible vmStructs table at {base:#x}, stride {stride}"
         )));
@@ -329,7 +336,9 @@ fn for_each_entry(
     let mut buf = vec![0u8; (stride * BATCH) as usize];
     let mut index = 0;
     while index < MAX_ENTRIES {
-        let at = base + index * stride;
+        let Some(at) = base.checked_add(index * stride) else {
+            break;
+        };
         // The last batch may run past the table's end into unmapped memory: read less.
         if mem.read(at, &mut buf).is_err() {
             buf.truncate(stride as usize);
@@ -372,13 +381,22 @@ impl Field {
 }
 
 impl VmStructs {
+    /// A field's entry; an instance field's offset is checked to be plausible.
     pub(super) fn entry(&self, pid: u32, ty: &str, field: &str) -> Result<&FieldEntry, JvmError> {
-        self.fields
+        let e = self
+            .fields
             .get(&(ty.to_string(), field.to_string()))
             .ok_or_else(|| JvmError::Unsupported {
                 pid,
                 what: format!("field {ty}::{field}"),
-            })
+            })?;
+        if !e.is_static && e.offset > MAX_FIELD_OFFSET {
+            return Err(JvmError::Invalid {
+                pid,
+                what: format!("field {ty}::{field} at offset {:#x}", e.offset),
+            });
+        }
+        Ok(e)
     }
 
     /// A non-static field, its width taken from its type's size in the type table.
@@ -438,147 +456,7 @@ impl VmStructs {
 
 #[cfg(test)]
 mod tests {
-    use super::{super::memory::RecordedMemory, *};
-
-    /// Lays out libjvm's exported variables, tables and strings in one piece of memory.
-    struct ImageWriter {
-        base: u64,
-        bytes: Vec<u8>,
-        symbols: HashMap<String, u64>,
-    }
-
-    impl ImageWriter {
-        fn alloc(&mut self, len: usize) -> u64 {
-            self.bytes
-                .resize(self.bytes.len().next_multiple_of(8) + len, 0);
-            self.base + (self.bytes.len() - len) as u64
-        }
-
-        fn put(&mut self, addr: u64, value: u64, width: usize) {
-            let at = (addr - self.base) as usize;
-            self.bytes[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
-        }
-
-        fn string(&mut self, s: &str) -> u64 {
-            let at = self.alloc(s.len() + 1);
-            self.bytes[(at - self.base) as usize..][..s.len()].copy_from_slice(s.as_bytes());
-            at
-        }
-
-        fn var(&mut self, name: &str, value: u64) {
-            let at = self.alloc(8);
-            self.put(at, value, 8);
-            self.symbols.insert(name.into(), at);
-        }
-    }
-
-    /// libjvm's tables as a JDK lays them out: two vmStructs fields (one static), two
-    /// vmTypes, one int constant, no long constant.
-    fn recorded_tables() -> ImageWriter {
-        let mut w = ImageWriter {
-            base: 0x7f00_0000_0000,
-            bytes: Vec::new(),
-            symbols: HashMap::new(),
-        };
-        let s = |w: &mut ImageWriter, text: &str| w.string(text);
-        let (klass, name, symbol) = (s(&mut w, "Klass"), s(&mut w, "_name"), s(&mut w, "Symbol*"));
-        let (universe, heap, heap_t) = (
-            s(&mut w, "Universe"),
-            s(&mut w, "_collectedHeap"),
-            s(&mut w, "CollectedHeap*"),
-        );
-        let (u2, native) = (s(&mut w, "u2"), s(&mut w, "Method::_native"));
-        // vmStructs: type name 0, field name 8, type string 16, is static 24, offset 32,
-        // address 40.
-        let structs = w.alloc(48 * 3);
-        for (i, e) in [
-            [klass, name, symbol, 0, 16, 0],
-            [universe, heap, heap_t, 1, 0, 0x1234],
-        ]
-        .iter()
-        .enumerate()
-        {
-            for (k, &v) in e.iter().enumerate() {
-                let width = if k == 3 { 4 } else { 8 };
-                w.put(structs + i as u64 * 48 + k as u64 * 8, v, width);
-            }
-        }
-        w.var("gHotSpotVMStructs", structs);
-        for (var, v) in [
-            ("ArrayStride", 48),
-            ("TypeNameOffset", 0),
-            ("FieldNameOffset", 8),
-            ("TypeStringOffset", 16),
-            ("IsStaticOffset", 24),
-            ("OffsetOffset", 32),
-            ("AddressOffset", 40),
-        ] {
-            w.var(&format!("gHotSpotVMStructEntry{var}"), v);
-        }
-        // vmTypes: name 0, size 16, is unsigned 24; int constants: name 0, value 8 (4 bytes).
-        let types_table = w.alloc(32 * 3);
-        w.var("gHotSpotVMTypes", types_table);
-        for (i, (n, size, unsigned)) in [(klass, 200, 0), (u2, 2, 1)].into_iter().enumerate() {
-            let e = types_table + i as u64 * 32;
-            w.put(e, n, 8);
-            w.put(e + 16, size, 8);
-            w.put(e + 24, unsigned, 4);
-        }
-        for (var, v) in [
-            ("ArrayStride", 32),
-            ("TypeNameOffset", 0),
-            ("SizeOffset", 16),
-        ] {
-            w.var(&format!("gHotSpotVMTypeEntry{var}"), v);
-        }
-        w.var("gHotSpotVMTypeEntryIsUnsignedOffset", 24);
-        let ints = w.alloc(16 * 2);
-        w.put(ints, native, 8);
-        w.put(ints + 8, (-5i32) as u32 as u64, 4);
-        w.var("gHotSpotVMIntConstants", ints);
-        let longs = w.alloc(16);
-        w.var("gHotSpotVMLongConstants", longs);
-        for kind in ["Int", "Long"] {
-            w.var(&format!("gHotSpotVM{kind}ConstantEntryArrayStride"), 16);
-            w.var(&format!("gHotSpotVM{kind}ConstantEntryNameOffset"), 0);
-            w.var(&format!("gHotSpotVM{kind}ConstantEntryValueOffset"), 8);
-        }
-
-        w
-    }
-
-    #[test]
-    fn vm_structs_are_read_from_a_recorded_image() {
-        let w = recorded_tables();
-        let lib = Libjvm {
-            symbols: w.symbols.clone(),
-        };
-        let mem = Memory {
-            pid: 4242,
-            source: Box::new(RecordedMemory::new(vec![(w.base, w.bytes.clone())])),
-        };
-        let vm = VmStructs::read(&mem, &lib).expect("read the recorded tables");
-        let field = &vm.fields[&("Klass".to_string(), "_name".to_string())];
-        assert_eq!((field.offset, field.type_string.as_str()), (16, "Symbol*"));
-        assert!(!field.is_static);
-        let heap = &vm.fields[&("Universe".to_string(), "_collectedHeap".to_string())];
-        assert!(heap.is_static);
-        assert_eq!(heap.address, 0x1234);
-        assert_eq!(vm.types["Klass"], (200, false));
-        assert_eq!(vm.types["u2"], (2, true));
-        assert_eq!(vm.int_constants["Method::_native"], -5);
-
-        // An image without one exported variable names it, and nothing panics.
-        let mut symbols = w.symbols.clone();
-        symbols.remove("gHotSpotVMTypeEntrySizeOffset");
-        let Err(err) = VmStructs::read(&mem, &Libjvm { symbols }) else {
-            panic!("tables without gHotSpotVMTypeEntrySizeOffset were read");
-        };
-        assert!(
-            err.to_string().contains("gHotSpotVMTypeEntrySizeOffset"),
-            "{err}"
-        );
-    }
+    use super::*;
 
     #[test]
     fn jvm_field_sign_extends() {
