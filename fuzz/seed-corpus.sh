@@ -1,9 +1,11 @@
 #!/bin/sh
 # Seeds corpus/ with real inputs (never committed: corpus/ is gitignored): small ELF files
-# for eh_frame, /proc maps and a perf map for proc_text.
+# for eh_frame, /proc maps and a perf map for proc_text, the recorded JVMs of seeds/jvm (the
+# reader's unit tests check they are the JVMs they read) for jvm.
 set -eu
 cd "$(dirname "$0")"
-mkdir -p corpus/eh_frame corpus/proc_text
+mkdir -p corpus/eh_frame corpus/proc_text corpus/jvm
+cp seeds/jvm/* corpus/jvm/
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cat > "$tmp/t.c" <<'C'

@@ -419,6 +419,21 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// The wire crate says which table filled; the report names the flag that raises it,
+    /// which must be one of ours.
+    #[test]
+    fn every_flag_a_full_table_names_is_a_flag() {
+        let cli = Cli::command();
+        for table in profiler_common::Table::ALL {
+            let flag = profiler_core::model::time::flag_raising(table);
+            let long = flag.strip_prefix("--").expect("a long flag");
+            assert!(
+                cli.get_arguments().any(|a| a.get_long() == Some(long)),
+                "{table:?}: {flag} is not a flag of the profiler"
+            );
+        }
+    }
+
     #[test]
     fn bare_command_line_uses_the_documented_defaults() {
         let args = record(&["--pid", "1"]).unwrap();

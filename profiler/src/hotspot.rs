@@ -1,6 +1,7 @@
 //! A JVM target's code cache, followed through the capture: rows for the in-kernel unwinder
-//! (`unwind::jit`) and names for the symbolizer, both from the JVM's own structures
-//! (`jvm`: vmStructs), so a stock JVM needs no flags, no agent and no restart.
+//! (`unwind::jit`) and names for the symbolizer, both from the JVM's own structures (`jvm`:
+//! vmStructs, attached by `jvm_attach`), so a stock JVM needs no flags, no agent and no
+//! restart.
 //!
 //! The cache is read when the JVM is found and then every tick, or less often when a read is
 //! costly (at most 2 % of a CPU, at least every 2 s); each read replaces the process's JIT rows and adds the names of the code it found to what
@@ -22,6 +23,8 @@ use profiler_core::{
     perfmap::PerfMap,
     unwind::jit::{JitCode, JitFrame, jit_rows},
 };
+
+use crate::jvm_attach;
 
 /// Code the JIT just compiled unwinds by frame pointers until the next read (a compiled
 /// frame then hides its caller), so the cache is read often — every tick (0.2 s) for a small
@@ -146,7 +149,7 @@ impl HotSpot {
     /// cannot be read (said in the log: its Java frames then unwind as before, by frame
     /// pointers).
     pub fn attach(pid: u32) -> Option<Self> {
-        match Jvm::attach(pid) {
+        match jvm_attach::attach(pid) {
             Ok(Some(jvm)) => Some(Self {
                 jvm,
                 code: BTreeMap::new(),

@@ -8,6 +8,7 @@ pub mod capture;
 pub mod cli;
 pub mod drain;
 pub mod hotspot;
+pub mod jvm_attach;
 pub mod kernel;
 pub mod late;
 pub mod launch;

@@ -13,7 +13,7 @@ use std::{
 };
 
 use common::*;
-use profiler::hotspot::HotSpot;
+use profiler::{hotspot::HotSpot, jvm_attach};
 use profiler_core::{
     jvm::{BlobKind, CodeBlob, Jvm},
     procmap::{MappingKind, parse_maps},
@@ -125,7 +125,7 @@ fn check(home: &str, version_prefix: &str) {
     let pid = workload.pid();
     let _map = PerfMap(format!("/tmp/perf-{pid}.map"));
 
-    let mut jvm = Jvm::attach(pid)
+    let mut jvm = jvm_attach::attach(pid)
         .expect("attach to the JVM")
         .expect("a JVM maps libjvm.so");
     let version = jvm.version().expect("the JVM's release string");
@@ -138,7 +138,7 @@ fn check(home: &str, version_prefix: &str) {
     let after = check_against_perf_map(home, &mut jvm, pid);
 
     // Method names through a fresh reader (no cache), and a Method* that is not one.
-    let mut fresh = Jvm::attach(pid).expect("attach").expect("a JVM");
+    let mut fresh = jvm_attach::attach(pid).expect("attach").expect("a JVM");
     for b in &after {
         if let BlobKind::Nmethod { method } = b.kind
             && b.name.starts_with("JitWork.")
@@ -327,7 +327,7 @@ fn jvm_reader_not_a_jvm() {
     let _serial = serial();
     let workload = Workload::spawn(Build::FramePointers, &["spin"]);
     assert!(
-        Jvm::attach(workload.pid())
+        jvm_attach::attach(workload.pid())
             .expect("read its maps")
             .is_none()
     );
@@ -455,7 +455,7 @@ fn check_inlining(home: &str) {
     );
     assert_eq!(ready, "ready");
     let pid = workload.pid();
-    let mut jvm = Jvm::attach(pid)
+    let mut jvm = jvm_attach::attach(pid)
         .expect("attach to the JVM")
         .expect("a JVM maps libjvm.so");
     let (mut blobs, at) = c2_outer(home, &mut jvm, pid);
@@ -650,7 +650,7 @@ fn measurement_inlining_cost_on_a_large_code_cache() {
     );
     assert_eq!(ready, "ready");
     let pid = workload.pid();
-    let mut jvm = Jvm::attach(pid).expect("attach").expect("a JVM");
+    let mut jvm = jvm_attach::attach(pid).expect("attach").expect("a JVM");
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut count = 0;
     while Instant::now() < deadline {
@@ -729,7 +729,7 @@ fn measure_reads(jvm: &mut Jvm) {
 /// Reads as the profiler makes them (hotspot.rs, `INLINING_BUDGET`): a budget per read, a
 /// fresh reader, until nothing is left.
 fn measure_budgeted_reads(pid: u32) {
-    let mut fresh = Jvm::attach(pid).expect("attach").expect("a JVM");
+    let mut fresh = jvm_attach::attach(pid).expect("attach").expect("a JVM");
     let mut calls = 0;
     let (t, c) = (Instant::now(), cpu_time());
     let mut inlining_cpu = Duration::ZERO;

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use profiler_common::{RunqueueHist, SiteKey, WaitHist, WaitState, stack_id};
+use profiler_common::{RunqueueHist, SiteKey, Table, WaitHist, WaitState, stack_id};
 use serde::{Deserialize, Serialize};
 
 use super::{Counters, Mode, SchedStat, Window};
@@ -433,12 +433,15 @@ impl Profile {
         let mut lost: Vec<_> = self
             .counters
             .losses()
-            .filter_map(|(c, n)| c.loss().map(|(what, flag)| (what, n, flag)))
+            .filter_map(|(c, n)| {
+                c.loss()
+                    .map(|(what, table)| (what, n, table.map(flag_raising)))
+            })
             .collect();
         lost.push((
             "threads at start: thread table full",
             self.lost_seeds,
-            Some("--max-threads"),
+            Some(flag_raising(Table::Threads)),
         ));
         lost
     }
@@ -477,6 +480,22 @@ impl Profile {
     /// the diff read.
     pub fn state_totals(&self) -> StateTimes {
         self.threads.values().map(|t| t.time).sum()
+    }
+}
+
+/// The command-line flag that makes `table` larger, which the report names beside a loss of
+/// it (the CLI's tests check that each is one of its flags).
+pub fn flag_raising(table: Table) -> &'static str {
+    match table {
+        Table::Samples | Table::Waits | Table::Wakers | Table::SiteHists | Table::LostWaits => {
+            "--max-keys"
+        }
+        Table::Threads => "--max-threads",
+        Table::Procs => "--max-processes",
+        Table::UnwindRows => "--unwind-chunks",
+        Table::Stacks => "--max-stacks",
+        Table::TimelineRing => "--timeline-ring-kib",
+        Table::TimelineRecords => "--timeline-max-records",
     }
 }
 
