@@ -17,7 +17,7 @@
 //!   were seeded from the snapshot with the window start as their beginning; waits still in
 //!   progress at the end are cut at the end.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use profiler_common::{
     Cycle, CycleInput, SampleKey, SampleValue, SiteKey, Thread, WaitHist, WaitKey, WaitStart,
@@ -72,9 +72,11 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         acc.finished_waits(&waits);
     }
     let cpu = if opts.mode.traces_switches() {
+        let sampled: HashSet<u32> = samples.iter().map(|(k, _)| k.tid).collect();
         acc.last_cycles(
             &kernel_threads,
             &sched_at_stop,
+            &sampled,
             &lost_waits,
             &mut site_hists,
             opts,
@@ -293,6 +295,7 @@ impl Accumulator {
         &mut self,
         kernel_threads: &HashMap<u32, Thread>,
         sched_at_stop: &HashMap<u32, SchedStat>,
+        sampled: &HashSet<u32>,
         lost_waits: &HashMap<u32, u64>,
         site_hists: &mut HashMap<SiteKey, WaitHist>,
         opts: &AccountOptions,
@@ -300,7 +303,8 @@ impl Accumulator {
         let mut cpu = HashMap::new();
         for (&tid, thread) in kernel_threads {
             let at_stop = sched_at_stop.get(&tid).copied();
-            let last = self.last_cycle(tid, thread, at_stop, site_hists, opts);
+            let traced = sampled.contains(&tid);
+            let last = self.last_cycle(tid, thread, at_stop, traced, site_hists, opts);
             let on = thread.stats.on_cpu_ns + last.on_ns;
             // What a short-lived thread's cycles counted ahead of the scheduler's CPU time
             // (see `exit_overcount_ns`) was time on the run queue, by the kernel's clock.
@@ -337,6 +341,7 @@ impl Accumulator {
         tid: u32,
         thread: &Thread,
         at_stop: Option<SchedStat>,
+        sampled: bool,
         site_hists: &mut HashMap<SiteKey, WaitHist>,
         opts: &AccountOptions,
     ) -> LastCycle {
@@ -346,6 +351,17 @@ impl Accumulator {
         if stats.flags & thread_flags::EXITED != 0
             || (stats.last_out_ns == 0 && stats.last_in_ns == 0)
         {
+            return LastCycle::default();
+        }
+        // On a CPU (or waiting for one) at the start, gone when the window closed, never
+        // switched in or out inside it and never sampled:
+        // a thread the start snapshot saw whose last switch-out raced the seeding of its
+        // entry (its exit went unrecorded). When it ended is unknown; closing its cycle at
+        // the window's end charged a request thread that lived milliseconds the whole 20 s
+        // window on the CPU (tests/churn.rs, thread per request, once in ~15 runs).
+        let switched_inside =
+            stats.last_out_ns > window.start_ns || stats.last_in_ns > window.start_ns;
+        if at_stop.is_none() && !switched_inside && !sampled && slot.ts_ns == 0 {
             return LastCycle::default();
         }
         let from = if stats.last_out_ns != 0 {
@@ -794,6 +810,26 @@ mod tests {
         let p = account(drained, Seeds::default(), &opts(Mode::Wall));
         assert_eq!(p.threads[&7].on_cpu_ns(), 10 * S);
         assert_eq!(by_stack(&p, 7)[&(1, Kind::OnCpu)], 10 * S);
+    }
+
+    #[test]
+    fn a_thread_gone_at_the_end_with_no_trace_in_the_window_is_not_charged_the_window() {
+        // Running when the start snapshot seeded it, no switch and no sample inside the
+        // window, gone before its counters could be read at the end: its exit raced the
+        // seeding. It is not charged 10 s on the CPU.
+        let mut drained = Drained::default();
+        let mut st = stats();
+        st.last_out_ns = 10 * S;
+        st.last_in_ns = 10 * S;
+        drained.threads.insert(
+            7,
+            Thread {
+                stats: st,
+                wait: WaitStart::default(),
+            },
+        );
+        let p = account(drained, Seeds::default(), &opts(Mode::Wall));
+        assert_eq!(p.threads.get(&7).map_or(0, |t| t.on_cpu_ns()), 0);
     }
 
     #[test]
