@@ -24,6 +24,7 @@ const EXPORTS: &[&str] = &[
     "kernel_memo_recognise",
     "kernel_memo_remember",
     "switch_account",
+    "wait_resource",
 ];
 
 fn main() {

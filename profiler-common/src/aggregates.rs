@@ -43,6 +43,8 @@ pub struct WaitKey {
     pub epoch: u16,
     pub user_stack: u64,
     pub kernel_stack: u64,
+    /// What the wait was on ([`crate::Resource`]'s id; 0: no fd, or not recorded).
+    pub resource: u64,
 }
 
 #[cfg(feature = "aya")]
@@ -89,8 +91,10 @@ impl WaitEntry {
     /// The entry as the waits it holds: its own, and its run-queue part under the same
     /// stacks with state [`crate::WaitState::RunqueueWoken`], if it has one.
     pub fn split(&self, key: WaitKey) -> impl Iterator<Item = (WaitKey, WaitValue)> {
+        // The wait for a CPU after it is not on the resource.
         let runqueue_key = WaitKey {
             state: WaitState::RunqueueWoken as u16,
+            resource: 0,
             ..key
         };
         let own = (self.wait.total_ns != 0 || self.wait.count != 0).then_some((key, self.wait));
@@ -176,6 +180,7 @@ mod tests {
             epoch: 0,
             user_stack: 3,
             kernel_stack: 4,
+            resource: 5,
         };
         let part = |total_ns, count| WaitValue {
             total_ns,
@@ -190,6 +195,7 @@ mod tests {
         let split: Vec<_> = both.split(key).collect();
         let runqueue_key = WaitKey {
             state: WaitState::RunqueueWoken as u16,
+            resource: 0,
             ..key
         };
         assert_eq!(split, [(key, part(10, 1)), (runqueue_key, part(2, 1))]);

@@ -47,6 +47,8 @@ pub struct Config {
     /// With [`config_flags::TIMELINE`]: waits at least this long (blocked and runnable
     /// together) are written to the timeline one by one (its resolution).
     pub timeline_min_ns: u64,
+    /// With [`config_flags::RESOURCES`]: where a wait's fd is named.
+    pub fd: crate::FdOffsets,
 }
 
 #[cfg(feature = "aya")]
@@ -85,6 +87,9 @@ pub mod config_flags {
     /// attached, `sched_switch` credits no waker and `sched_wakeup_new` (still attached: it
     /// starts a new thread's first cycle) names none. `WAKERS` is one entry.
     pub const NO_WAKERS: u32 = 1 << 9;
+    /// Name the fd a thread blocks on in a system call ([`crate::Resource`]): the offsets in
+    /// [`super::Config::fd`] are valid.
+    pub const RESOURCES: u32 = 1 << 10;
 }
 
 /// The single entry of [`crate::names::MAP_CONTROL`]. Programs do nothing until `start_ns` is set

@@ -16,6 +16,7 @@ mod kernel;
 mod late;
 pub mod names;
 mod procs;
+mod resource;
 mod stack;
 mod state;
 mod thread;
@@ -35,6 +36,7 @@ pub use hist::{
 pub use kernel::{BPF_NOEXIST, COMM_LEN, EEXIST, task_state};
 pub use late::{LATE_STACK_WORDS, LateSample};
 pub use procs::{ProcEvent, target_bit};
+pub use resource::{FdOffsets, Resource, file_type, resource_kind, syscall_fd_arg, syscall_polls};
 pub use stack::{
     HASH_SEED, MAX_STACK_DEPTH, NO_TABLE_GENERATION, Stack, hash_finish, hash_step, stack_id,
 };
@@ -51,20 +53,21 @@ mod tests {
     #[test]
     fn wire_sizes_are_fixed() {
         use core::mem::size_of;
-        assert_eq!(size_of::<Config>(), 80);
+        assert_eq!(size_of::<Config>(), 160);
+        assert_eq!(size_of::<Resource>(), 72);
         assert_eq!(size_of::<TimelineWait>(), 72);
         assert_eq!(size_of::<TimelineSample>(), 32);
         assert_eq!(size_of::<SampleKey>(), 24);
-        assert_eq!(size_of::<WaitKey>(), 24);
+        assert_eq!(size_of::<WaitKey>(), 32);
         assert_eq!(size_of::<WaitValue>(), 32);
         assert_eq!(size_of::<SiteKey>(), 24);
         assert_eq!(size_of::<WaitHist>(), 4 * WAIT_HIST_BUCKETS);
         assert_eq!(WAIT_HIST_BUCKETS % 2, 0);
-        assert_eq!(size_of::<WaitStart>(), 88);
+        assert_eq!(size_of::<WaitStart>(), 96);
         assert_eq!(size_of::<WakerKey>(), 56);
         assert_eq!(size_of::<WakerValue>(), 32);
         assert_eq!(size_of::<ThreadStats>(), 96);
-        assert_eq!(size_of::<Thread>(), 184);
+        assert_eq!(size_of::<Thread>(), 192);
         assert_eq!(size_of::<Stack>(), 8 * (MAX_STACK_DEPTH + 1));
         assert_eq!(size_of::<TaskSnapshot>(), 80 + 8 * MAX_STACK_DEPTH);
         assert_eq!(size_of::<unwind::UnwindRow>(), 12);

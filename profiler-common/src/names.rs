@@ -60,6 +60,8 @@ pub const MAP_TIMELINE: &str = "TIMELINE";
 /// `RingBuf`: on-CPU samples of processes without a mapping table yet
 /// ([`super::LateSample`]), read by user space every tick.
 pub const MAP_LATE_SAMPLES: &str = "LATE_SAMPLES";
+/// What waits were on, by resource id (`Resource`), as first seen.
+pub const MAP_RESOURCES: &str = "RESOURCES";
 /// tp_btf programs that keep the target set: a target's new process joins it
 /// (`sched_process_fork`), an exec or exit is noted for user space.
 pub const PROG_FORK: &str = "sched_process_fork";

@@ -107,6 +107,8 @@ pub struct WaitStart {
     /// A [`crate::waker_context`] value.
     pub waker_context: u32,
     pub _pad: u32,
+    /// What it waits on ([`crate::Resource`]'s id; 0: no fd, or not recorded).
+    pub resource: u64,
 }
 
 #[cfg(feature = "aya")]

@@ -59,6 +59,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         sched_at_start,
         sched_at_stop,
         tables_at_end,
+        resources,
         // Built by `timeline::build`, beside this stage.
         timeline: _,
     } = drained;
@@ -96,7 +97,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
     }
     name_unnamed_processes(&mut processes, &threads);
     let mut entries: Vec<Entry> = acc.entries.into_values().collect();
-    entries.sort_by_key(|e| (e.tid, e.kind, e.user_stack, e.kernel_stack));
+    entries.sort_by_key(|e| (e.tid, e.kind, e.user_stack, e.kernel_stack, e.resource));
     Profile {
         mode: opts.mode,
         window: opts.window,
@@ -122,6 +123,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
+        resources,
     }
 }
 
@@ -234,20 +236,40 @@ struct LastCycle {
 
 #[derive(Default)]
 struct Accumulator {
-    entries: HashMap<(u32, u64, u64, Kind), Entry>,
+    entries: HashMap<(u32, u64, u64, Kind, u64), Entry>,
     threads: BTreeMap<u32, ThreadTime>,
     open_waits: u64,
     /// Process of each thread (0: unknown).
     pid_of: HashMap<u32, u32>,
 }
 
+/// A state a thread blocks in at a site (not a wait for a CPU).
+fn is_blocked(state: WaitState) -> bool {
+    matches!(state, WaitState::Sleep | WaitState::Io | WaitState::Other)
+}
+
 impl Accumulator {
     fn entry(&mut self, tid: u32, user_stack: u64, kernel_stack: u64, kind: Kind) -> &mut Entry {
+        self.entry_on(tid, user_stack, kernel_stack, kind, 0)
+    }
+
+    /// The entry of a wait on `resource` (0: none known).
+    fn entry_on(
+        &mut self,
+        tid: u32,
+        user_stack: u64,
+        kernel_stack: u64,
+        kind: Kind,
+        resource: u64,
+    ) -> &mut Entry {
         let pid = self.pid_of.get(&tid).copied().unwrap_or(0);
         self.thread(tid);
         self.entries
-            .entry((tid, user_stack, kernel_stack, kind))
-            .or_insert_with(|| Entry::new(pid, tid, user_stack, kernel_stack, kind))
+            .entry((tid, user_stack, kernel_stack, kind, resource))
+            .or_insert_with(|| Entry {
+                resource,
+                ..Entry::new(pid, tid, user_stack, kernel_stack, kind)
+            })
     }
 
     fn thread(&mut self, tid: u32) -> &mut ThreadTime {
@@ -274,7 +296,13 @@ impl Accumulator {
             let Some(state) = WaitState::from_u32(u32::from(key.state)) else {
                 continue;
             };
-            let e = self.entry(key.tid, key.user_stack, key.kernel_stack, Kind::Off(state));
+            let e = self.entry_on(
+                key.tid,
+                key.user_stack,
+                key.kernel_stack,
+                Kind::Off(state),
+                key.resource,
+            );
             e.time_ns += value.total_ns;
             // Time of preemptions on the way to a sleep only: no wait of its own.
             if value.count > 0 {
@@ -430,7 +458,15 @@ impl Accumulator {
                 if ns == 0 {
                     return;
                 }
-                let e = acc.entry(tid, slot.user_stack, slot.kernel_stack, Kind::Off(state));
+                // The wait for a CPU that follows is not on the resource.
+                let resource = if is_blocked(state) { slot.resource } else { 0 };
+                let e = acc.entry_on(
+                    tid,
+                    slot.user_stack,
+                    slot.kernel_stack,
+                    Kind::Off(state),
+                    resource,
+                );
                 e.time_ns += ns;
                 if a_wait && switched_in {
                     e.finished(ns);
@@ -957,6 +993,7 @@ mod tests {
                     epoch: 0,
                     user_stack: 1,
                     kernel_stack: 2,
+                    resource: 0,
                 },
                 WaitValue {
                     total_ns: 60 * MS,

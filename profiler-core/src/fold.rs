@@ -213,6 +213,7 @@ mod tests {
             waits: 0,
             min_ns: 0,
             max_ns: 0,
+            resource: 0,
         }
     }
 

@@ -32,6 +32,7 @@
 mod kstack;
 mod late;
 mod maps;
+mod resource;
 mod sample;
 mod snapshot;
 mod stack;
@@ -43,7 +44,7 @@ mod unwind;
 mod wakeup;
 
 use aya_ebpf::Global;
-use profiler_common::Config;
+use profiler_common::{Config, FdOffsets};
 
 /// Load-time configuration, written by the loader with `override_global`.
 #[unsafe(no_mangle)]
@@ -65,6 +66,28 @@ static CONFIG: Global<Config> = Global::new(Config {
     min_block_ns: 0,
     max_block_ns: u64::MAX,
     timeline_min_ns: u64::MAX,
+    fd: FdOffsets {
+        task_files: 0,
+        files_fdt: 0,
+        fdt_max_fds: 0,
+        fdt_fd: 0,
+        file_inode: 0,
+        file_private: 0,
+        inode_mode: 0,
+        inode_ino: 0,
+        inode_sb: 0,
+        sb_dev: 0,
+        socket_sk: 0,
+        sk_family: 0,
+        sk_daddr: 0,
+        sk_saddr: 0,
+        sk_dport: 0,
+        sk_num: 0,
+        sk_v6_daddr: 0,
+        sk_v6_saddr: 0,
+        sk_protocol: 0,
+        _pad: 0,
+    },
 });
 
 /// The load-time configuration, read in place. Each field is read where it is used: a copy

@@ -103,10 +103,12 @@ pub enum Stash {
     KernelStack = 3,
     /// [`opaque`]'s slot.
     Opaque = 4,
+    /// What the wait a switch-out begins is on (`crate::resource`).
+    Resource = 5,
 }
 
 impl Stash {
-    const COUNT: u32 = 5;
+    const COUNT: u32 = 6;
 }
 
 /// `v`, as a number the verifier knows nothing about: a value computed along many branches

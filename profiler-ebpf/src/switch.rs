@@ -40,6 +40,7 @@ use profiler_common::{
 
 use crate::{
     config, kstack,
+    resource,
     maps::{
         NEW_WAIT, RUNQUEUE_HISTS, SCRATCH_HIST, SITE_HISTS, Scratch, Stash, THREADS, WAITS, WAKERS,
         add, add_lost_wait, capture_start, count, insert_thread, new_thread, opaque, parity, stash,
@@ -334,6 +335,7 @@ fn wait_begun(out: &SwitchOut) -> WaitStart {
         kernel_stack: unstash(Stash::KernelStack),
         state: packed as u32,
         flags: (packed >> 32) as u32,
+        resource: unstash(Stash::Resource),
         ..WaitStart::default()
     }
 }
@@ -377,6 +379,13 @@ fn take_stacks(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
         stack_id::EMPTY
     };
     stash(Stash::UserStack, user_stack);
+    // Asleep in a system call (not preempted, not on the way back to user mode): what on.
+    let resource = if cfg.flags & config_flags::RESOURCES == 0 || out.preempt != 0 || returning_to_user {
+        0
+    } else {
+        resource::wait_resource(out.tgid)
+    };
+    stash(Stash::Resource, resource);
 }
 
 /// Out of line (a BPF subprogram): its locals live in its own frame, gone when it returns,
@@ -451,6 +460,7 @@ fn aggregate_wait(
         epoch: parity() as u16,
         user_stack: slot.user_stack,
         kernel_stack: slot.kernel_stack,
+        resource: slot.resource,
     };
     if runqueue_wait {
         add_wait(&key, total, 1, 0);

@@ -690,6 +690,7 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
         kernel_stacks: !args.no_kernel_stacks,
         waker_stacks: args.out.wakers,
         wakers: !args.no_wakers,
+        resources: !args.no_resources,
         dwarf_chunks: prepared
             .targets
             .uploads

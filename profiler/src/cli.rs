@@ -269,6 +269,12 @@ pub struct Args {
     #[arg(long, conflicts_with = "wakers")]
     pub no_wakers: bool,
 
+    /// Do not name what each wait in a system call was on (by default a wait on an fd names
+    /// its file, socket or pipe: the path and file system, the addresses and the process at
+    /// the other end): a few kernel reads less per such switch.
+    #[arg(long)]
+    pub no_resources: bool,
+
     /// How to walk user stacks: `dwarf` unwinds from .eh_frame (or Go's .debug_frame) in the
     /// kernel, with frame pointers where a file has no unwind table.
     #[arg(long, value_enum, default_value_t = Unwind::Dwarf)]

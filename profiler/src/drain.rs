@@ -14,7 +14,7 @@
 //! thousand entries, not three per entry).
 
 use std::{
-    collections::{HashMap, HashSet, hash_map::Entry},
+    collections::{BTreeMap, HashMap, HashSet, hash_map::Entry},
     io,
     marker::PhantomData,
     os::fd::{AsFd as _, AsRawFd as _},
@@ -27,9 +27,9 @@ use aya::{
     maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray},
 };
 use profiler_common::{
-    Counter, NO_TABLE_GENERATION, ProcEvent, RunqueueHist, SampleKey, SampleValue, SiteKey, Stack,
-    Thread, WAIT_HIST_BUCKETS, WaitEntry, WaitHist, WaitKey, WaitValue, WakerKey, WakerValue,
-    exit_overcount_ns, names, thread_flags, unwind::ProcMappings,
+    Counter, NO_TABLE_GENERATION, ProcEvent, Resource, RunqueueHist, SampleKey, SampleValue,
+    SiteKey, Stack, Thread, WAIT_HIST_BUCKETS, WaitEntry, WaitHist, WaitKey, WaitValue, WakerKey,
+    WakerValue, exit_overcount_ns, names, thread_flags, unwind::ProcMappings,
 };
 
 use crate::{
@@ -37,9 +37,10 @@ use crate::{
         BPF_MAP_DELETE_BATCH, BPF_MAP_LOOKUP_AND_DELETE_BATCH, BPF_MAP_LOOKUP_BATCH, BatchAttr, bpf,
     },
     probes::{MapMemory, ProbeError, Probes, WindowSwitch},
+    resources::Namer,
     timeline::TimelineReader,
 };
-use profiler_core::model::{Drained, SchedStat};
+use profiler_core::model::{Drained, NamedResource, SchedStat};
 
 /// How often the tables are drained while the capture runs: the tick's pace. They must hold
 /// two intervals' worth of keys (the epoch being written and the one waiting for its drain).
@@ -82,6 +83,11 @@ pub struct Drainer {
     site_hists: BatchMap<SiteKey, WaitHist>,
     stacks: BatchMap<u64, Stack>,
     threads: BatchMap<u32, Thread>,
+    /// What waits are on, as the kernel first saw each: taken at every drain and named then
+    /// (an fd closed moments later is still named from what the kernel read).
+    resources: BatchMap<u64, Resource>,
+    namer: Namer,
+    named: BTreeMap<u64, NamedResource>,
     window: Arc<Mutex<WindowSwitch>>,
     /// The timeline ring, read at every drain (when the timeline is recorded).
     timeline: Option<TimelineReader>,
@@ -164,6 +170,9 @@ impl Drainer {
             site_hists: BatchMap::take(probes, names::MAP_SITE_HISTS)?,
             stacks: BatchMap::take(probes, names::MAP_STACKS)?,
             threads: BatchMap::take(probes, names::MAP_THREADS)?,
+            resources: BatchMap::take(probes, names::MAP_RESOURCES)?,
+            namer: Namer::default(),
+            named: BTreeMap::new(),
             window,
             timeline,
             epoch,
@@ -192,6 +201,7 @@ impl Drainer {
         FILL.with(|f| f.set(0.0));
         let old = ((self.epoch + 1) & 1) as u32;
         self.take(Some(old))?;
+        self.name_resources()?;
         // Exits need no faster pace than the tick's (the thread table has room for a tick's
         // churn), and a sweep reads every thread's entry: at 25 ms intervals, most of it
         // again and again on a target with thousands of threads.
@@ -223,6 +233,7 @@ impl Drainer {
         let cpu_started = thread_cpu_secs();
         self.note_kernel_memory();
         self.take(None)?;
+        self.name_resources()?;
         let threads_left = self.threads.read_all()?;
         let threads_at_end = threads_left.len() as u64;
         self.stats.peak_threads = self.stats.peak_threads.max(threads_left.len());
@@ -289,8 +300,24 @@ impl Drainer {
             .into_iter()
             .collect(),
             timeline,
+            resources: self.named,
         };
         Ok((drained, self.stats))
+    }
+
+    /// Names the resources the kernel met since the last drain (each once: the kernel puts
+    /// a taken one back when a wait meets it again).
+    fn name_resources(&mut self) -> Result<(), ProbeError> {
+        let new: Vec<(u64, Resource)> = self
+            .resources
+            .take_all()?
+            .into_iter()
+            .filter(|(id, _)| !self.named.contains_key(id))
+            .collect();
+        if !new.is_empty() {
+            self.named.extend(self.namer.name_all(&new));
+        }
+        Ok(())
     }
 
     fn note_kernel_memory(&mut self) {
@@ -560,7 +587,7 @@ const BATCH_BYTES: usize = 256 * 1024;
 impl<K: Pod, V: Pod> BatchMap<K, V> {
     fn take(probes: &mut Probes, name: &'static str) -> Result<Self, ProbeError> {
         match probes.take_map(name)? {
-            Map::HashMap(data) => {
+            Map::HashMap(data) | Map::LruHashMap(data) => {
                 let batch = (BATCH_BYTES / (size_of::<K>() + size_of::<V>())).max(16);
                 let capacity = data.info().map_or(0, |i| i.max_entries() as usize);
                 Ok(Self {

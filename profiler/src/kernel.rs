@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::vmlinux_btf::Btf;
-use profiler_common::IRQ_ENTRY_RANGES;
+use profiler_common::{FdOffsets, IRQ_ENTRY_RANGES};
 use thiserror::Error;
 
 use profiler_core::model::named::is_interrupt_entry;
@@ -42,6 +42,9 @@ pub struct TaskOffsets {
     /// it (no `cfs_rq.rq` without CONFIG_FAIR_GROUP_SCHED): wakers are then told apart by
     /// their kernel stacks, at a higher cost.
     pub preempt_count: Option<PreemptCountPath>,
+    /// Where a sleeping task's fd is named (`profiler_common::FdOffsets`); `None` on a
+    /// kernel whose BTF lacks a piece of it: waits are then recorded without their resource.
+    pub fd: Option<FdOffsets>,
 }
 
 /// `current->se.cfs_rq->rq` is the current CPU's `runqueues`, a per-CPU variable; the per-CPU
@@ -123,6 +126,41 @@ pub fn task_offsets(btf_path: &Path) -> Result<TaskOffsets, KernelError> {
         on_cpu: field("on_cpu")?,
         start_time: field("start_time")?,
         preempt_count,
+        fd: fd_offsets(&btf, task),
+    })
+}
+
+/// The offsets of the fd table, file, inode and socket fields a wait's resource is named
+/// from; None if any is missing.
+fn fd_offsets(btf: &Btf, task: u32) -> Option<FdOffsets> {
+    let member = |ty: &str, field: &str| -> Option<u32> {
+        let id = btf.find_struct(ty)?;
+        Some(btf.member(id, field)?.0)
+    };
+    let common = member("sock", "__sk_common")?;
+    let in_common = |field: &str| Some(common + member("sock_common", field)?);
+    Some(FdOffsets {
+        task_files: btf.member(task, "files")?.0,
+        files_fdt: member("files_struct", "fdt")?,
+        fdt_max_fds: member("fdtable", "max_fds")?,
+        fdt_fd: member("fdtable", "fd")?,
+        file_inode: member("file", "f_inode")?,
+        file_private: member("file", "private_data")?,
+        inode_mode: member("inode", "i_mode")?,
+        inode_ino: member("inode", "i_ino")?,
+        inode_sb: member("inode", "i_sb")?,
+        sb_dev: member("super_block", "s_dev")?,
+        socket_sk: member("socket", "sk")?,
+        sk_family: in_common("skc_family")?,
+        sk_daddr: in_common("skc_daddr")?,
+        sk_saddr: in_common("skc_rcv_saddr")?,
+        sk_dport: in_common("skc_dport")?,
+        sk_num: in_common("skc_num")?,
+        sk_v6_daddr: in_common("skc_v6_daddr")?,
+        sk_v6_saddr: in_common("skc_v6_rcv_saddr")?,
+        // A u16 of its own since 5.6 (a bitfield before: not read then).
+        sk_protocol: member("sock", "sk_protocol")?,
+        _pad: 0,
     })
 }
 

@@ -17,6 +17,7 @@ pub mod mmap_events;
 pub mod preflight;
 pub mod priority;
 pub mod probes;
+pub mod resources;
 pub mod sizes;
 pub mod snapshot;
 pub mod targets;

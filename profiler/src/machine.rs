@@ -142,8 +142,19 @@ mod tests {
     #[test]
     fn the_machine_between_two_reads_of_this_one() {
         let a = MachineSnapshot::read().expect("/proc/stat");
-        let spin = std::time::Instant::now();
-        while spin.elapsed() < std::time::Duration::from_millis(300) {
+        // Spun until this thread used 300 ms of CPU, not for 300 ms of wall time: on a
+        // loaded machine (a CI run beside builds) the latter gave it less than 100 ms.
+        let cpu_ms = || {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: a valid clock id and a timespec to fill.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6
+        };
+        let start = cpu_ms();
+        while cpu_ms() - start < 300.0 {
             std::hint::black_box(0u64);
         }
         let b = MachineSnapshot::read().expect("/proc/stat");

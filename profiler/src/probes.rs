@@ -107,6 +107,8 @@ pub struct ProbeConfig {
     /// Record who woke each wait (not with `--no-wakers`: then `sched_waking` is neither
     /// verified nor attached, and `WAKERS` is one entry).
     pub wakers: bool,
+    /// Name what waits in system calls are on (not with `--no-resources`).
+    pub resources: bool,
     /// Unwind user stacks from `.eh_frame` rows; the row array gets this many chunks.
     pub dwarf_chunks: Option<u32>,
     /// Unwind even recognised stacks and count disagreements (`--verify-memos`).
@@ -146,6 +148,9 @@ fn flags(cfg: &ProbeConfig) -> u32 {
     }
     if !cfg.wakers {
         flags |= config_flags::NO_WAKERS;
+    }
+    if cfg.resources && cfg.offsets.fd.is_some() {
+        flags |= config_flags::RESOURCES;
     }
     flags
 }
@@ -639,6 +644,7 @@ fn kernel_config(cfg: &ProbeConfig) -> Config {
         max_block_ns: cfg.max_block_ns,
         timeline_min_ns: cfg.timeline_min_ns.unwrap_or(u64::MAX),
         task_start_time_offset: cfg.offsets.start_time,
+        fd: cfg.offsets.fd.unwrap_or_default(),
     }
 }
 

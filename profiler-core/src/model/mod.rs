@@ -14,6 +14,7 @@ pub mod hist;
 pub mod machine;
 pub mod named;
 pub mod raw;
+pub mod resource;
 pub mod saved;
 pub mod time;
 pub mod timeline;
@@ -24,6 +25,7 @@ pub use named::{
     FrameFile, NO_FILE, Name, StackNames, WakerIdentity, stack_frames, waker_frames, waker_identity,
 };
 pub use raw::{Counters, Drained, RawTimeline, SchedStat, Seeds, Window, comm_name};
+pub use resource::{NamedResource, ResourceKind};
 pub use saved::{CaptureMeta, CaptureNote, CaptureRange, PartialTime, SavedCapture};
 pub use time::{Entry, Kind, ProcessInfo, ProcessTotals, Profile, StateTimes, ThreadTime, Waker};
 pub use timeline::{Segment, ThreadLine, TimedSample, TimedWait, Timeline};

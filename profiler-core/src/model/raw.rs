@@ -98,6 +98,8 @@ pub struct Drained {
     pub tables_at_end: BTreeMap<&'static str, u64>,
     /// The timeline's records, as the kernel wrote them (none with `--no-timeline`).
     pub timeline: RawTimeline,
+    /// What waits were on, named by the capture side when the drainer first saw them.
+    pub resources: BTreeMap<u64, super::NamedResource>,
 }
 
 /// What the timeline ring held over the capture.

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use profiler_common::{RunqueueHist, SiteKey, Table, WaitHist, WaitState, stack_id};
 use serde::{Deserialize, Serialize};
 
-use super::{Counters, Mode, SchedStat, Window};
+use super::{Counters, Mode, NamedResource, SchedStat, Window};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Kind {
@@ -34,6 +34,13 @@ pub struct Entry {
     /// Shortest and longest finished wait (0 when none).
     pub min_ns: u64,
     pub max_ns: u64,
+    /// What the wait was on (`Profile::resources`' key; 0: no fd, or not recorded).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resource: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl Entry {
@@ -64,6 +71,7 @@ impl Entry {
             waits: 0,
             min_ns: 0,
             max_ns: 0,
+            resource: 0,
         }
     }
 
@@ -375,6 +383,9 @@ pub struct Profile {
     /// Entries left in the kernel's per-process and per-thread tables at the end, by map.
     #[serde(default)]
     pub tables_at_end: BTreeMap<String, u64>,
+    /// What waits were on, by id ([`Entry::resource`]), named when first seen.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources: BTreeMap<u64, NamedResource>,
 }
 
 /// [`Profile::wakers_recorded`] of a capture saved before `--no-wakers`.
@@ -417,6 +428,7 @@ impl Profile {
             stacks: HashMap::new(),
             stack_generations: HashMap::new(),
             counters: Counters::default(),
+            resources: BTreeMap::new(),
             site_hists: HashMap::new(),
             runqueue_hists: Default::default(),
             open_waits: 0,

@@ -293,6 +293,19 @@ fn md_sites(r: &Report, out: &mut impl Write) -> io::Result<()> {
                 s.waits,
             )?;
         }
+        if r.top_blocking_sites.iter().any(|s| !s.resources.is_empty()) {
+            writeln!(out, "\nWhat the waits were on:\n")?;
+            for s in &r.top_blocking_sites {
+                if !s.resources.is_empty() {
+                    writeln!(
+                        out,
+                        "{}. {}",
+                        s.rank,
+                        super::text::resources_text(&s.resources)
+                    )?;
+                }
+            }
+        }
         if r.top_blocking_sites.iter().any(|s| s.when.is_some()) {
             writeln!(out, "\nWhen (from the timeline):\n")?;
             for s in &r.top_blocking_sites {

@@ -345,9 +345,23 @@ pub struct SiteRow {
     /// Time the site's threads then waited for a CPU after being woken.
     pub runnable_after_wakeup_s: f64,
     pub wakers: Vec<WakerRow>,
+    /// What its waits in system calls were on (a file, a socket's service end, a pipe),
+    /// most time first: one site that waits on several is split here.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceRow>,
     /// When its time concentrated, from the timeline.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub when: Option<crate::timeline::bursts::When>,
+}
+
+/// One resource of a site, with its share of the site's time.
+#[derive(Debug, Serialize)]
+pub struct ResourceRow {
+    #[serde(flatten)]
+    pub resource: crate::model::NamedResource,
+    pub time_s: f64,
+    /// % of the site's time.
+    pub site_pct: f64,
 }
 
 /// A pool: threads of processes of the same name whose names are equal once digits are

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use profiler_common::{SiteKey as KernelSite, WaitState, hist_bucket_bounds};
 
 use super::{
-    model::{HistBucket, Latency, SiteRow, WakerRow},
+    model::{HistBucket, Latency, ResourceRow, SiteRow, WakerRow},
     units::{ms, pct_of, secs, thread_name},
 };
 use crate::{
@@ -79,6 +79,8 @@ struct Site {
     attributed_ns: u64,
     /// Wakeups per waker, with a stack of the waker.
     wakers: BTreeMap<WakerKey, (u64, Vec<String>)>,
+    /// Time per resource its waits were on.
+    resources: BTreeMap<u64, u64>,
 }
 
 impl Site {
@@ -91,6 +93,9 @@ impl Site {
         }
         self.threads.insert(e.tid);
         *self.stacks.entry(frames).or_default() += e.time_ns;
+        if e.resource != 0 {
+            *self.resources.entry(e.resource).or_default() += e.time_ns;
+        }
     }
 }
 
@@ -255,6 +260,7 @@ fn site_row(
         .collect();
     wakers.sort_by(|a, b| b.wakeups.cmp(&a.wakeups).then(a.tid.cmp(&b.tid)));
     wakers.truncate(TOP_WAKERS);
+    let resources = resource_rows(profile, &site.resources, site.time_ns);
     let paths = site.stacks.len();
     let stack = site
         .stacks
@@ -290,8 +296,30 @@ fn site_row(
         waits: site.hist.count,
         latency: site.hist.latency(),
         wakers,
+        resources,
         when: None,
     }
+}
+
+/// The named resources of a site, most time first (ids the capture could not name left
+/// out: their time stays the site's).
+fn resource_rows(profile: &Profile, by_id: &BTreeMap<u64, u64>, site_ns: u64) -> Vec<ResourceRow> {
+    let mut rows: Vec<ResourceRow> = by_id
+        .iter()
+        .filter_map(|(id, &ns)| {
+            Some(ResourceRow {
+                resource: profile.resources.get(id)?.clone(),
+                time_s: secs(ns),
+                site_pct: pct_of(ns, site_ns),
+            })
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.time_s
+            .total_cmp(&a.time_s)
+            .then(a.resource.text.cmp(&b.resource.text))
+    });
+    rows
 }
 
 /// The top sites: active time first, event waits after the blocking ones, sites with only
