@@ -53,6 +53,12 @@ pub fn ours_sides(binary: &Path) -> Vec<Side> {
             binary,
             &["--mode", "wall", "--no-wakers"],
         ),
+        // What naming each wait's fd costs per switch (issue 41: within 5 % of without).
+        Side::ours(
+            "`--mode wall --no-resources`",
+            binary,
+            &["--mode", "wall", "--no-resources"],
+        ),
     ]
 }
 

@@ -10,6 +10,7 @@
 
 pub mod account;
 pub mod analysis;
+pub mod chain;
 pub mod diff;
 pub mod fold;
 pub mod holders;

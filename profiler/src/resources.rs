@@ -57,17 +57,7 @@ impl Namer {
     fn socket(&mut self, r: &Resource) -> NamedResource {
         let ip = r.family == AF_INET || r.family == AF_INET6;
         if !ip {
-            let mut n = NamedResource::new(ResourceKind::Socket, unix_text(r));
-            n.protocol = Some(
-                if r.family == AF_UNIX {
-                    "Unix"
-                } else {
-                    "socket"
-                }
-                .into(),
-            );
-            n.path = unix_path(r.tgid, r.ino);
-            return n;
+            return self.unix_socket(r);
         }
         let proto = match r.protocol {
             6 => "TCP".to_string(),
@@ -128,6 +118,45 @@ impl Namer {
         })?;
         let pid = *self.holders().get(&(true, inode))?.first()?;
         Some((pid, comm(pid)))
+    }
+
+    /// A Unix socket: its path, or its peer's (a client's end is unbound: the server's path
+    /// is the name people know), and the process at the other end (the peer's inode from
+    /// sock_diag, and who holds it).
+    fn unix_socket(&mut self, r: &Resource) -> NamedResource {
+        let peer = (r.family == AF_UNIX)
+            .then(|| unix_diag::peer_inode(r.ino))
+            .flatten();
+        let path = unix_path(r.tgid, r.ino).or_else(|| unix_path(r.tgid, peer?));
+        let holder = peer.and_then(|ino| {
+            let pids = self.holders().get(&(true, ino))?;
+            pids.iter()
+                .copied()
+                .find(|&p| p != r.tgid)
+                .or(pids.first().copied())
+        });
+        let mut text = match &path {
+            Some(path) => format!("Unix socket {path}"),
+            None => unix_text(r),
+        };
+        if let Some(pid) = holder {
+            text.push_str(&format!(" ({}, PID {pid})", comm(pid)));
+        }
+        let mut n = NamedResource::new(ResourceKind::Socket, text);
+        n.protocol = Some(
+            if r.family == AF_UNIX {
+                "Unix"
+            } else {
+                "socket"
+            }
+            .into(),
+        );
+        n.path = path;
+        if let Some(pid) = holder {
+            n.peer_pid = Some(pid);
+            n.peer_process = Some(comm(pid));
+        }
+        n
     }
 
     fn pipe(&mut self, r: &Resource) -> NamedResource {
@@ -391,6 +420,105 @@ fn unix_text(r: &Resource) -> String {
     }
 }
 
+/// The peer of a Unix socket, by inode, from the kernel's sock_diag netlink interface
+/// (include/uapi/linux/unix_diag.h): /proc/net/unix does not say who is connected to whom.
+mod unix_diag {
+    use std::mem::size_of;
+
+    /// `NETLINK_SOCK_DIAG`, `SOCK_DIAG_BY_FAMILY`, `UDIAG_SHOW_PEER`, `UNIX_DIAG_PEER`.
+    const NETLINK_SOCK_DIAG: i32 = 4;
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const UDIAG_SHOW_PEER: u32 = 0x4;
+    const UNIX_DIAG_PEER: u16 = 2;
+
+    #[repr(C)]
+    struct Request {
+        header: libc::nlmsghdr,
+        /// `struct unix_diag_req`.
+        family: u8,
+        protocol: u8,
+        pad: u16,
+        states: u32,
+        ino: u32,
+        show: u32,
+        cookie: [u32; 2],
+    }
+
+    /// The inode of the socket connected to socket `ino` (this network namespace's).
+    pub fn peer_inode(ino: u64) -> Option<u64> {
+        let ino = u32::try_from(ino).ok()?;
+        // SAFETY: plain socket(2); the fd is closed below.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                NETLINK_SOCK_DIAG,
+            )
+        };
+        if fd < 0 {
+            return None;
+        }
+        let answer = ask(fd, ino);
+        // SAFETY: our fd.
+        unsafe { libc::close(fd) };
+        answer
+    }
+
+    fn ask(fd: i32, ino: u32) -> Option<u64> {
+        let req = Request {
+            header: libc::nlmsghdr {
+                nlmsg_len: size_of::<Request>() as u32,
+                nlmsg_type: SOCK_DIAG_BY_FAMILY,
+                nlmsg_flags: libc::NLM_F_REQUEST as u16,
+                nlmsg_seq: 1,
+                nlmsg_pid: 0,
+            },
+            family: libc::AF_UNIX as u8,
+            protocol: 0,
+            pad: 0,
+            states: u32::MAX,
+            ino,
+            show: UDIAG_SHOW_PEER,
+            // INET_DIAG_NOCOOKIE: look the socket up by inode alone.
+            cookie: [u32::MAX, u32::MAX],
+        };
+        // SAFETY: sends the request struct's bytes.
+        let sent =
+            unsafe { libc::send(fd, (&req as *const Request).cast(), size_of::<Request>(), 0) };
+        if sent < 0 {
+            return None;
+        }
+        let mut buf = [0u8; 8192];
+        // SAFETY: receives into our buffer.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        let reply = buf.get(..usize::try_from(n).ok()?)?;
+        peer_attribute(reply)
+    }
+
+    /// `UNIX_DIAG_PEER` of the first message: after the header (16 bytes) and `struct
+    /// unix_diag_msg` (16 bytes), attributes of (len u16, type u16, value) aligned to 4.
+    fn peer_attribute(reply: &[u8]) -> Option<u64> {
+        let u16_at = |at: usize| Some(u16::from_ne_bytes(reply.get(at..at + 2)?.try_into().ok()?));
+        if u16_at(4)? != SOCK_DIAG_BY_FAMILY {
+            return None;
+        }
+        let msg_len = u32::from_ne_bytes(reply.get(..4)?.try_into().ok()?) as usize;
+        let mut at = 32;
+        while at + 4 <= msg_len.min(reply.len()) {
+            let (len, kind) = (u16_at(at)? as usize, u16_at(at + 2)?);
+            if len < 4 {
+                return None;
+            }
+            if kind == UNIX_DIAG_PEER {
+                let v = reply.get(at + 4..at + 8)?;
+                return Some(u64::from(u32::from_ne_bytes(v.try_into().ok()?)));
+            }
+            at += (len + 3) & !3;
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,6 +528,19 @@ mod tests {
         let mut addr = [0u8; 16];
         addr[..4].copy_from_slice(&[127, 0, 0, 1]);
         assert_eq!(hex_endpoint(AF_INET, &addr, 5432), "0100007F:1538");
+    }
+
+    #[test]
+    fn a_unix_socket_pairs_peer_is_found_by_inode() {
+        use std::os::unix::net::UnixStream;
+        let (a, b) = UnixStream::pair().expect("a socket pair");
+        let ino = |s: &UnixStream| {
+            use std::os::fd::AsRawFd as _;
+            fs::metadata(format!("/proc/self/fd/{}", s.as_raw_fd()))
+                .expect("stat the socket")
+                .ino()
+        };
+        assert_eq!(unix_diag::peer_inode(ino(&a)), Some(ino(&b)));
     }
 
     #[test]

@@ -636,6 +636,10 @@ fn html_heatmap(r: &Run, window_start: u64) {
             "--headless=new",
             "--no-sandbox",
             "--disable-gpu",
+            // The page unpacks its timeline with DecompressionStream, which is asynchronous:
+            // without a virtual-time budget the DOM was dumped at load, before the script drew
+            // (CI, under load: an empty range flame graph).
+            "--virtual-time-budget=10000",
             "--dump-dom",
         ])
         .arg(format!("file://{}", html_path.display()))

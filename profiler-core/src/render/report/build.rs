@@ -97,6 +97,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         notes: notes::notes(profile, names, input.meta),
         percentile_method: PERCENTILE_METHOD,
         timeline,
+        chains: crate::chain::chains(profile, names, analysis),
         mode: profile.mode,
         totals,
     };

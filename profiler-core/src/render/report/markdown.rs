@@ -17,6 +17,7 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
     md_groups(r, out)?;
     md_idle_and_notes(r, out)?;
     md_sites(r, out)?;
+    md_chains(r, out)?;
     md_functions(r, out)?;
     md_run_queue(r, out)?;
     writeln!(out, "\n_Percentiles: {}._", r.percentile_method)?;
@@ -326,6 +327,18 @@ fn md_sites(r: &Report, out: &mut impl Write) -> io::Result<()> {
                 )?;
             }
         }
+    }
+    Ok(())
+}
+
+/// Waits on other profiled processes, followed into them.
+fn md_chains(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    if r.chains.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "\n## Wait chains across processes\n")?;
+    for c in &r.chains {
+        writeln!(out, "- {}.", c.sentence())?;
     }
     Ok(())
 }

@@ -63,6 +63,9 @@ pub struct Report {
     /// timeline.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<crate::timeline::intervals::Intervals>,
+    /// Waits on another profiled process, followed into it hop by hop (chain.rs).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chains: Vec<crate::chain::Chain>,
     /// The capture's mode: which states and tables there are.
     #[serde(skip)]
     pub mode: Mode,

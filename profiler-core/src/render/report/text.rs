@@ -74,6 +74,9 @@ pub fn write_text(r: &Report, out: &mut impl Write) -> io::Result<()> {
     for n in &r.notes {
         writeln!(out, "  note     {n}")?;
     }
+    for c in r.chains.iter().take(3) {
+        writeln!(out, "  chain    {}", c.sentence())?;
+    }
     writeln!(out, "  verdict  {}", r.verdict)
 }
 

@@ -39,6 +39,7 @@ pub struct VerdictInput<'a> {
     pub idle: &'a [IdleRow],
     pub run_queue: &'a RunQueue,
     pub machine: Option<&'a MachineRow>,
+    pub chains: &'a [crate::chain::Chain],
 }
 
 impl<'a> VerdictInput<'a> {
@@ -52,6 +53,7 @@ impl<'a> VerdictInput<'a> {
             idle: &r.idle_threads,
             run_queue: &r.run_queue,
             machine: r.machine.as_ref(),
+            chains: &r.chains,
         }
     }
 }
@@ -79,6 +81,10 @@ pub fn verdict(v: &VerdictInput<'_>) -> String {
     {
         text.push_str(" Next: ");
         text.push_str(&group_sentence(next, v.run_queue));
+    }
+    // Where a wait on another profiled process ends: the first chain, whole.
+    if let Some(chain) = v.chains.first() {
+        text.push_str(&format!(" Across processes: {}.", chain.sentence()));
     }
     let wait = first.dominant_wait.as_ref().map_or(0.0, |w| w.share_pct);
     if let Some(f) = hottest(v.functions)
@@ -412,6 +418,7 @@ mod tests {
             idle,
             run_queue: rq,
             machine: None,
+            chains: &[],
         }
     }
 
