@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use profiler_common::WaitState;
+use profiler_common::{WaitState, stack_id};
 use serde::Serialize;
 
 use crate::{
@@ -234,10 +234,17 @@ fn hop(
     serving: &BTreeSet<u32>,
 ) -> (Hop, Option<u32>) {
     let (mut on, mut runnable) = (0u64, 0u64);
+    let mut functions: BTreeMap<String, u64> = BTreeMap::new();
     let mut sites: BTreeMap<HopSiteKey, (u64, Option<u32>)> = BTreeMap::new();
     for e in profile.entries.iter().filter(|e| serving.contains(&e.tid)) {
         match e.kind {
-            Kind::OnCpu => on += e.time_ns,
+            Kind::OnCpu => {
+                on += e.time_ns;
+                let frames = crate::model::stack_frames(e.user_stack, stack_id::EMPTY, names);
+                if let Some(leaf) = frames.last() {
+                    *functions.entry(leaf.clone()).or_default() += e.time_ns;
+                }
+            }
             Kind::Off(WaitState::RunqueueWoken | WaitState::RunqueuePreempted) => {
                 runnable += e.time_ns
             }
@@ -274,7 +281,14 @@ fn hop(
             (format!("{label}{on_what}"), ns, next)
         }
         _ if runnable > on => ("waiting for a CPU".to_string(), runnable, None),
-        _ => ("on the CPU".to_string(), on, None),
+        _ => {
+            let hottest = functions.into_iter().max_by_key(|(_, ns)| *ns);
+            let cause = match hottest {
+                Some((f, ns)) if ns * 2 >= on => format!("on the CPU, most in {f}"),
+                _ => "on the CPU".to_string(),
+            };
+            (cause, on, None)
+        }
     };
     let hop = Hop {
         pid: server,
@@ -367,7 +381,7 @@ impl Chain {
         }
         for hop in &self.hops {
             s.push_str(&format!(
-                "; {} (PID {})'s {} serving it spent that time mostly {} ({:.0} %)",
+                "; {} (PID {})'s {} serving it spent {:.0} % of that time {}",
                 hop.process,
                 hop.pid,
                 if hop.thread_count == 1 {
@@ -375,8 +389,8 @@ impl Chain {
                 } else {
                     format!("{} threads", hop.thread_count)
                 },
+                hop.cause_pct,
                 in_cause(&hop.cause),
-                hop.cause_pct
             ));
         }
         s
@@ -385,7 +399,7 @@ impl Chain {
 
 /// "on the CPU" and "waiting for a CPU" read as they are; a site reads "in <site>".
 fn in_cause(cause: &str) -> String {
-    if cause == "on the CPU" || cause == "waiting for a CPU" {
+    if cause.starts_with("on the CPU") || cause == "waiting for a CPU" {
         cause.to_string()
     } else {
         format!("in {cause}")

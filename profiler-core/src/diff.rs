@@ -250,6 +250,7 @@ fn stack_rates(c: &SavedCapture, secs: f64) -> HashMap<String, f64> {
             per_thread: false,
             hide_sleep_of: Default::default(),
             collapse_sleep_of: Default::default(),
+            resources: false,
         },
     );
     let us_per_count = match folded.unit {

@@ -24,6 +24,9 @@ pub struct FoldOptions {
     /// threads, one frame per process and wait (`[idle: 4 threads in …]`) unless
     /// `--show-idle`.
     pub collapse_sleep_of: HashMap<u32, String>,
+    /// What each wait in a system call was on as a frame above the blocking call
+    /// (`[on /var/lib/app/wal (ext4, vda)]`, `--resources`).
+    pub resources: bool,
 }
 
 impl FoldOptions {
@@ -129,6 +132,11 @@ pub fn fold(profile: &Profile, names: &StackNames, opts: &FoldOptions) -> Folded
             frames.push(sanitize(&format!("{thread}-{}", entry.tid)));
         }
         frames.extend(stack_frames(entry.user_stack, entry.kernel_stack, names));
+        if opts.resources
+            && let Some(r) = profile.resources.get(&entry.resource)
+        {
+            frames.push(sanitize(&format!("[on {}]", r.text)));
+        }
         if let Some(leaf) = off_cpu_frame(entry.kind) {
             frames.push(leaf);
         }
@@ -258,6 +266,7 @@ mod tests {
             per_thread,
             hide_sleep_of: BTreeSet::new(),
             collapse_sleep_of: HashMap::new(),
+            resources: false,
         }
     }
 

@@ -9,7 +9,9 @@
 
 use aya_ebpf::{
     bindings::pt_regs,
-    helpers::{bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_probe_read_user, bpf_task_pt_regs},
+    helpers::{
+        bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_probe_read_user, bpf_task_pt_regs,
+    },
     macros::map,
     maps::{LruHashMap, PerCpuArray},
 };

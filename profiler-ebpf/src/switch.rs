@@ -40,13 +40,12 @@ use profiler_common::{
 
 use crate::{
     config, kstack,
-    resource,
     maps::{
         NEW_WAIT, RUNQUEUE_HISTS, SCRATCH_HIST, SITE_HISTS, Scratch, Stash, THREADS, WAITS, WAKERS,
         add, add_lost_wait, capture_start, count, insert_thread, new_thread, opaque, parity, stash,
         unstash,
     },
-    stack,
+    resource, stack,
     targets::is_target,
     task::{load, read},
     tgid_offset, timeline,
@@ -380,11 +379,12 @@ fn take_stacks(ctx: &BtfTracePointContext, cfg: &Config, out: &SwitchOut) {
     };
     stash(Stash::UserStack, user_stack);
     // Asleep in a system call (not preempted, not on the way back to user mode): what on.
-    let resource = if cfg.flags & config_flags::RESOURCES == 0 || out.preempt != 0 || returning_to_user {
-        0
-    } else {
-        resource::wait_resource(out.tgid)
-    };
+    let resource =
+        if cfg.flags & config_flags::RESOURCES == 0 || out.preempt != 0 || returning_to_user {
+            0
+        } else {
+            resource::wait_resource(out.tgid)
+        };
     stash(Stash::Resource, resource);
 }
 

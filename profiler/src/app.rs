@@ -993,6 +993,7 @@ fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()
         wakers,
         trace: outputs.timeline.is_some(),
         timeline_html: matches!(outputs.report, Some((_, ReportFormat::Html))),
+        resources: out.resources,
     };
     let rendered = render::render(saved, &opts).context("cannot draw the flame graph")?;
     let svg_path = outputs.svg.path.clone();

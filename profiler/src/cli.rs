@@ -159,6 +159,13 @@ pub struct OutputArgs {
     #[arg(long)]
     pub per_thread: bool,
 
+    /// Put what each wait in a system call was on as a frame above its blocking call in the
+    /// flame graph and folded stacks (`[on TCP → 10.0.0.5:5432 (postgres, PID 812)]`). Off
+    /// by default: names carry PIDs and paths, so stacks of two runs would no longer fold
+    /// alike for `profiler diff`; the report names them either way.
+    #[arg(long)]
+    pub resources: bool,
+
     /// Put each process's pid with its name as the root frame (by default processes of the
     /// same name are one tower: all nginx workers together).
     #[arg(long)]

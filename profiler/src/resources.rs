@@ -66,7 +66,7 @@ impl Namer {
         };
         let local = endpoint(r.family, &r.local_addr, r.local_port);
         let peer = endpoint(r.family, &r.peer_addr, r.peer_port);
-        let client = r.peer_port != 0 && r.peer_port < r.local_port;
+        let client = r.peer_port != 0 && is_client(r);
         let peer_process = if r.peer_port != 0 && is_local(r.family, &r.peer_addr) {
             self.peer_process(r)
         } else {
@@ -176,6 +176,40 @@ impl Namer {
         }
         n
     }
+}
+
+/// Which end is the service: a TCP end listening on its port on this machine is a server's
+/// (whatever the numbers: a test server on an ephemeral port), else the lower port is the
+/// service's, as the kernel side assumed when it grouped the connections.
+fn is_client(r: &Resource) -> bool {
+    if r.protocol == 6 {
+        let listening = listening_ports(r.tgid, r.family);
+        if listening.contains(&r.local_port) {
+            return false;
+        }
+        if listening.contains(&r.peer_port) && is_local(r.family, &r.peer_addr) {
+            return true;
+        }
+    }
+    r.peer_port < r.local_port
+}
+
+/// The TCP ports something listens on in the process's network namespace.
+fn listening_ports(tgid: u32, family: u16) -> Vec<u16> {
+    let table = if family == AF_INET { "tcp" } else { "tcp6" };
+    let Ok(text) = fs::read_to_string(format!("/proc/{tgid}/net/{table}")) else {
+        return Vec::new();
+    };
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // `st` 0A: TCP_LISTEN.
+            (f.get(3)? == &"0A")
+                .then(|| u16::from_str_radix(f.get(1)?.rsplit_once(':')?.1, 16).ok())
+                .flatten()
+        })
+        .collect()
 }
 
 /// A file: its path (checked against the inode; a closed or reused fd is looked for among

@@ -42,6 +42,9 @@ pub struct RenderOptions {
     /// The HTML report's timeline section too (`--report x.html`; captures with a timeline
     /// only). Default is false.
     pub timeline_html: bool,
+    /// What each wait was on as a frame above its blocking call (`--resources`). Default
+    /// is false.
+    pub resources: bool,
 }
 
 /// A capture rendered: every output's content.
@@ -133,6 +136,7 @@ pub fn render(saved: &SavedCapture, opts: &RenderOptions) -> io::Result<Rendered
             Default::default()
         },
         collapse_sleep_of: Default::default(),
+        resources: opts.resources,
     };
     let folded = fold::fold(profile, names, &fold_opts);
     let report = report::build(&report::ReportInput {

@@ -5,7 +5,9 @@
 //!   period); `off` and `wall`: one, `wall/nanoseconds`, the time the fold counts in µs.
 //! - One sample per thread, stack pair and state, labelled `thread` (name), `tid`, `pid` and
 //!   `state` (`on-cpu`, `sleep`, `io`, `runqueue`, `other`: the `[off-cpu:<state>]` word), so
-//!   `-tagfocus=state=io` keeps the I/O waits.
+//!   `-tagfocus=state=io` keeps the I/O waits; a wait in a system call on an fd also has
+//!   `resource` (`TCP → 127.0.0.1:5432 (postgres, PID 812)`, a file's path and file system),
+//!   so `-tagfocus=resource=…` keeps the waits on one.
 //! - A sample's frames are the folded line's without the process root (it is the `pid`
 //!   label and the first mapping): user then kernel frames, and an off-CPU stack's
 //!   `[off-cpu:<state>]` leaf. Kernel frames keep their `_[k]` suffix and lie in a mapping of
@@ -239,7 +241,7 @@ pub fn build(saved: &SavedCapture) -> proto::Profile {
 
 /// Per thread, stack pair and state label: the samples and time (both run-queue kinds are
 /// one state).
-type Merged = BTreeMap<(u32, u64, u64, &'static str), (u64, u64)>;
+type Merged = BTreeMap<(u32, u64, u64, &'static str, u64), (u64, u64)>;
 
 fn merged(profile: &Profile) -> Merged {
     let mut merged = Merged::new();
@@ -247,7 +249,13 @@ fn merged(profile: &Profile) -> Merged {
         if e.samples == 0 && e.time_ns == 0 {
             continue;
         }
-        let key = (e.tid, e.user_stack, e.kernel_stack, state_label(e.kind));
+        let key = (
+            e.tid,
+            e.user_stack,
+            e.kernel_stack,
+            state_label(e.kind),
+            e.resource,
+        );
         let v = merged.entry(key).or_default();
         v.0 += e.samples;
         v.1 += e.time_ns;
@@ -272,7 +280,9 @@ fn samples(b: &mut Builder, saved: &SavedCapture, cpu: bool) -> Vec<proto::Sampl
         state: b.string("state"),
     };
     let mut samples = Vec::with_capacity(merged.len());
-    for ((tid, user, kernel, state), (count, ns)) in merged {
+    // Interned at its first use: a capture without resources keeps its string table.
+    let mut resource_key: Option<i64> = None;
+    for ((tid, user, kernel, state, resource), (count, ns)) in merged {
         let value = if cpu {
             vec![to_i64(count), to_i64(ns)]
         } else {
@@ -282,7 +292,15 @@ fn samples(b: &mut Builder, saved: &SavedCapture, cpu: bool) -> Vec<proto::Sampl
             // Captures saved before processes were recorded have pid 0.
             (t.name.as_str(), if t.pid == 0 { meta.pid } else { t.pid })
         });
-        let label = b.labels(&keys, thread, tid, pid, state);
+        let mut label = b.labels(&keys, thread, tid, pid, state);
+        if let Some(r) = profile.resources.get(&resource) {
+            let key = *resource_key.get_or_insert_with(|| b.string("resource"));
+            label.push(proto::Label {
+                key,
+                str: b.string(&r.text),
+                num: 0,
+            });
+        }
         let location_id = b.stack(user, kernel, state, names);
         samples.push(proto::Sample {
             location_id,

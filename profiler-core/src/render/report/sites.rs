@@ -304,14 +304,20 @@ fn site_row(
 /// The named resources of a site, most time first (ids the capture could not name left
 /// out: their time stays the site's).
 fn resource_rows(profile: &Profile, by_id: &BTreeMap<u64, u64>, site_ns: u64) -> Vec<ResourceRow> {
-    let mut rows: Vec<ResourceRow> = by_id
-        .iter()
-        .filter_map(|(id, &ns)| {
-            Some(ResourceRow {
-                resource: profile.resources.get(id)?.clone(),
-                time_s: secs(ns),
-                site_pct: pct_of(ns, site_ns),
-            })
+    // Ids that read alike are one row (a pool's connections to a service on a port the
+    // kernel side could not tell from a client's: one id each, one text).
+    let mut by_text: BTreeMap<&str, (&crate::model::NamedResource, u64)> = BTreeMap::new();
+    for (id, &ns) in by_id {
+        if let Some(r) = profile.resources.get(id) {
+            by_text.entry(&r.text).or_insert((r, 0)).1 += ns;
+        }
+    }
+    let mut rows: Vec<ResourceRow> = by_text
+        .into_values()
+        .map(|(r, ns)| ResourceRow {
+            resource: r.clone(),
+            time_s: secs(ns),
+            site_pct: pct_of(ns, site_ns),
         })
         .collect();
     rows.sort_by(|a, b| {
