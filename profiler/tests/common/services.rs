@@ -181,9 +181,14 @@ impl Postgres {
     /// `pgbench -c 4 -j 2 -T secs` in the background (killed when dropped); returns it once
     /// all its clients have a backend, with their PIDs.
     pub fn load(&self, secs: u64) -> (Killed, Vec<u32>) {
-        let clients = PGBENCH_CLIENTS.to_string();
+        self.load_with(PGBENCH_CLIENTS, 2, secs)
+    }
+
+    /// `pgbench -c clients -j jobs -T secs`, as [`Postgres::load`].
+    pub fn load_with(&self, clients: usize, jobs: usize, secs: u64) -> (Killed, Vec<u32>) {
+        let (n, clients, jobs) = (clients, clients.to_string(), jobs.to_string());
         let pgbench = Killed(
-            self.pgbench(&["-c", &clients, "-j", "2", "-T", &secs.to_string()])
+            self.pgbench(&["-c", &clients, "-j", &jobs, "-T", &secs.to_string()])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -201,7 +206,7 @@ impl Postgres {
                         .is_ok_and(|c| c.starts_with("postgres: postgres postgres"))
                 })
                 .collect();
-            if backends.len() == PGBENCH_CLIENTS {
+            if backends.len() == n {
                 return (pgbench, backends);
             }
             assert!(
