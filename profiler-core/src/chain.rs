@@ -111,10 +111,10 @@ pub fn chains(profile: &Profile, names: &StackNames, analysis: &Analysis) -> Vec
                     .collect(),
                 thread_count: tids.len(),
                 site,
+                hops: follow(profile, names, analysis, (pid, &tids, &resource), peer),
                 resource,
                 wait_s: ns as f64 / 1e9,
                 wait_pct,
-                hops: follow(profile, names, analysis, pid, &tids, peer),
             })
         })
         .collect();
@@ -165,15 +165,16 @@ fn follow(
     profile: &Profile,
     names: &StackNames,
     analysis: &Analysis,
-    pid: u32,
-    tids: &BTreeSet<u32>,
+    (pid, tids, resource): (u32, &BTreeSet<u32>, &str),
     peer: u32,
 ) -> Vec<Hop> {
     let mut hops = Vec::new();
     let mut visited = BTreeSet::from([pid]);
     let (mut client, mut clients, mut server) = (pid, tids.clone(), peer);
+    // The first hop's connection is known by its ends; later ones by their processes.
+    let mut via = profile.resources.values().find(|r| r.text == resource);
     while hops.len() < MAX_HOPS && visited.insert(server) {
-        let serving = serving_threads(profile, client, &clients, server);
+        let serving = serving_threads(profile, (client, &clients, via.take()), server);
         if serving.is_empty() {
             break;
         }
@@ -188,11 +189,11 @@ fn follow(
 }
 
 /// The threads of `server` that served `client`'s threads: those that woke them, else those
-/// whose own waits are on connections from `client`.
+/// whose own waits are on the other end of `via` (the client's connection), else on any
+/// connection from `client`.
 fn serving_threads(
     profile: &Profile,
-    client: u32,
-    clients: &BTreeSet<u32>,
+    (client, clients, via): (u32, &BTreeSet<u32>, Option<&NamedResource>),
     server: u32,
 ) -> BTreeSet<u32> {
     let woke: BTreeSet<u32> = profile
@@ -206,13 +207,29 @@ fn serving_threads(
         return woke;
     }
     // Woken from an interrupt (loopback TCP): the threads on connections from the client.
-    profile
-        .entries
-        .iter()
-        .filter(|e| e.pid == server && waits_on(profile, e.resource, client))
-        .map(|e| e.tid)
-        .filter(|t| profile.threads.contains_key(t))
-        .collect()
+    let on_connections = |answers: &dyn Fn(&NamedResource) -> bool| -> BTreeSet<u32> {
+        profile
+            .entries
+            .iter()
+            .filter(|e| e.pid == server && waits_on(profile, e.resource, client))
+            .filter(|e| profile.resources.get(&e.resource).is_some_and(answers))
+            .map(|e| e.tid)
+            .filter(|t| profile.threads.contains_key(t))
+            .collect()
+    };
+    let answering = via.map(|v| on_connections(&|r| other_end(r, v)));
+    match answering {
+        Some(threads) if !threads.is_empty() => threads,
+        _ => on_connections(&|_| true),
+    }
+}
+
+/// `server_side` is the other end of the client's `client_side`: the same protocol, and the
+/// server's local address the client's peer (TCP/UDP) or the same path (a Unix socket).
+fn other_end(server_side: &NamedResource, client_side: &NamedResource) -> bool {
+    server_side.protocol == client_side.protocol
+        && ((server_side.local.is_some() && server_side.local == client_side.peer)
+            || (server_side.path.is_some() && server_side.path == client_side.path))
 }
 
 /// A wait on a socket or pipe whose other end is `pid`.

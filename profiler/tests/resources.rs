@@ -203,6 +203,8 @@ fn the_verdict_follows_a_wait_into_the_server_and_names_its_work() {
             );
             let hop = &chain["hops"][0];
             assert_eq!(hop["pid"], server, "{chain:#}");
+            // The one thread of the server on that connection, not the other one's.
+            assert_eq!(hop["thread_count"], 1, "{work}: {chain:#}");
             let named = hop["cause"].as_str().unwrap_or("");
             assert!(named.contains(cause), "{work}: {chain:#}");
             assert!(

@@ -143,6 +143,13 @@ pub fn write_html(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()>
             site(s, r.capture.wakers_recorded, out)?;
         }
     }
+    if let Some(graph) = super::waitgraph::wait_graph(&r.chains) {
+        writeln!(out, "<h2>Wait chains across processes</h2>")?;
+        writeln!(out, "<div class=\"waitgraph\">{graph}</div>")?;
+        for c in &r.chains {
+            writeln!(out, "<p>{}.</p>", esc(&c.sentence()))?;
+        }
+    }
     functions(r, out)?;
     run_queue(r, out)?;
     writeln!(
@@ -544,6 +551,13 @@ fn site(s: &SiteRow, wakers_recorded: bool, out: &mut impl Write) -> io::Result<
             ""
         }
     )?;
+    if !s.resources.is_empty() {
+        writeln!(
+            out,
+            "<p class=\"resources\">On: {}</p>",
+            esc(&super::report::resources_text(&s.resources))
+        )?;
+    }
     if let Some(l) = &s.latency {
         latency_table(l, out)?;
         if let Some(chart) = latency_chart(l) {

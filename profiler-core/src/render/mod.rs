@@ -17,6 +17,7 @@ pub mod svg;
 mod timeline_data;
 pub mod timeline_html;
 pub mod trace;
+mod waitgraph;
 
 pub use pipeline::{
     DiffOptions, RenderDiffError, RenderOptions, Rendered, RenderedDiff, ReportFormat, ReportTexts,

@@ -298,12 +298,7 @@ fn md_sites(r: &Report, out: &mut impl Write) -> io::Result<()> {
             writeln!(out, "\nWhat the waits were on:\n")?;
             for s in &r.top_blocking_sites {
                 if !s.resources.is_empty() {
-                    writeln!(
-                        out,
-                        "{}. {}",
-                        s.rank,
-                        super::text::resources_text(&s.resources)
-                    )?;
+                    writeln!(out, "{}. {}", s.rank, super::resources_text(&s.resources))?;
                 }
             }
         }

@@ -28,7 +28,7 @@ pub use build::{PERCENTILE_METHOD, ReportInput, build};
 pub use markdown::write_markdown;
 pub use model::*;
 pub use text::write_text;
-pub use words::{IdleRuleWords, idle_rule, machine_text};
+pub use words::{IdleRuleWords, idle_rule, machine_text, resources_text};
 
 pub fn write_json(report: &Report, out: &mut impl Write) -> io::Result<()> {
     serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::other)?;

@@ -52,7 +52,11 @@ pub fn write_text(r: &Report, out: &mut impl Write) -> io::Result<()> {
                 writeln!(out, "            = {full}")?;
             }
             if !s.resources.is_empty() {
-                writeln!(out, "            on {}", resources_text(&s.resources))?;
+                writeln!(
+                    out,
+                    "            on {}",
+                    super::resources_text(&s.resources)
+                )?;
             }
             if let Some(w) = &s.when {
                 writeln!(out, "            when: {}", w.summary)?;
@@ -135,19 +139,6 @@ fn write_active_groups_text(r: &Report, out: &mut impl Write) -> io::Result<()> 
         )?;
     }
     Ok(())
-}
-
-/// What a site's waits were on: the top three with their share of its time.
-pub(super) fn resources_text(rows: &[super::model::ResourceRow]) -> String {
-    let mut parts: Vec<String> = rows
-        .iter()
-        .take(3)
-        .map(|r| format!("{} ({:.0} %)", r.resource.text, r.site_pct))
-        .collect();
-    if rows.len() > 3 {
-        parts.push(format!("{} more", rows.len() - 3));
-    }
-    parts.join("; ")
 }
 
 /// A site's label and its kernel-path count in `n` characters. Too long, the label keeps the

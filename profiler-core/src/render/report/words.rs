@@ -268,6 +268,19 @@ pub(super) fn truncate(s: &str, n: usize) -> String {
     }
 }
 
+/// What a site's waits were on: the top three with their share of its time.
+pub fn resources_text(rows: &[super::model::ResourceRow]) -> String {
+    let mut parts: Vec<String> = rows
+        .iter()
+        .take(3)
+        .map(|r| format!("{} ({:.0} %)", r.resource.text, r.site_pct))
+        .collect();
+    if rows.len() > 3 {
+        parts.push(format!("{} more", rows.len() - 3));
+    }
+    parts.join("; ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
