@@ -86,7 +86,9 @@ impl Peers {
             report.to_str().expect("utf-8"),
         ]);
         assert_success(&out);
-        read_json(&report)
+        let report = read_json(&report);
+        common::validate_against_schema(&report);
+        report
     }
 }
 
@@ -255,6 +257,7 @@ fn pgbench_waits_are_followed_into_the_backends_that_serve_them() {
     assert_success(&out);
     drop(pgbench);
     let report = read_json(&report_path);
+    common::validate_against_schema(&report);
     let chains = report["chains"].as_array().expect("chains in the report");
     let chain = chains
         .iter()
