@@ -285,3 +285,92 @@ fn pgbench_waits_are_followed_into_the_backends_that_serve_them() {
     let verdict = report["verdict"].as_str().unwrap_or("");
     assert!(verdict.contains("Across processes: pgbench"), "{verdict}");
 }
+
+/// An upstream whose every answer takes 20 ms (Python's threading HTTP server: a thread per
+/// connection, `time.sleep(0.02)` per request), printing its port first.
+const SLOW_UPSTREAM: &str = r#"
+import http.server, socketserver, sys, time
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        time.sleep(0.02)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *a):
+        pass
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+s = S(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+
+/// nginx in front of a slow upstream, both profiled: nginx's workers wait in epoll_wait (their
+/// event loop, not a wait on one resource); the upstream's latency shows on the upstream's
+/// side — its connection threads wait to read nginx's requests on connections whose other
+/// end is named as nginx, and their work is the sleep.
+#[test]
+#[ignore = "privileged: loads eBPF programs as root (cargo xtask test runs it)"]
+fn nginx_in_front_of_a_slow_upstream_names_nginx_at_the_upstreams_connections() {
+    require_root();
+    let _serial = serial();
+    let dir = scratch_dir().join(format!("resources-proxy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let mut upstream = Command::new("python3")
+        .args(["-c", SLOW_UPSTREAM])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the upstream (python3)");
+    let port = first_line(&mut upstream);
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let upstream = Kill(upstream);
+    let nginx = common::services::Nginx::start_proxy(&dir, &format!("127.0.0.1:{port}"));
+    let _wrk = nginx.load(30);
+    std::thread::sleep(Duration::from_secs(1));
+    let report_path = dir.join("proxy.json");
+    let pids = format!("{},{}", nginx.master, upstream.0.id());
+    let out = profile(&[
+        "--pid",
+        &pids,
+        "--secs",
+        "4",
+        "-o",
+        dir.join("proxy.svg").to_str().expect("utf-8"),
+        "--report",
+        report_path.to_str().expect("utf-8"),
+    ]);
+    assert_success(&out);
+    let report = read_json(&report_path);
+    common::validate_against_schema(&report);
+    let sites = report["top_blocking_sites"].as_array().expect("sites");
+    // The upstream's threads waiting for nginx's next request: on connections from nginx.
+    let from_nginx = sites
+        .iter()
+        .flat_map(|s| s["resources"].as_array().into_iter().flatten())
+        .find(|r| r["peer_process"] == "nginx" && r["role"] == "server")
+        .unwrap_or_else(|| panic!("no wait on a connection from nginx: {sites:#?}"));
+    assert!(
+        nginx.workers.contains(&(from_nginx["peer_pid"].as_u64().unwrap_or(0) as u32)),
+        "{from_nginx:#}"
+    );
+    assert_eq!(from_nginx["local"], format!("127.0.0.1:{port}"), "{from_nginx:#}");
+    // nginx's workers wait in their event loop, on no one resource.
+    let epoll = sites
+        .iter()
+        .find(|s| s["site"].as_str().is_some_and(|l| l.contains("epoll_wait")))
+        .unwrap_or_else(|| panic!("no epoll_wait site: {sites:#?}"));
+    assert!(epoll["resources"].is_null(), "{epoll:#}");
+    // The upstream's work is its sleep: the verdict's first group is the upstream.
+    let first = &report["groups"][0];
+    assert_eq!(first["process"], "python3", "{:#}", report["groups"]);
+    let dominant = first["dominant_wait"]["site"].as_str().unwrap_or("");
+    assert!(dominant.contains("sleep"), "{first:#}");
+}

@@ -19,6 +19,24 @@ pub struct Nginx {
 
 impl Nginx {
     pub fn start(dir: &Path) -> Nginx {
+        Nginx::start_serving(dir, &format!("root {}/html;", dir.display()))
+    }
+
+    /// nginx as a reverse proxy to `upstream` (`host:port`), keeping 16 connections to it.
+    pub fn start_proxy(dir: &Path, upstream: &str) -> Nginx {
+        Nginx::start_serving(
+            dir,
+            &format!(
+                "location / {{ proxy_pass http://up; proxy_http_version 1.1; \
+                 proxy_set_header Connection \"\"; }} }} upstream up {{ server {upstream}; \
+                 keepalive 16;"
+            ),
+        )
+    }
+
+    /// nginx whose one server has `body` (the `server` block's directives; a proxy closes it
+    /// to add an `upstream` block beside it).
+    fn start_serving(dir: &Path, body: &str) -> Nginx {
         std::fs::create_dir_all(dir.join("html")).unwrap();
         std::fs::create_dir_all(dir.join("logs")).unwrap();
         std::fs::write(dir.join("html/index.html"), "x".repeat(512)).unwrap();
@@ -29,7 +47,7 @@ impl Nginx {
             format!(
                 "worker_processes 2;\ndaemon off;\nmaster_process on;\npid {d}/nginx.pid;\n\
                  error_log {d}/logs/error.log;\nevents {{ worker_connections 1024; }}\n\
-                 http {{ access_log off; server {{ listen 127.0.0.1:{port}; root {d}/html; }} }}\n",
+                 http {{ access_log off; server {{ listen 127.0.0.1:{port}; {body} }} }}\n",
                 d = dir.display()
             ),
         )
