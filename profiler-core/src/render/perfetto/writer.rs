@@ -7,13 +7,13 @@ use std::{
 };
 
 use super::{
-    plan::{Item, TrackPlan, process_uuid, thread_uuid},
+    plan::{Item, PlannedTrack, TrackPlan, process_uuid, thread_uuid},
     proto::{
         self, Callstack, Clock, ClockSnapshot, CpuMode, Data, EventCategory, EventName, Frame,
         InternedData, InternedString, Mapping, PerfSample, ProcessDescriptor, ThreadDescriptor,
         TracePacket, TracePacketDefaults, TrackDescriptor, TrackEvent, Type,
     },
-    tracks::Tracks,
+    tracks::{Sample, Tracks},
 };
 
 /// The one packet sequence of the file.
@@ -194,19 +194,7 @@ impl<W: Write> Writer<'_, W> {
                 })
             }
             Item::Sample { sample, track } => {
-                let frames = &timeline.samples[sample].frames;
-                let t = &plan.tracks[track];
-                let cpu_mode = match frames.last() {
-                    Some(leaf) if is_kernel(leaf) => CpuMode::Kernel,
-                    Some(_) => CpuMode::User,
-                    None => CpuMode::Unknown,
-                };
-                Data::PerfSample(PerfSample {
-                    pid: Some(t.pid),
-                    tid: Some(t.tid),
-                    callstack_iid: (!frames.is_empty()).then(|| self.callstack(frames, &mut new)),
-                    cpu_mode: Some(cpu_mode as i32),
-                })
+                self.sample(&timeline.samples[sample], &plan.tracks[track], &mut new)
             }
         };
         TracePacket {
@@ -217,6 +205,22 @@ impl<W: Write> Writer<'_, W> {
             data: Some(data),
             ..Default::default()
         }
+    }
+
+    /// An on-CPU sample on its thread's track.
+    fn sample(&mut self, sample: &Sample, t: &PlannedTrack<'_>, new: &mut InternedData) -> Data {
+        let frames = &sample.frames;
+        let cpu_mode = match frames.last() {
+            Some(leaf) if is_kernel(leaf) => CpuMode::Kernel,
+            Some(_) => CpuMode::User,
+            None => CpuMode::Unknown,
+        };
+        Data::PerfSample(PerfSample {
+            pid: Some(t.pid),
+            tid: Some(t.tid),
+            callstack_iid: (!frames.is_empty()).then(|| self.callstack(frames, new)),
+            cpu_mode: Some(cpu_mode as i32),
+        })
     }
 
     fn callstack(&mut self, frames: &[String], new: &mut InternedData) -> u64 {
