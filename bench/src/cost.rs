@@ -27,7 +27,7 @@ use crate::{
     postgres::Cluster,
     process::say,
     quiet::undisturbed,
-    tools::{Agreement, Bench, BpfStats, Condition, Run, Target, run_condition},
+    tools::{Agreement, Bench, BpfStats, Condition, ProfiledService, Run, run_condition},
 };
 
 /// What is profiled while bpf_stats counts.
@@ -90,7 +90,7 @@ impl Workload<'_> {
             Workload::Postgres(cluster) => {
                 let _load = cluster.load(3600)?;
                 let backend = cluster.pgbench_backends()?[0];
-                let target = Target {
+                let target = ProfiledService {
                     kind: "PostgreSQL backend",
                     service: backend,
                     each: "PostgreSQL backend",
@@ -100,7 +100,7 @@ impl Workload<'_> {
             }
             Workload::Fsync(binary) => {
                 let workload = FsyncWorkload::start(binary, &bench.dir)?;
-                let target = Target {
+                let target = ProfiledService {
                     kind: "fsync workload",
                     service: workload.pid(),
                     each: "fsync workload",

@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::{
     process::{children, signal},
-    tools::Target,
+    tools::ProfiledService,
 };
 
 pub const WRK_THREADS: u32 = 2;
@@ -124,8 +124,8 @@ impl Nginx {
     }
 
     /// The master and its workers, as the tools profile them.
-    pub fn target(&self) -> Result<Target> {
-        Ok(Target {
+    pub fn target(&self) -> Result<ProfiledService> {
+        Ok(ProfiledService {
             kind: "nginx master",
             service: self.master(),
             each: "nginx worker",

@@ -42,7 +42,7 @@ use crate::{
     postgres::{self, Cluster},
     process::{say, signal},
     quiet::{ForeignCpu, undisturbed},
-    tools::{Bench, Condition, Target, attach, stop},
+    tools::{Bench, Condition, ProfiledService, attach, stop},
 };
 
 /// How long one side's wrk runs before the other's. Short enough that the machine's speed
@@ -85,7 +85,7 @@ impl Side {
         self.dir.join("access.log")
     }
 
-    fn target(&self) -> Result<Target> {
+    fn target(&self) -> Result<ProfiledService> {
         self.nginx.target()
     }
 }
@@ -290,7 +290,7 @@ pub fn postgres_run(
         load.pause();
     }
     let cluster = &sides.clusters[side];
-    let target = Target {
+    let target = ProfiledService {
         kind: "PostgreSQL postmaster",
         service: cluster.postmaster()?,
         each: "PostgreSQL backend",

@@ -3,7 +3,7 @@
 //! with SIGINT as soon as it ends (each tool writes its output on SIGINT), so a capture covers
 //! the whole load and no time is spent waiting for a timer.
 //!
-//! A [`Target`] is a service (nginx's master, PostgreSQL's postmaster, or one process) and
+//! A [`ProfiledService`] is a service (nginx's master, PostgreSQL's postmaster, or one process) and
 //! the processes that do its work. Ours runs one instance on the service (it follows the
 //! children); offcputime and perf take one PID, so they run one instance per process (and
 //! `wall-each`, ours as it was run before it followed children, does the same). Profiling
@@ -160,7 +160,7 @@ impl Condition {
 
     /// The instances that profile `target`, each with what it profiles: ours one on the
     /// service, the others one per process; none for the baseline.
-    fn commands(self, bench: &Bench, target: &Target) -> Vec<(String, Command)> {
+    fn commands(self, bench: &Bench, target: &ProfiledService) -> Vec<(String, Command)> {
         let max = TOOL_MAX_SECS.to_string();
         let ours = |mode: &str, pid: u32| {
             let mut cmd = Command::new(&bench.binary);
@@ -241,7 +241,7 @@ pub const NO_WAKERS_OWNER: &str = "ours, no wakers,";
 
 /// What a tool profiles: a service and the processes that do its work.
 #[derive(Clone, Debug)]
-pub struct Target {
+pub struct ProfiledService {
     /// What the service PID is, for messages ("nginx master").
     pub kind: &'static str,
     pub service: u32,
@@ -256,7 +256,7 @@ pub struct Bench {
     pub dir: PathBuf,
     pub port: u16,
     /// The nginx of phases 2 and 3: its master and workers.
-    pub nginx: Target,
+    pub nginx: ProfiledService,
     pub quiet: RefCell<Quiet>,
 }
 
@@ -278,7 +278,7 @@ pub struct Run {
 
 /// Instances of `cond`'s tool on `target` (see [`Condition::commands`]), all attached, then
 /// [`SETTLE`]; none for the baseline.
-pub fn attach(bench: &Bench, cond: Condition, target: &Target) -> Result<Vec<Instance>> {
+pub fn attach(bench: &Bench, cond: Condition, target: &ProfiledService) -> Result<Vec<Instance>> {
     for attempt in 1.. {
         let mut tools = Vec::new();
         for (what, cmd) in cond.commands(bench, target) {
@@ -315,7 +315,7 @@ pub fn attach(bench: &Bench, cond: Condition, target: &Target) -> Result<Vec<Ins
 const ATTACH_ATTEMPTS: usize = 3;
 
 /// Whether ours refused to start over a process other than the one it was pointed at.
-fn vanished_child(e: &anyhow::Error, target: &Target) -> bool {
+fn vanished_child(e: &anyhow::Error, target: &ProfiledService) -> bool {
     let text = format!("{e:#}");
     text.split("there is no process with PID ")
         .nth(1)
@@ -426,7 +426,7 @@ fn agreement(report: &serde_json::Value) -> Vec<Agreement> {
 pub fn run_condition(
     bench: &Bench,
     cond: Condition,
-    target: &Target,
+    target: &ProfiledService,
     load: impl FnOnce() -> Result<()>,
 ) -> Result<Run> {
     let tools = attach(bench, cond, target)?;
@@ -543,7 +543,7 @@ mod tests {
 
     #[test]
     fn only_a_vanished_child_is_a_start_up_race() {
-        let target = Target {
+        let target = ProfiledService {
             kind: "PostgreSQL postmaster",
             service: 100,
             each: "PostgreSQL backend",

@@ -90,7 +90,7 @@ pub struct StateRow {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct FunctionRow {
+pub struct FunctionDelta {
     pub function: String,
     /// On-CPU time with this function at the top of the stack, ms per second of capture.
     pub self_ms_per_s: Change,
@@ -106,7 +106,7 @@ pub struct FunctionRow {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct SiteRow {
+pub struct SiteDelta {
     /// `sleep`, `io` or `other`.
     pub state: &'static str,
     /// The blocking call and its caller, leaf first (`read ← blocked_reader`), as the report
@@ -134,9 +134,9 @@ pub struct Diff {
     pub states: Vec<StateRow>,
     /// Every on-CPU function of either capture, largest change of self time first
     /// (addresses without a symbol: one row per file).
-    pub functions: Vec<FunctionRow>,
+    pub functions: Vec<FunctionDelta>,
     /// Every blocking site of either capture, largest change of blocked time first.
-    pub sites: Vec<SiteRow>,
+    pub sites: Vec<SiteDelta>,
 }
 
 /// Compares two captures; refuses captures of different modes.
@@ -378,7 +378,7 @@ fn states(b: &Figures, a: &Figures) -> Vec<StateRow> {
         .collect()
 }
 
-fn functions(b: &Figures, a: &Figures) -> Vec<FunctionRow> {
+fn functions(b: &Figures, a: &Figures) -> Vec<FunctionDelta> {
     let names: BTreeSet<&String> = b.functions.keys().chain(a.functions.keys()).collect();
     let pct = |ms: f64, of: f64| if of > 0.0 { 100.0 * ms / of } else { 0.0 };
     let share = |before: f64, after: f64| {
@@ -389,12 +389,12 @@ fn functions(b: &Figures, a: &Figures) -> Vec<FunctionRow> {
             change: round1(after - before),
         }
     };
-    let mut rows: Vec<FunctionRow> = names
+    let mut rows: Vec<FunctionDelta> = names
         .into_iter()
         .map(|f| {
             let (bs, bt) = b.functions.get(f).copied().unwrap_or_default();
             let (as_, at) = a.functions.get(f).copied().unwrap_or_default();
-            FunctionRow {
+            FunctionDelta {
                 function: f.clone(),
                 self_ms_per_s: change(bs, as_),
                 total_ms_per_s: change(bt, at),
@@ -409,12 +409,12 @@ fn functions(b: &Figures, a: &Figures) -> Vec<FunctionRow> {
     rows
 }
 
-fn sites(b: &Figures, a: &Figures) -> Vec<SiteRow> {
+fn sites(b: &Figures, a: &Figures) -> Vec<SiteDelta> {
     let keys: BTreeSet<&SiteId> = b.sites.keys().chain(a.sites.keys()).collect();
     // One label per site for both captures: a site that needs more callers to read apart
     // from another in one capture is named the same way in the other.
     let labels = distinct_labels(keys.iter().copied());
-    let mut rows: Vec<SiteRow> = keys
+    let mut rows: Vec<SiteDelta> = keys
         .into_iter()
         .zip(labels)
         .map(|(key, label)| {
@@ -423,7 +423,7 @@ fn sites(b: &Figures, a: &Figures) -> Vec<SiteRow> {
             let lat = |f: Option<&SiteFigures>, v: fn(&SiteFigures) -> Option<f64>| {
                 f.and_then(v).map(round3)
             };
-            SiteRow {
+            SiteDelta {
                 state: key.state,
                 site: label,
                 stack: af.or(bf).map(|f| f.stack.clone()).unwrap_or_default(),
@@ -562,7 +562,7 @@ mod tests {
         SavedCapture::of_app(profile, names, None)
     }
 
-    fn function<'a>(d: &'a Diff, name: &str) -> &'a FunctionRow {
+    fn function<'a>(d: &'a Diff, name: &str) -> &'a FunctionDelta {
         d.functions
             .iter()
             .find(|f| f.function == name)

@@ -1,5 +1,8 @@
 //! Load and attach: the eBPF object → programs in the kernel, plus the capture window switch.
-//! Together with `drain` and `snapshot`, the only code that talks to the kernel.
+//! The kernel's maps are written only through here (`uploads` asks); the others that talk to
+//! the kernel: `drain` (the maps, with `bpf_sys`'s batch commands), `snapshot` (the task
+//! iterator, through here), `timeline` and `late` (their ring buffers), `mmap_events` (perf's
+//! MMAP2/COMM/FORK/EXIT records).
 
 use std::{
     io::Read as _,

@@ -207,8 +207,6 @@ fn test(root: &Path, test_args: &[OsString]) -> Result<ExitCode> {
     cmd.current_dir(root)
         .args(["test", "--workspace", "--release"])
         .args(cargo_args)
-        // The Perfetto decode test fails, rather than skips, without the `perfetto` package.
-        .env("PERFETTO_DECODE_REQUIRED", "1")
         .args(["--", "--include-ignored"])
         .args(left_out_tests())
         .args(test_binary_args);

@@ -3,7 +3,8 @@
 //!
 //! - [`raw`]: what the kernel side aggregated ([`Drained`]) and what the start snapshot
 //!   recorded ([`Seeds`]), with the counters and the window.
-//! - [`time`]: the accounted time model ([`Profile`]) that `profile::account` builds.
+//! - [`time`]: the accounted time model ([`Profile`]) that `account::account` builds.
+//! - [`hist`]: merged waits of a site or of the run queue ([`Hist`]) and their percentiles.
 //! - [`named`]: symbolized stacks ([`StackNames`]) and how stacks and wakers are named.
 //! - [`timeline`]: when each thread waited where, and when each sample was taken
 //!   ([`Timeline`]), built by `timeline::build`.

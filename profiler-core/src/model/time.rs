@@ -1,5 +1,5 @@
 //! The accounted time model: per thread and stack, how much time on the CPU and in each
-//! off-CPU state, inside the window. Built by `profile::account`; read by fold and render.
+//! off-CPU state, inside the window. Built by `account::account`; read by every stage after it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -1,4 +1,4 @@
-//! `--timeline PATH`: a capture's timeline → the Perfetto writer's tracks (`perfetto.rs`).
+//! `--timeline PATH`: a capture's timeline → the Perfetto writer's `Tracks` (`perfetto/`).
 //!
 //! Per thread, in order: each long wait's blocked part, a slice in its state (`sleep`, `io`,
 //! `other`) named by its blocking site as the report labels it; its part after the wakeup, a
@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::perfetto::{Process, Sample, Slice, State, ThreadTrack, Timeline as Tracks, Wakeup};
+use super::perfetto::{Process, Sample, Slice, State, ThreadTrack, Tracks, Wakeup};
 use crate::{
     model::{Profile, Segment, StackNames, TimedWait, Timeline, stack_frames},
     site::{SiteId, Sites},

@@ -16,7 +16,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::diff::{Change, Diff, FunctionRow, LatencyChange, Side, SiteRow, StateRow};
+use crate::diff::{Change, Diff, FunctionDelta, LatencyChange, Side, SiteDelta, StateRow};
 
 /// Version of the JSON layout (docs/diff.schema.json).
 pub const DIFF_SCHEMA_VERSION: u32 = 1;
@@ -34,9 +34,9 @@ pub struct DiffReport<'a> {
     pub after: &'a Side,
     pub states: &'a [StateRow],
     /// The on-CPU functions whose self time moved most, largest change first.
-    pub functions: &'a [FunctionRow],
+    pub functions: &'a [FunctionDelta],
     /// The blocking sites whose blocked time moved most, largest change first.
-    pub sites: &'a [SiteRow],
+    pub sites: &'a [SiteDelta],
     pub percentile_method: &'static str,
 }
 
@@ -101,7 +101,7 @@ fn change_words(c: &Change) -> [String; 3] {
 }
 
 /// A site's waits in words, as every table shows them: waits/s, p50 and p99 before → after.
-fn wait_words(s: &SiteRow) -> [String; 3] {
+fn wait_words(s: &SiteDelta) -> [String; 3] {
     [
         waits(&s.waits_per_s),
         latency(&s.p50_ms),
@@ -110,7 +110,7 @@ fn wait_words(s: &SiteRow) -> [String; 3] {
 }
 
 /// A function's shares of on-CPU time in code and its total time, before → after.
-fn share_words(f: &FunctionRow) -> [String; 3] {
+fn share_words(f: &FunctionDelta) -> [String; 3] {
     let t = &f.total_ms_per_s;
     [
         format!("{:.1} % → {:.1} %", f.self_pct.before, f.self_pct.after),

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 
 use super::{
     model::{Report, StateShares, ThreadTableRow},
-    words::{idle_text, lat, paths, wakers_text},
+    words::{idle_text, latency_cells, paths, wakers_text},
 };
 
 /// Markdown, ready to paste.
@@ -273,7 +273,7 @@ fn md_sites(r: &Report, out: &mut impl Write) -> io::Result<()> {
             if wakers { "---|" } else { "" }
         )?;
         for s in &r.top_blocking_sites {
-            let [p50, p90, p99, max] = lat(&s.latency);
+            let [p50, p90, p99, max] = latency_cells(&s.latency);
             let by = if wakers {
                 format!(" {} |", wakers_text(&s.wakers))
             } else {
@@ -367,7 +367,7 @@ fn md_run_queue(r: &Report, out: &mut impl Write) -> io::Result<()> {
             ("preempted", q.preempted_s, &q.preempted),
             ("after wakeup", q.after_wakeup_s, &q.after_wakeup),
         ] {
-            let [p50, p90, p99, max] = lat(l);
+            let [p50, p90, p99, max] = latency_cells(l);
             let n = l.as_ref().map_or(0, |l| l.count);
             writeln!(
                 out,

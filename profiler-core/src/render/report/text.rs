@@ -6,7 +6,7 @@ use std::io::{self, Write};
 
 use super::{
     model::{Report, SiteRow},
-    words::{IdleRuleWords, idle_rule, idle_text, lat, paths, truncate, wakers_text},
+    words::{IdleRuleWords, idle_rule, idle_text, latency_cells, paths, truncate, wakers_text},
 };
 
 /// The end-of-run text on the terminal.
@@ -29,7 +29,7 @@ pub fn write_text(r: &Report, out: &mut impl Write) -> io::Result<()> {
         let labels: Vec<(&str, String)> = ranked.iter().map(|s| (&*s.site, paths(s))).collect();
         let texts = site_texts(&labels, 56);
         for (s, (text, full)) in ranked.into_iter().zip(texts) {
-            let [p50, _, p99, max] = lat(&s.latency);
+            let [p50, _, p99, max] = latency_cells(&s.latency);
             let woken = if s.wakers.is_empty() {
                 String::new()
             } else {
