@@ -15,13 +15,17 @@ use std::{
 };
 
 use crate::{
-    drain::NewStack,
-    hotspot::HotSpot,
-    late::{self, LateSamples, LateUnwound},
-    mmap_events::{Event, MmapEvents},
-    preflight::{self, PreflightError},
-    probes::{ProbeError, Probes},
-    uploads::Uploads,
+    kernel::{
+        drain::NewStack,
+        probes::{ProbeError, Probes},
+    },
+    process::{
+        hotspot::HotSpot,
+        late::{self, LateSamples, LateUnwound},
+        mmap_events::{Event, MmapEvents},
+        uploads::Uploads,
+    },
+    run::preflight::{self, PreflightError},
 };
 use profiler_common::{Counter, unwind::ProcMappings};
 use profiler_core::{
@@ -328,7 +332,7 @@ impl TargetSet {
     /// executable mapping is added; then the rows and mapping tables that changed go to the
     /// kernel. Cheap enough to run within milliseconds of every exec.
     pub fn follow_mappings(&mut self, probes: &mut Probes) {
-        let read_ns = crate::probes::monotonic_ns();
+        let read_ns = crate::kernel::probes::monotonic_ns();
         self.apply_mapping_records(probes);
         if let Some(mut late) = self.late.take() {
             late.unwind(&mut self.tables(), read_ns, false);
@@ -691,7 +695,7 @@ impl TargetSet {
     /// until the memory is gone. Nothing writes the entries of a finished process again (its
     /// exec and exit are behind it), so a new entry under its pid is a new process (`born`).
     fn release_finished(&mut self, probes: &mut Probes) {
-        let now = crate::probes::monotonic_ns();
+        let now = crate::kernel::probes::monotonic_ns();
         for target in self.processes.values_mut() {
             // Reaped at an earlier tick: its threads' last switch-outs, microseconds after
             // the reaping at most, are behind them.

@@ -24,7 +24,7 @@ use profiler_core::{
     unwind::jit::{JitCode, JitFrame, jit_rows},
 };
 
-use crate::jvm_attach;
+use crate::process::jvm_attach;
 
 /// Code the JIT just compiled unwinds by frame pointers until the next read (a compiled
 /// frame then hides its caller), so the cache is read often — every tick (0.2 s) for a small

@@ -8,7 +8,7 @@
 //! not the window's; the drainer drains sooner when one fills (drain.rs), and what still does
 //! not fit is a counted loss naming the flag.
 
-use crate::cli::Args;
+use crate::run::cli::Args;
 
 /// Sizes of the tables a capture loads with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,7 +142,7 @@ mod tests {
 
     fn args(extra: &[&str]) -> Args {
         let argv = ["profiler", "-p", "1"].iter().chain(extra);
-        crate::cli::Cli::try_parse_from(argv).unwrap().record
+        crate::run::cli::Cli::try_parse_from(argv).unwrap().record
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::vmlinux_btf::Btf;
+use crate::kernel::vmlinux_btf::Btf;
 use profiler_common::IRQ_ENTRY_RANGES;
 use thiserror::Error;
 
@@ -229,7 +229,7 @@ ffffffffc0000000 t helper\t[some_module]
 
     #[test]
     fn running_kernel_task_struct_offsets_are_plausible() {
-        let path = Path::new(crate::preflight::VMLINUX_BTF);
+        let path = Path::new(crate::run::preflight::VMLINUX_BTF);
         if !path.exists() {
             eprintln!("skipping: {} is missing on this machine", path.display());
             return;

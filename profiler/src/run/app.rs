@@ -13,19 +13,26 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
-    capture::{EndReason, Tick, TickKind, Waiter},
-    cli::{Args, Cli, Command, DiffArgs, OutputArgs, RangeArgs, ReplayArgs, Unwind},
-    drain::{self, Drainer},
-    kernel::{self, TaskOffsets},
-    late::LateSamples,
-    launch,
-    machine::MachineSnapshot,
-    preflight::{self, Output, PreflightError, Target},
-    priority,
-    probes::{self, ProbeConfig, Probes},
-    sizes, snapshot,
-    targets::{Selection, TargetSet},
-    timeline::TimelineReader,
+    kernel::{
+        drain::{self, Drainer},
+        facts::{self, TaskOffsets},
+        priority,
+        probes::{self, ProbeConfig, Probes},
+        sizes,
+        timeline::TimelineReader,
+    },
+    process::{
+        late::LateSamples,
+        launch,
+        machine::MachineSnapshot,
+        snapshot,
+        targets::{Selection, TargetSet},
+    },
+    run::{
+        capture::{EndReason, Tick, TickKind, Waiter},
+        cli::{Args, Cli, Command, DiffArgs, OutputArgs, RangeArgs, ReplayArgs, Unwind},
+        preflight::{self, Output, PreflightError, Target},
+    },
 };
 use profiler_core::{
     account::{self, AccountOptions},
@@ -249,7 +256,7 @@ fn post_inputs(
         target: first.0.clone(),
         pid: first.1,
         selection,
-        kernel: kernel::release(),
+        kernel: facts::release(),
         ended_early: reason.note().map(str::to_string),
         started_unix_ns: unix_time_of(window.start_ns),
         notes: targets.jit_notes(),
@@ -346,7 +353,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
     );
     let outputs = open_outputs(&args.out, default_svg, args.save.as_deref(), args.mode)?;
     let started = std::time::Instant::now();
-    let offsets = kernel::task_offsets(Path::new(preflight::VMLINUX_BTF))
+    let offsets = facts::task_offsets(Path::new(preflight::VMLINUX_BTF))
         .context("cannot find the task_struct layout of this kernel")?;
     log::debug!(
         "task_struct layout read in {:.3} s",
@@ -663,7 +670,7 @@ fn tick(state: &mut (Probes, TargetSet), kind: TickKind) -> Tick {
 /// Sizes, offsets and switches the programs are loaded with.
 fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
     ProbeConfig {
-        target_words: kernel::pid_max().div_ceil(64),
+        target_words: facts::pid_max().div_ceil(64),
         follow_children: !args.no_children,
         sizes: {
             let threads = prepared
@@ -704,7 +711,7 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
         // preempt count cannot tell an interrupt. Reading /proc/kallsyms costs ~0.1 s of CPU.
         irq_entry: if args.out.wakers || prepared.offsets.preempt_count.is_none() {
             std::fs::read_to_string("/proc/kallsyms")
-                .map(|text| kernel::interrupt_entry_ranges(&text))
+                .map(|text| facts::interrupt_entry_ranges(&text))
                 .unwrap_or_default()
         } else {
             Default::default()

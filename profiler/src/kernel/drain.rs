@@ -32,7 +32,7 @@ use profiler_common::{
     exit_overcount_ns, names, thread_flags, unwind::ProcMappings,
 };
 
-use crate::{
+use crate::kernel::{
     bpf_sys::{
         BPF_MAP_DELETE_BATCH, BPF_MAP_LOOKUP_AND_DELETE_BATCH, BPF_MAP_LOOKUP_BATCH, BatchAttr, bpf,
     },
@@ -43,7 +43,7 @@ use profiler_core::model::{Drained, SchedStat};
 
 /// How often the tables are drained while the capture runs: the tick's pace. They must hold
 /// two intervals' worth of keys (the epoch being written and the one waiting for its drain).
-pub const DRAIN_INTERVAL: Duration = crate::capture::TICK;
+pub const DRAIN_INTERVAL: Duration = crate::run::capture::TICK;
 
 /// The shortest drain interval: a table that fills within 25 ms holds more than 40 000 keys a
 /// second, which a drain of a few milliseconds still keeps up with.
@@ -402,7 +402,7 @@ impl Drainer {
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
             // See `priority`: a starved drainer loses records on a saturated machine.
-            crate::priority::boost_this_thread("the drainer");
+            crate::kernel::priority::boost_this_thread("the drainer");
             let mut warned = false;
             // The first drains come early: a table sized from the thread count may fill
             // within the first interval, before any drain could measure its pace; the
