@@ -672,23 +672,15 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
     ProbeConfig {
         target_words: facts::pid_max().div_ceil(64),
         follow_children: !args.no_children,
-        sizes: {
-            let threads = prepared
+        sizes: sizes::at_start(
+            &args.size_options(),
+            &prepared
                 .targets
                 .processes
                 .keys()
-                .map(|pid| {
-                    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(1, |d| d.count() as u32)
-                })
-                .sum::<u32>()
-                .max(1);
-            let processes = (prepared.targets.processes.len() as u32).max(1);
-            // The sampling timer runs on every online CPU, whatever this process's affinity.
-            let cpus = aya::util::online_cpus().map_or(1, |c| c.len() as u32);
-            let sizes = sizes::table_sizes(args, threads, processes, cpus);
-            log::info!("{threads} threads in {processes} processes at start: tables {sizes:?}");
-            sizes
-        },
+                .copied()
+                .collect::<Vec<_>>(),
+        ),
         offsets: prepared.offsets,
         mode: args.mode,
         period_ns: args.period_ns(),
