@@ -39,7 +39,7 @@ use crate::kernel::{
     probes::{MapMemory, ProbeError, Probes, WindowSwitch},
     timeline::TimelineReader,
 };
-use profiler_core::model::{Drained, SchedStat};
+use profiler_core::model::{Drained, NewStack, SchedStat};
 
 /// How often the tables are drained while the capture runs: the tick's pace. They must hold
 /// two intervals' worth of keys (the epoch being written and the one waiting for its drain).
@@ -97,13 +97,6 @@ pub struct Drainer {
     /// names a JVM's interpreted and inlined methods in it while the JVM still runs.
     new_stacks: Option<mpsc::Sender<NewStack>>,
     pub stats: DrainStats,
-}
-
-/// A user stack the drainer met for the first time: the mapping-table generation it was
-/// unwound under (which process's layout) and its frames, leaf first.
-pub struct NewStack {
-    pub generation: u32,
-    pub frames: Box<[u64]>,
 }
 
 /// What the drains cost and how full the tables came to be.

@@ -15,10 +15,7 @@ use std::{
 };
 
 use crate::{
-    kernel::{
-        drain::NewStack,
-        probes::{ProbeError, Probes},
-    },
+    kernel::probes::{ProbeError, Probes},
     process::{
         hotspot::HotSpot,
         late::{self, LateSamples, LateUnwound},
@@ -29,7 +26,7 @@ use crate::{
 };
 use profiler_common::{Counter, unwind::ProcMappings};
 use profiler_core::{
-    model::{CaptureNote, Kind, PartialTime, ProcessInfo, Profile},
+    model::{CaptureNote, Kind, NewStack, PartialTime, ProcessInfo, Profile},
     perfmap::PerfMap,
     procmap::{MappingKind, ProcessMaps},
     symbolize::lookup_addresses,
