@@ -6,7 +6,7 @@
 //!
 //! Stage order (each module imports only `model` and the stages before it):
 //! `procmap`, `perfmap`, `jvm` → `unwind` → `account` → `symbolize` → `waits` → `site` →
-//! `holders` → `analysis` → `timeline` → `fold` → `diff` → `render`.
+//! `holders` → `analysis` → `timeline` → `post` → `fold` → `diff` → `render`.
 
 pub mod account;
 pub mod analysis;
@@ -16,6 +16,7 @@ pub mod holders;
 pub mod jvm;
 pub mod model;
 pub mod perfmap;
+pub mod post;
 pub mod procmap;
 pub mod render;
 pub mod site;

@@ -26,10 +26,11 @@ use crate::{
 };
 use profiler_common::{Counter, unwind::ProcMappings};
 use profiler_core::{
-    model::{CaptureNote, Kind, NewStack, PartialTime, ProcessInfo, Profile},
+    model::{CaptureNote, NewStack, ProcessInfo, Profile},
     perfmap::PerfMap,
+    post::{self, JavaProcess},
     procmap::{MappingKind, ProcessMaps},
-    symbolize::lookup_addresses,
+    symbolize::{Spaces, lookup_addresses},
     unwind::tables::UnwindTables,
 };
 
@@ -788,50 +789,6 @@ impl TargetSet {
         notes
     }
 
-    /// JVMs whose threads' stacks stopped inside Java code for more than 1 % of their on-CPU
-    /// or off-CPU time: that share is said, not hidden (their callers are missing).
-    pub fn jit_partial_notes(&self, profile: &Profile) -> Vec<CaptureNote> {
-        let mut notes = Vec::new();
-        for (pid, t) in &self.processes {
-            let Some(h) = &t.hotspot else { continue };
-            // (total, partial) on the CPU and off it.
-            let mut on = (0u64, 0u64);
-            let mut off = (0u64, 0u64);
-            for e in profile.entries.iter().filter(|e| e.pid == *pid) {
-                let sum = if e.kind == Kind::OnCpu {
-                    &mut on
-                } else {
-                    &mut off
-                };
-                sum.0 += e.time_ns;
-                // Or at an address no code is mapped at: a return address read where the frame
-                // was not (an epilogue, an unwound stub).
-                if profile.stacks.get(&e.user_stack).is_some_and(|s| {
-                    h.ends_in_java(s) || s.last().is_some_and(|&a| t.maps.find(a).is_none())
-                }) {
-                    sum.1 += e.time_ns;
-                }
-            }
-            let share = |(total, partial): (u64, u64)| {
-                (total > 0 && partial * 100 > total).then_some(PartialTime {
-                    partial_ns: partial,
-                    total_ns: total,
-                })
-            };
-            let (on_cpu, off_cpu) = (share(on), share(off));
-            if on_cpu.is_none() && off_cpu.is_none() {
-                continue;
-            }
-            notes.push(CaptureNote::PartialJavaStacks {
-                process: t.name.clone(),
-                pid: *pid,
-                on_cpu,
-                off_cpu,
-            });
-        }
-        notes
-    }
-
     /// After the window: the last look at each live process's mappings, for symbolization.
     pub fn finish(&mut self) {
         for target in self.processes.values_mut().filter(|t| !t.gone) {
@@ -843,6 +800,39 @@ impl TargetSet {
             if let Some(h) = target.hotspot.as_mut() {
                 h.last_look();
             }
+        }
+    }
+}
+
+/// What post-processing (profiler-core) reads of the target set after the window.
+impl post::Targets for TargetSet {
+    fn java_processes(&self) -> Vec<JavaProcess<'_>> {
+        self.processes
+            .iter()
+            .filter_map(|(&pid, t)| {
+                Some(JavaProcess {
+                    pid,
+                    name: &t.name,
+                    code_cache: t.hotspot.as_ref()?.code_cache(),
+                    maps: &t.maps,
+                })
+            })
+            .collect()
+    }
+
+    fn jit_names(&mut self, profile: &Profile) -> HashMap<u32, PerfMap> {
+        TargetSet::jit_names(self, profile)
+    }
+
+    fn spaces(&self, jit: HashMap<u32, PerfMap>) -> Spaces<'_> {
+        Spaces {
+            jit,
+            layouts: &self.uploads.layouts,
+            processes: self
+                .processes
+                .iter()
+                .map(|(&pid, t)| (pid, &t.maps))
+                .collect(),
         }
     }
 }

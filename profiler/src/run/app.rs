@@ -35,13 +35,12 @@ use crate::{
     },
 };
 use profiler_core::{
-    account::{self, AccountOptions},
+    account::AccountOptions,
     fold::Folded,
-    model::{
-        CaptureMeta, Drained, Machine, Mode, SavedCapture, Seeds, Window, saved::SAVED_FORMAT,
-    },
+    model::{CaptureMeta, Drained, Machine, Mode, SavedCapture, Seeds, Window},
+    post,
     render::{self, DiffOptions, RenderOptions, ReportFormat, ReportTexts, pprof},
-    symbolize, timeline,
+    timeline,
     unwind::tables::UnwindTables,
 };
 
@@ -205,7 +204,7 @@ async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
     // going unheard. The outputs are still temporary files; they are removed.
     let temp_paths = outputs.temp_paths();
     let work = tokio::task::spawn_blocking(move || -> Result<bool> {
-        let saved = post_process(drained, seeds, &opts, meta, &mut targets);
+        let saved = post::post_process(drained, seeds, &opts, meta, &mut targets);
         let empty = saved.profile.entries.is_empty();
         render(&saved, &out, outputs)?;
         Ok(empty)
@@ -842,41 +841,6 @@ fn unix_time_of(monotonic_ns: u64) -> Option<u64> {
         .duration_since(std::time::UNIX_EPOCH)
         .ok()?;
     u64::try_from(now.as_nanos()).ok()?.checked_sub(ago)
-}
-
-/// Account the time, then name every stack it refers to.
-fn post_process(
-    drained: Drained,
-    seeds: Seeds,
-    opts: &AccountOptions,
-    meta: CaptureMeta,
-    targets: &mut TargetSet,
-) -> SavedCapture {
-    let mut drained = drained;
-    let raw_timeline = std::mem::take(&mut drained.timeline);
-    let threads = raw_timeline.enabled.then(|| drained.threads.clone());
-    let profile = account::account(drained, seeds, opts);
-    let timeline = threads.and_then(|t| timeline::build(raw_timeline, &t, &profile));
-    let mut meta = meta;
-    meta.notes.extend(targets.jit_partial_notes(&profile));
-    let jit = targets.jit_names(&profile);
-    let spaces = symbolize::Spaces {
-        jit,
-        layouts: &targets.uploads.layouts,
-        processes: targets
-            .processes
-            .iter()
-            .map(|(&pid, t)| (pid, &t.maps))
-            .collect(),
-    };
-    let names = symbolize::name_stacks(&profile, &spaces);
-    SavedCapture {
-        format: SAVED_FORMAT,
-        meta,
-        profile,
-        names,
-        timeline,
-    }
 }
 
 /// Every file the run writes, opened before anything is attached.
