@@ -126,6 +126,19 @@ pub fn task_offsets(btf_path: &Path) -> Result<TaskOffsets, KernelError> {
     })
 }
 
+/// The interrupt entry ranges the programs are loaded with, from /proc/kallsyms (none when
+/// it cannot be read). Only waker kernel stacks stop at an interrupt entry: with `--wakers`
+/// (`waker_stacks`), or where the preempt count cannot tell an interrupt. Reading
+/// /proc/kallsyms costs ~0.1 s of CPU, so it is read only then.
+pub fn interrupt_entries(waker_stacks: bool, offsets: &TaskOffsets) -> [u64; 2 * IRQ_ENTRY_RANGES] {
+    if !waker_stacks && offsets.preempt_count.is_some() {
+        return Default::default();
+    }
+    std::fs::read_to_string("/proc/kallsyms")
+        .map(|text| interrupt_entry_ranges(&text))
+        .unwrap_or_default()
+}
+
 /// Where interrupt entry code lies in kernel text, as `[start, end)` pairs flattened into
 /// `[s0, e0, s1, e1, …]` (unused pairs are zero): the waker probe stops a waker's kernel stack
 /// at the first such frame, because what the interrupted task was doing below it is not part

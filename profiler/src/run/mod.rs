@@ -4,4 +4,6 @@
 pub mod app;
 pub mod capture;
 pub mod cli;
+pub mod outputs;
 pub mod preflight;
+pub mod saved;
