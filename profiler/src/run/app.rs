@@ -92,16 +92,7 @@ async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
         probes,
         machine,
     } = captured;
-    if let Some(note) = reason.note() {
-        eprintln!("profiler: {note}");
-    }
-    if let Some(l) = &launched {
-        match reason {
-            EndReason::Interrupted => l.signal(libc::SIGINT),
-            EndReason::Terminated => l.signal(libc::SIGTERM),
-            _ => {}
-        }
-    }
+    window_ended(reason, launched.as_ref());
     let (mut meta, opts) = post_inputs(args, &mut targets, selection, window, reason);
     meta.machine = machine;
     let out = args.out.clone();
@@ -140,6 +131,21 @@ async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
         );
     }
     finish_command(launched, reason)
+}
+
+/// Says why the window ended early, if it did; a launched command gets the signal that
+/// ended it.
+fn window_ended(reason: EndReason, launched: Option<&launch::Launched>) {
+    if let Some(note) = reason.note() {
+        eprintln!("profiler: {note}");
+    }
+    if let Some(l) = launched {
+        match reason {
+            EndReason::Interrupted => l.signal(libc::SIGINT),
+            EndReason::Terminated => l.signal(libc::SIGTERM),
+            _ => {}
+        }
+    }
 }
 
 /// What post-processing needs besides the drained maps: the capture's description and the
