@@ -19,7 +19,7 @@ use crate::{
     process::{
         hotspot::HotSpot,
         late::{self, LateSamples, LateUnwound},
-        mmap_events::{Event, MmapEvents},
+        mmap_events::{Event, MmapEvents, Task},
         uploads::Uploads,
     },
     run::preflight::{self, PreflightError},
@@ -368,36 +368,7 @@ impl TargetSet {
             log::trace!("mapping record {event:?}");
             match event {
                 Event::Fork(t) if t.pid != t.ppid && self.follow_children => {
-                    // A parent may have exited (and been forgotten by a tick) before this
-                    // record was read: its last mappings are still the child's.
-                    let Some(parent) = self.processes.get(&t.ppid).filter(|p| p.live_at(t.time_ns))
-                    else {
-                        continue;
-                    };
-                    let maps = parent.maps.forked(t.pid);
-                    // A record read late may tell of the fork of a process already freed; one
-                    // forked after that is a new process under a reused pid.
-                    let (target, _) = born(&mut self.processes, t.pid, |old| {
-                        old.freed_ns.is_some_and(|freed| t.time_ns > freed)
-                    });
-                    if target.maps.mappings().is_empty() {
-                        target.maps = maps;
-                    } else {
-                        // It exec'd before this record was read: its new program's maps are
-                        // known, its stacks from before the exec are in the parent's.
-                        log::debug!("process {} exec'd before its fork was read", t.pid);
-                        target.maps.inherit_earlier(&maps);
-                    }
-                    target.parent = Some(t.ppid);
-                    target.forked_ns = target.forked_ns.or(Some(t.time_ns));
-                    if target.freed_ns.is_some() {
-                        // Gone from the kernel's tables: its bit must not come back.
-                        continue;
-                    }
-                    if let Err(e) = self.uploads.add_target(probes, t.pid) {
-                        log::warn!("process {}, forked from a target: {e}", t.pid);
-                    }
-                    changed.insert(t.pid);
+                    self.record_fork(probes, &t, &mut changed);
                 }
                 Event::Comm(c) if c.exec => {
                     let Some(target) = self
@@ -440,6 +411,40 @@ impl TargetSet {
         }
         self.recorded.extend(&changed);
         self.publish(probes, &changed);
+    }
+
+    /// A target's fork, as its record tells it: the child gets the parent's mappings and its
+    /// bit, and joins `changed`.
+    fn record_fork(&mut self, probes: &mut Probes, t: &Task, changed: &mut BTreeSet<u32>) {
+        // A parent may have exited (and been forgotten by a tick) before this
+        // record was read: its last mappings are still the child's.
+        let Some(parent) = self.processes.get(&t.ppid).filter(|p| p.live_at(t.time_ns)) else {
+            return;
+        };
+        let maps = parent.maps.forked(t.pid);
+        // A record read late may tell of the fork of a process already freed; one
+        // forked after that is a new process under a reused pid.
+        let (target, _) = born(&mut self.processes, t.pid, |old| {
+            old.freed_ns.is_some_and(|freed| t.time_ns > freed)
+        });
+        if target.maps.mappings().is_empty() {
+            target.maps = maps;
+        } else {
+            // It exec'd before this record was read: its new program's maps are
+            // known, its stacks from before the exec are in the parent's.
+            log::debug!("process {} exec'd before its fork was read", t.pid);
+            target.maps.inherit_earlier(&maps);
+        }
+        target.parent = Some(t.ppid);
+        target.forked_ns = target.forked_ns.or(Some(t.time_ns));
+        if target.freed_ns.is_some() {
+            // Gone from the kernel's tables: its bit must not come back.
+            return;
+        }
+        if let Err(e) = self.uploads.add_target(probes, t.pid) {
+            log::warn!("process {}, forked from a target: {e}", t.pid);
+        }
+        changed.insert(t.pid);
     }
 
     /// Rows for the files of `pids` (room made from files no live process maps when the
