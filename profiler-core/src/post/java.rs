@@ -71,3 +71,72 @@ fn ends_in_java(stack: &[u64], code_cache: &Range<u64>) -> bool {
         .last()
         .is_some_and(|&outer| java_method_of(outer).is_some() || code_cache.contains(&outer))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        model::{Entry, Mode, Window},
+        procmap::{Mapping, MappingKind},
+    };
+
+    use super::*;
+
+    fn entry(user_stack: u64, kind: Kind, time_ns: u64) -> Entry {
+        Entry {
+            pid: 7,
+            tid: 7,
+            user_stack,
+            kernel_stack: 0,
+            kind,
+            samples: 0,
+            time_ns,
+            waits: 0,
+            min_ns: 0,
+            max_ns: 0,
+        }
+    }
+
+    #[test]
+    fn stacks_ending_in_the_code_cache_or_unmapped_are_said_past_one_percent() {
+        let mut profile = Profile::empty(Mode::Wall, Window::default(), 1);
+        // Stack 1 reaches main in libjvm's mapping; 2 stops in the code cache; 3 at an
+        // address nothing maps.
+        profile.stacks.insert(1, vec![0x50_0010, 0x40_0010]);
+        profile.stacks.insert(2, vec![0x40_0010, 0x90_0000]);
+        profile.stacks.insert(3, vec![0x40_0010, 0xdead_0000]);
+        profile.entries = vec![
+            entry(1, Kind::OnCpu, 980),
+            entry(2, Kind::OnCpu, 20),
+            entry(1, Kind::Off(profiler_common::WaitState::Sleep), 995),
+            entry(3, Kind::Off(profiler_common::WaitState::Sleep), 5),
+        ];
+        let maps = ProcessMaps::from_mappings(vec![Mapping {
+            start: 0x40_0000,
+            end: 0x60_0000,
+            offset: 0,
+            kind: MappingKind::Anon {
+                name: String::new(),
+            },
+        }]);
+        let jvm = JavaProcess {
+            pid: 7,
+            name: "java",
+            code_cache: 0x80_0000..0xa0_0000,
+            maps: &maps,
+        };
+        let notes = partial_java_notes(&profile, &[jvm]);
+        // 2 % of the CPU time is partial; 0.5 % off it is not said.
+        assert_eq!(
+            notes,
+            vec![CaptureNote::PartialJavaStacks {
+                process: "java".into(),
+                pid: 7,
+                on_cpu: Some(PartialTime {
+                    partial_ns: 20,
+                    total_ns: 1_000,
+                }),
+                off_cpu: None,
+            }]
+        );
+    }
+}
