@@ -5,7 +5,7 @@
 //! The capture side (`profiler`) hands it [`model::Drained`] and the targets' mappings.
 //!
 //! Stage order (each module imports only `model` and the stages before it):
-//! `procmap`, `perfmap`, `jvm` → `unwind` → `account` → `symbolize` → `waits` → `site` →
+//! `procmap`, `perf_records`, `perfmap`, `jvm` → `unwind` → `account` → `symbolize` → `waits` → `site` →
 //! `holders` → `analysis` → `timeline` → `post` → `fold` → `diff` → `render`.
 
 pub mod account;
@@ -15,6 +15,7 @@ pub mod fold;
 pub mod holders;
 pub mod jvm;
 pub mod model;
+pub mod perf_records;
 pub mod perfmap;
 pub mod post;
 pub mod procmap;

@@ -7,6 +7,8 @@
 //! inside `mmap`, `execve`, `fork` and `exit`, so a process that lived 5 ms has all of them.
 //! They arrive for every process on the machine: the caller keeps its targets' records.
 //!
+//! The records' bytes are parsed by profiler-core's `perf_records` (pure, fuzzed).
+//!
 //! Layouts are those of the kernel's `include/uapi/linux/perf_event.h` (checked against
 //! torvalds/linux and the 6.1 header installed here, `/usr/include/linux/perf_event.h`); each
 //! is quoted next to the code that relies on it.
@@ -21,10 +23,8 @@ use std::{
 
 use thiserror::Error;
 
-mod records;
-
-pub use records::{Comm, Event, Mmap2, Stats, Task};
-use records::{Unread, parse_cpu_list, parse_ring};
+pub use profiler_core::perf_records::{Comm, Event, Mmap2, Stats, Task};
+use profiler_core::perf_records::{Unread, parse_cpu_list, parse_ring};
 
 // --- perf_event ABI (include/uapi/linux/perf_event.h) -----------------------------------
 

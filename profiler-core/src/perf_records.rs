@@ -1,26 +1,30 @@
-//! The kernel's side-band records as bytes → [`Event`]s: each record's layout (quoted from
-//! `include/uapi/linux/perf_event.h`), and a ring's unread bytes walked record by record,
-//! one wrapping around the buffer's end copied whole first. Pure: no syscall, no pointer;
-//! what is malformed is counted, never trusted.
+//! The kernel's side-band records (`PERF_RECORD_MMAP2`, `COMM`, `FORK`, `EXIT`, `LOST`) as
+//! bytes → [`Event`]s: each record's layout (quoted from `include/uapi/linux/perf_event.h`),
+//! and a ring's unread bytes walked record by record, one wrapping around the buffer's end
+//! copied whole first. The capture side (`profiler` process/mmap_events.rs) opens the rings
+//! and hands their bytes here. Pure: no syscall, no pointer; what is malformed is counted,
+//! never trusted (the `perf_records` fuzz target).
 
 use std::{ffi::OsStr, os::unix::ffi::OsStrExt as _, path::PathBuf};
 
+/// `#define PROT_EXEC 0x4 /* page can be executed */` (include/uapi/asm-generic/mman-common.h).
+const PROT_EXEC: u32 = 0x4;
 /// `struct perf_event_header { __u32 type; __u16 misc; __u16 size; };`
-pub(super) const HEADER_LEN: usize = 8;
+const HEADER_LEN: usize = 8;
 /// `enum perf_event_type`.
-pub(super) const PERF_RECORD_LOST: u32 = 2;
-pub(super) const PERF_RECORD_COMM: u32 = 3;
-pub(super) const PERF_RECORD_EXIT: u32 = 4;
-pub(super) const PERF_RECORD_FORK: u32 = 7;
-pub(super) const PERF_RECORD_MMAP2: u32 = 10;
+const PERF_RECORD_LOST: u32 = 2;
+const PERF_RECORD_COMM: u32 = 3;
+const PERF_RECORD_EXIT: u32 = 4;
+const PERF_RECORD_FORK: u32 = 7;
+const PERF_RECORD_MMAP2: u32 = 10;
 /// `#define PERF_RECORD_MISC_COMM_EXEC (1 << 13)`: the name changed because of an exec.
-pub(super) const PERF_RECORD_MISC_COMM_EXEC: u16 = 1 << 13;
+const PERF_RECORD_MISC_COMM_EXEC: u16 = 1 << 13;
 /// `#define PERF_RECORD_MISC_MMAP_BUILD_ID (1 << 14)`: the MMAP2 union holds a build ID
 /// instead of maj/min/ino (only with `attr.build_id`, which is not set here).
-pub(super) const PERF_RECORD_MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+const PERF_RECORD_MISC_MMAP_BUILD_ID: u16 = 1 << 14;
 /// `struct sample_id` with `sample_id_all` and `sample_type = TID | TIME`, at the end of
 /// every record: `{ u32 pid, tid; } && PERF_SAMPLE_TID`, `{ u64 time; } && PERF_SAMPLE_TIME`.
-pub(super) const SAMPLE_ID_LEN: usize = 16;
+const SAMPLE_ID_LEN: usize = 16;
 
 // --- Events ---------------------------------------------------------------------------
 
@@ -54,8 +58,8 @@ pub struct Mmap2 {
 
 impl Mmap2 {
     /// The mapping as the pure stages keep it.
-    pub fn recorded(&self) -> profiler_core::procmap::RecordedMapping {
-        profiler_core::procmap::RecordedMapping {
+    pub fn recorded(&self) -> crate::procmap::RecordedMapping {
+        crate::procmap::RecordedMapping {
             start: self.addr,
             end: self.end(),
             offset: self.pgoff,
@@ -67,7 +71,7 @@ impl Mmap2 {
     }
 
     pub fn is_exec(&self) -> bool {
-        self.prot & libc::PROT_EXEC as u32 != 0
+        self.prot & PROT_EXEC != 0
     }
 
     pub fn end(&self) -> u64 {
@@ -153,24 +157,24 @@ pub struct Stats {
 
 // --- Parsing (pure) -------------------------------------------------------------------
 
-pub(super) fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
 }
 
-pub(super) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-pub(super) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
 /// A NUL-terminated string the kernel padded with NULs to 8 bytes.
-pub(super) fn c_string(b: &[u8]) -> &[u8] {
+fn c_string(b: &[u8]) -> &[u8] {
     b.iter().position(|&c| c == 0).map_or(b, |end| &b[..end])
 }
 
-pub(super) enum Parsed {
+enum Parsed {
     Event(Event),
     /// A type this module does not read.
     Skipped,
@@ -179,7 +183,7 @@ pub(super) enum Parsed {
 }
 
 /// One whole record (header included, `record.len()` = header size) read on `cpu`.
-pub(super) fn parse_record(cpu: u32, record: &[u8]) -> Parsed {
+fn parse_record(cpu: u32, record: &[u8]) -> Parsed {
     let (Some(kind), Some(misc)) = (u32_at(record, 0), u16_at(record, 4)) else {
         return Parsed::Malformed;
     };
@@ -197,7 +201,7 @@ pub(super) fn parse_record(cpu: u32, record: &[u8]) -> Parsed {
 }
 
 /// The trailing `struct sample_id`: (pid, tid, time) of the task the record is about.
-pub(super) fn sample_id(record: &[u8], fixed: usize) -> Option<(&[u8], u64)> {
+fn sample_id(record: &[u8], fixed: usize) -> Option<(&[u8], u64)> {
     let at = record.len().checked_sub(SAMPLE_ID_LEN)?;
     let variable = record.get(fixed..at)?;
     Some((variable, u64_at(record, at + 8)?))
@@ -217,7 +221,7 @@ pub(super) fn sample_id(record: &[u8], fixed: usize) -> Option<(&[u8], u64)> {
 ///     struct sample_id sample_id;
 /// };
 /// ```
-pub(super) fn parse_mmap2(record: &[u8], misc: u16) -> Option<Mmap2> {
+fn parse_mmap2(record: &[u8], misc: u16) -> Option<Mmap2> {
     const FILENAME: usize = 72;
     let (filename, time_ns) = sample_id(record, FILENAME)?;
     let build_id = misc & PERF_RECORD_MISC_MMAP_BUILD_ID != 0;
@@ -245,7 +249,7 @@ pub(super) fn parse_mmap2(record: &[u8], misc: u16) -> Option<Mmap2> {
 ///     struct sample_id sample_id;
 /// };
 /// ```
-pub(super) fn parse_comm(record: &[u8], misc: u16) -> Option<Comm> {
+fn parse_comm(record: &[u8], misc: u16) -> Option<Comm> {
     let (name, time_ns) = sample_id(record, 16)?;
     Some(Comm {
         pid: u32_at(record, 8)?,
@@ -266,7 +270,7 @@ pub(super) fn parse_comm(record: &[u8], misc: u16) -> Option<Comm> {
 ///     struct sample_id sample_id;
 /// };
 /// ```
-pub(super) fn parse_task(record: &[u8]) -> Option<Task> {
+fn parse_task(record: &[u8]) -> Option<Task> {
     // The trailer must be there too: a shorter record is not what was asked for.
     sample_id(record, 32)?;
     Some(Task {
@@ -280,18 +284,18 @@ pub(super) fn parse_task(record: &[u8]) -> Option<Task> {
 
 /// The unread bytes of one ring, in order: from the tail to the end of the buffer, then from
 /// its start (`second` is empty unless they wrap around the end).
-pub(super) struct Unread<'a> {
-    pub(super) first: &'a [u8],
-    pub(super) second: &'a [u8],
+pub struct Unread<'a> {
+    pub first: &'a [u8],
+    pub second: &'a [u8],
 }
 
 impl Unread<'_> {
-    pub(super) fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.first.len() + self.second.len()
     }
 
     /// `len` bytes from `at` if they do not wrap.
-    pub(super) fn contiguous(&self, at: usize, len: usize) -> Option<&[u8]> {
+    fn contiguous(&self, at: usize, len: usize) -> Option<&[u8]> {
         if at + len <= self.first.len() {
             self.first.get(at..at + len)
         } else if at >= self.first.len() {
@@ -303,7 +307,7 @@ impl Unread<'_> {
     }
 
     /// Copies `dst.len()` bytes from `at`, across the end of the buffer if need be.
-    pub(super) fn copy(&self, at: usize, dst: &mut [u8]) -> Option<()> {
+    fn copy(&self, at: usize, dst: &mut [u8]) -> Option<()> {
         let mut at = at;
         let mut done = 0;
         while done < dst.len() {
@@ -328,7 +332,7 @@ impl Unread<'_> {
 /// Parses every record in `unread` and returns how many bytes were consumed (all of them:
 /// the kernel publishes `data_head` only after whole records). A record that wraps around
 /// the end of the buffer is copied into `scratch` first.
-pub(super) fn parse_ring(
+pub fn parse_ring(
     cpu: u32,
     unread: &Unread<'_>,
     scratch: &mut Vec<u8>,
@@ -380,7 +384,7 @@ pub(super) fn parse_ring(
 }
 
 /// `/sys/devices/system/cpu/online`: `0-3,5,7-8`.
-pub(super) fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
     let mut cpus = Vec::new();
     for part in text.trim().split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
@@ -402,6 +406,10 @@ mod tests {
     use std::os::unix::ffi::OsStrExt as _;
 
     use super::*;
+
+    /// `PROT_READ 0x1` (mman-common.h), `MAP_PRIVATE 0x02` (mman.h).
+    const PROT_READ: u32 = 0x1;
+    const MAP_PRIVATE: u32 = 0x2;
 
     /// Builds a record as the kernel lays it out: header, body, sample_id.
     fn record(kind: u32, misc: u16, body: &[u8], pid: u32, tid: u32, time: u64) -> Vec<u8> {
@@ -439,8 +447,8 @@ mod tests {
         body.extend_from_slice(&1u32.to_ne_bytes());
         body.extend_from_slice(&326279u64.to_ne_bytes());
         body.extend_from_slice(&7u64.to_ne_bytes()); // ino_generation
-        body.extend_from_slice(&((libc::PROT_READ | libc::PROT_EXEC) as u32).to_ne_bytes());
-        body.extend_from_slice(&(libc::MAP_PRIVATE as u32).to_ne_bytes());
+        body.extend_from_slice(&(PROT_READ | PROT_EXEC).to_ne_bytes());
+        body.extend_from_slice(&(MAP_PRIVATE).to_ne_bytes());
         body.extend_from_slice(&padded(filename));
         record(PERF_RECORD_MMAP2, 2, &body, pid, pid + 1, time)
     }
@@ -501,8 +509,8 @@ mod tests {
                 maj: 254,
                 min: 1,
                 ino: 326279,
-                prot: (libc::PROT_READ | libc::PROT_EXEC) as u32,
-                flags: libc::MAP_PRIVATE as u32,
+                prot: PROT_READ | PROT_EXEC,
+                flags: MAP_PRIVATE,
                 filename: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
             })]
         );
