@@ -371,7 +371,9 @@ pub fn parse_ring(
         match parse_record(cpu, record) {
             Parsed::Event(event) => {
                 if let Event::Lost { count, .. } = event {
-                    stats.lost += count;
+                    // The count is the record's: saturated, so two absurd ones cannot wrap
+                    // the sum to a small loss (found by the perf_records fuzz target).
+                    stats.lost = stats.lost.saturating_add(count);
                 }
                 out(event);
             }
@@ -557,6 +559,15 @@ mod tests {
                 }),
             ]
         );
+    }
+
+    #[test]
+    fn absurd_loss_counts_saturate_instead_of_wrapping() {
+        let mut bytes = lost_record(u64::MAX - 1);
+        bytes.extend(lost_record(5));
+        let (events, stats, consumed) = parse_all(&bytes);
+        assert_eq!((events.len(), consumed), (2, bytes.len()));
+        assert_eq!(stats.lost, u64::MAX);
     }
 
     #[test]
