@@ -403,7 +403,7 @@ impl TargetSet {
                     }
                 }
                 Event::Lost { count, .. } => {
-                    self.mapping_records_lost += count;
+                    self.mapping_records_lost = self.mapping_records_lost.saturating_add(count);
                     self.refreshes_owed = self.processes.len();
                 }
                 _ => {}
