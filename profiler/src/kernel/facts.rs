@@ -10,6 +10,9 @@ use thiserror::Error;
 
 use profiler_core::model::named::is_interrupt_entry;
 
+/// Path of the running kernel's BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
 #[derive(Debug, Error)]
 pub enum KernelError {
     #[error("cannot read kernel BTF from {path}: {message}")]
@@ -242,7 +245,7 @@ ffffffffc0000000 t helper\t[some_module]
 
     #[test]
     fn running_kernel_task_struct_offsets_are_plausible() {
-        let path = Path::new(crate::run::preflight::VMLINUX_BTF);
+        let path = Path::new(VMLINUX_BTF);
         if !path.exists() {
             eprintln!("skipping: {} is missing on this machine", path.display());
             return;

@@ -263,7 +263,7 @@ fn prepare(args: &Args) -> Result<Prepared> {
     );
     let outputs = outputs::open_outputs(&args.out, default_svg, args.save.as_deref(), args.mode)?;
     let started = std::time::Instant::now();
-    let offsets = facts::task_offsets(Path::new(preflight::VMLINUX_BTF))
+    let offsets = facts::task_offsets(Path::new(facts::VMLINUX_BTF))
         .context("cannot find the task_struct layout of this kernel")?;
     log::debug!(
         "task_struct layout read in {:.3} s",
