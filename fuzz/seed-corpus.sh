@@ -4,7 +4,7 @@
 # reader's unit tests check they are the JVMs they read) for jvm.
 set -eu
 cd "$(dirname "$0")"
-mkdir -p corpus/eh_frame corpus/proc_text corpus/jvm
+mkdir -p corpus/eh_frame corpus/proc_text corpus/perf_records corpus/jvm
 cp seeds/jvm/* corpus/jvm/
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

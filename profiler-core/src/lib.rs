@@ -5,8 +5,8 @@
 //! The capture side (`profiler`) hands it [`model::Drained`] and the targets' mappings.
 //!
 //! Stage order (each module imports only `model` and the stages before it):
-//! `procmap`, `perfmap`, `jvm` → `unwind` → `account` → `symbolize` → `waits` → `site` →
-//! `holders` → `analysis` → `timeline` → `fold` → `diff` → `render`.
+//! `procmap`, `perf_records`, `perfmap`, `jvm` → `unwind` → `account` → `symbolize` → `waits` → `site` →
+//! `holders` → `analysis` → `timeline` → `post` → `fold` → `diff` → `render`.
 
 pub mod account;
 pub mod analysis;
@@ -16,7 +16,9 @@ pub mod fold;
 pub mod holders;
 pub mod jvm;
 pub mod model;
+pub mod perf_records;
 pub mod perfmap;
+pub mod post;
 pub mod procmap;
 pub mod render;
 pub mod site;

@@ -4,7 +4,7 @@
 //! line and a non-zero exit; `app` runs the stages.
 
 use clap::Parser as _;
-use profiler::{app, cli};
+use profiler::run::{app, cli};
 
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();

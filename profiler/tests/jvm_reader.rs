@@ -13,7 +13,7 @@ use std::{
 };
 
 use common::*;
-use profiler::{hotspot::HotSpot, jvm_attach};
+use profiler::process::{hotspot::HotSpot, jvm_attach};
 use profiler_core::{
     jvm::{BlobKind, CodeBlob, Jvm},
     procmap::{MappingKind, parse_maps},

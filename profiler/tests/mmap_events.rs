@@ -1,4 +1,4 @@
-//! Privileged: the kernel's side-band records (`profiler::mmap_events`) of processes that
+//! Privileged: the kernel's side-band records (`profiler::process::mmap_events`) of processes that
 //! live a few milliseconds — the ones a 200 ms `/proc/PID/maps` tick never sees — and what
 //! reading them costs on a machine that execs a thousand processes a second.
 
@@ -12,7 +12,7 @@ use std::{
 };
 
 use common::{require_root, scratch_dir, serial};
-use profiler::mmap_events::{Config, Event, Mmap2, MmapEvents};
+use profiler::process::mmap_events::{Config, Event, Mmap2, MmapEvents};
 
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {

@@ -358,10 +358,16 @@ fn nginx_in_front_of_a_slow_upstream_names_nginx_at_the_upstreams_connections() 
         .find(|r| r["peer_process"] == "nginx" && r["role"] == "server")
         .unwrap_or_else(|| panic!("no wait on a connection from nginx: {sites:#?}"));
     assert!(
-        nginx.workers.contains(&(from_nginx["peer_pid"].as_u64().unwrap_or(0) as u32)),
+        nginx
+            .workers
+            .contains(&(from_nginx["peer_pid"].as_u64().unwrap_or(0) as u32)),
         "{from_nginx:#}"
     );
-    assert_eq!(from_nginx["local"], format!("127.0.0.1:{port}"), "{from_nginx:#}");
+    assert_eq!(
+        from_nginx["local"],
+        format!("127.0.0.1:{port}"),
+        "{from_nginx:#}"
+    );
     // nginx's workers wait in their event loop, on no one resource.
     let epoll = sites
         .iter()

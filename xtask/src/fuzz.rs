@@ -1,7 +1,8 @@
-//! The cargo-fuzz targets in `fuzz/`: the `.eh_frame` row builder, the text parsers and the
-//! HotSpot reader, which read what untrusted processes hand the profiler (it runs as root).
-//! Installs cargo-fuzz when missing, seeds the corpus with real files and recorded JVMs, runs
-//! each target for a time budget, and fails on any crash, timeout or out-of-memory.
+//! The cargo-fuzz targets in `fuzz/`: the `.eh_frame` row builder, the text parsers, the
+//! kernel's mapping records and the HotSpot reader, which read what untrusted processes hand
+//! the profiler (it runs as root). Installs cargo-fuzz when missing, seeds the corpus with real
+//! files and recorded JVMs, runs each target for a time budget, and fails on any crash,
+//! timeout or out-of-memory.
 
 use std::{path::Path, process::Command};
 
@@ -9,7 +10,7 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::toolchain;
 
-const TARGETS: [&str; 3] = ["eh_frame", "proc_text", "jvm"];
+const TARGETS: [&str; 4] = ["eh_frame", "proc_text", "perf_records", "jvm"];
 
 pub fn run(root: &Path, secs: u64) -> Result<()> {
     ensure_cargo_fuzz()?;

@@ -25,7 +25,7 @@ pub use machine::{Machine, MachineProcess};
 pub use named::{
     FrameFile, NO_FILE, Name, StackNames, WakerIdentity, stack_frames, waker_frames, waker_identity,
 };
-pub use raw::{Counters, Drained, RawTimeline, SchedStat, Seeds, Window, comm_name};
+pub use raw::{Counters, Drained, NewStack, RawTimeline, SchedStat, Seeds, Window, comm_name};
 pub use resource::{NamedResource, ResourceKind};
 pub use saved::{CaptureMeta, CaptureNote, CaptureRange, PartialTime, SavedCapture};
 pub use time::{Entry, Kind, ProcessInfo, ProcessTotals, Profile, StateTimes, ThreadTime, Waker};

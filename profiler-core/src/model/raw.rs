@@ -133,3 +133,12 @@ pub fn comm_name(comm: &[u8]) -> String {
     let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
     String::from_utf8_lossy(&comm[..end]).into_owned()
 }
+
+/// A user stack the drainer met for the first time, sent to the target set while the capture
+/// runs (a JVM's methods in it are named while the JVM still runs): the mapping-table
+/// generation it was unwound under (which process's layout) and its frames, leaf first.
+#[derive(Debug)]
+pub struct NewStack {
+    pub generation: u32,
+    pub frames: Box<[u64]>,
+}

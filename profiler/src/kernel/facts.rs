@@ -4,11 +4,14 @@
 
 use std::path::Path;
 
-use crate::vmlinux_btf::Btf;
+use crate::kernel::vmlinux_btf::Btf;
 use profiler_common::{FdOffsets, IRQ_ENTRY_RANGES};
 use thiserror::Error;
 
 use profiler_core::model::named::is_interrupt_entry;
+
+/// Path of the running kernel's BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 #[derive(Debug, Error)]
 pub enum KernelError {
@@ -164,6 +167,19 @@ fn fd_offsets(btf: &Btf, task: u32) -> Option<FdOffsets> {
     })
 }
 
+/// The interrupt entry ranges the programs are loaded with, from /proc/kallsyms (none when
+/// it cannot be read). Only waker kernel stacks stop at an interrupt entry: with `--wakers`
+/// (`waker_stacks`), or where the preempt count cannot tell an interrupt. Reading
+/// /proc/kallsyms costs ~0.1 s of CPU, so it is read only then.
+pub fn interrupt_entries(waker_stacks: bool, offsets: &TaskOffsets) -> [u64; 2 * IRQ_ENTRY_RANGES] {
+    if !waker_stacks && offsets.preempt_count.is_some() {
+        return Default::default();
+    }
+    std::fs::read_to_string("/proc/kallsyms")
+        .map(|text| interrupt_entry_ranges(&text))
+        .unwrap_or_default()
+}
+
 /// Where interrupt entry code lies in kernel text, as `[start, end)` pairs flattened into
 /// `[s0, e0, s1, e1, …]` (unused pairs are zero): the waker probe stops a waker's kernel stack
 /// at the first such frame, because what the interrupted task was doing below it is not part
@@ -267,7 +283,7 @@ ffffffffc0000000 t helper\t[some_module]
 
     #[test]
     fn running_kernel_task_struct_offsets_are_plausible() {
-        let path = Path::new(crate::preflight::VMLINUX_BTF);
+        let path = Path::new(VMLINUX_BTF);
         if !path.exists() {
             eprintln!("skipping: {} is missing on this machine", path.display());
             return;

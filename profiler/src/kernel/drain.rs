@@ -32,7 +32,7 @@ use profiler_common::{
     WakerValue, exit_overcount_ns, names, thread_flags, unwind::ProcMappings,
 };
 
-use crate::{
+use crate::kernel::{
     bpf_sys::{
         BPF_MAP_DELETE_BATCH, BPF_MAP_LOOKUP_AND_DELETE_BATCH, BPF_MAP_LOOKUP_BATCH, BatchAttr, bpf,
     },
@@ -40,11 +40,11 @@ use crate::{
     resources::Namer,
     timeline::TimelineReader,
 };
-use profiler_core::model::{Drained, NamedResource, SchedStat};
+use profiler_core::model::{Drained, NamedResource, NewStack, SchedStat};
 
 /// How often the tables are drained while the capture runs: the tick's pace. They must hold
 /// two intervals' worth of keys (the epoch being written and the one waiting for its drain).
-pub const DRAIN_INTERVAL: Duration = crate::capture::TICK;
+pub const DRAIN_INTERVAL: Duration = crate::run::capture::TICK;
 
 /// The shortest drain interval: a table that fills within 25 ms holds more than 40 000 keys a
 /// second, which a drain of a few milliseconds still keeps up with.
@@ -103,13 +103,6 @@ pub struct Drainer {
     /// names a JVM's interpreted and inlined methods in it while the JVM still runs.
     new_stacks: Option<mpsc::Sender<NewStack>>,
     pub stats: DrainStats,
-}
-
-/// A user stack the drainer met for the first time: the mapping-table generation it was
-/// unwound under (which process's layout) and its frames, leaf first.
-pub struct NewStack {
-    pub generation: u32,
-    pub frames: Box<[u64]>,
 }
 
 /// What the drains cost and how full the tables came to be.
@@ -429,7 +422,7 @@ impl Drainer {
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
             // See `priority`: a starved drainer loses records on a saturated machine.
-            crate::priority::boost_this_thread("the drainer");
+            crate::kernel::priority::boost_this_thread("the drainer");
             let mut warned = false;
             // The first drains come early: a table sized from the thread count may fill
             // within the first interval, before any drain could measure its pace; the

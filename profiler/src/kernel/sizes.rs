@@ -8,7 +8,21 @@
 //! not the window's; the drainer drains sooner when one fills (drain.rs), and what still does
 //! not fit is a counted loss naming the flag.
 
-use crate::cli::Args;
+/// What the command line says that the sizes depend on: each `Some` is a flag that wins over
+/// the size from the target set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SizeOptions {
+    /// `--max-keys`: samples, waits and wakers (and a site histogram table an eighth of it).
+    pub max_keys: Option<u32>,
+    pub max_stacks: Option<u32>,
+    pub max_threads: Option<u32>,
+    pub max_processes: Option<u32>,
+    pub timeline_ring_kib: Option<u32>,
+    /// Children are followed (no `--no-children`): they fork into the process table.
+    pub follow_children: bool,
+    /// On-CPU sampling frequency per CPU, in Hz.
+    pub freq: u64,
+}
 
 /// Sizes of the tables a capture loads with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,10 +86,26 @@ const SAMPLE_SECONDS: u32 = 2;
 /// drain), 4 MiB at most.
 const RING_BYTES_PER_THREAD: u32 = 16 * 1024;
 
+/// The sizes for the processes `pids` at the start (their threads read from /proc), sampled on
+/// every online CPU; logged.
+pub fn at_start(opts: &SizeOptions, pids: &[u32]) -> TableSizes {
+    let threads = pids
+        .iter()
+        .map(|pid| std::fs::read_dir(format!("/proc/{pid}/task")).map_or(1, |d| d.count() as u32))
+        .sum::<u32>()
+        .max(1);
+    let processes = (pids.len() as u32).max(1);
+    // The sampling timer runs on every online CPU, whatever this process's affinity.
+    let cpus = aya::util::online_cpus().map_or(1, |c| c.len() as u32);
+    let sizes = table_sizes(opts, threads, processes, cpus);
+    log::info!("{threads} threads in {processes} processes at start: tables {sizes:?}");
+    sizes
+}
+
 /// The sizes for `threads` threads in `processes` processes at the start (a launched command
 /// counts as one process with one thread: its build may start many more), sampled on `cpus`
 /// CPUs.
-pub fn table_sizes(args: &Args, threads: u32, processes: u32, cpus: u32) -> TableSizes {
+pub fn table_sizes(args: &SizeOptions, threads: u32, processes: u32, cpus: u32) -> TableSizes {
     let threads_sized = threads.saturating_mul(2).saturating_add(THREAD_CHURN);
     let most_keys = threads
         .saturating_mul(KEYS_PER_THREAD_LARGE)
@@ -96,10 +126,10 @@ pub fn table_sizes(args: &Args, threads: u32, processes: u32, cpus: u32) -> Tabl
             .max_threads
             .unwrap_or_else(|| clamp(threads_sized, 2_048, 65_536)),
         processes: args.max_processes.unwrap_or_else(|| {
-            let (least, most) = if args.no_children {
-                (64, MAX_PROCESSES)
-            } else {
+            let (least, most) = if args.follow_children {
                 (FOLLOWED_PROCESSES_MIN, MAX_PROCESSES_FOLLOWED)
+            } else {
+                (64, MAX_PROCESSES)
             };
             clamp(
                 processes.saturating_mul(2).saturating_add(PROCESS_CHURN),
@@ -136,37 +166,39 @@ fn clamp(v: u32, lo: u32, hi: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser as _;
-
     use super::*;
 
-    fn args(extra: &[&str]) -> Args {
-        let argv = ["profiler", "-p", "1"].iter().chain(extra);
-        crate::cli::Cli::try_parse_from(argv).unwrap().record
-    }
+    /// A bare command line's: nothing given, children followed, 99 Hz.
+    const BARE: SizeOptions = SizeOptions {
+        max_keys: None,
+        max_stacks: None,
+        max_threads: None,
+        max_processes: None,
+        timeline_ring_kib: None,
+        follow_children: true,
+        freq: 99,
+    };
+    const NO_CHILDREN: SizeOptions = SizeOptions {
+        follow_children: false,
+        ..BARE
+    };
 
     #[test]
     fn a_small_process_gets_small_tables_and_a_large_one_larger() {
-        let small = table_sizes(&args(&[]), 2, 1, 2);
+        let small = table_sizes(&BARE, 2, 1, 2);
         assert_eq!(small.threads, 2_048);
         assert_eq!(small.stacks, 2_048);
         // Followed children get room for a build's or a forking server's churn (issue 44):
         // 66 lost forks of `make -j8`; alone, the process is one entry and 64 of churn.
         assert_eq!(small.processes, 4_096);
-        assert_eq!(
-            table_sizes(&args(&["--no-children"]), 2, 1, 2).processes,
-            66
-        );
-        assert_eq!(table_sizes(&args(&[]), 2, 3_000, 2).processes, 6_064);
-        assert_eq!(table_sizes(&args(&[]), 2, 30_000, 2).processes, 16_384);
-        assert_eq!(
-            table_sizes(&args(&["--no-children"]), 2, 3_000, 2).processes,
-            4_096
-        );
+        assert_eq!(table_sizes(&NO_CHILDREN, 2, 1, 2).processes, 66);
+        assert_eq!(table_sizes(&BARE, 2, 3_000, 2).processes, 6_064);
+        assert_eq!(table_sizes(&BARE, 2, 30_000, 2).processes, 16_384);
+        assert_eq!(table_sizes(&NO_CHILDREN, 2, 3_000, 2).processes, 4_096);
         assert_eq!((small.keys, small.samples), (4_096, 1_024));
-        let pool = table_sizes(&args(&[]), 200, 1, 2);
+        let pool = table_sizes(&BARE, 200, 1, 2);
         assert_eq!(pool.keys, 16_384);
-        let jvm = table_sizes(&args(&[]), 5_000, 1, 2);
+        let jvm = table_sizes(&BARE, 5_000, 1, 2);
         assert_eq!(jvm.threads, 11_024);
         assert_eq!(jvm.stacks, 8_192);
         assert_eq!(jvm.keys, 30_000);
@@ -176,23 +208,35 @@ mod tests {
         assert_eq!(small.timeline_ring, 1 << 20);
         assert_eq!(jvm.timeline_ring, 4 << 20);
         // Samples follow the CPUs and the frequency, never past the keys.
-        let big_host = table_sizes(&args(&["-F", "999"]), 5_000, 1, 64);
+        let big_host = table_sizes(&SizeOptions { freq: 999, ..BARE }, 5_000, 1, 64);
         assert_eq!(big_host.samples, 30_000);
-        assert_eq!(table_sizes(&args(&[]), 5_000, 1, 64).samples, 12_672);
-        let huge = table_sizes(&args(&[]), 60_000, 1, 2);
+        assert_eq!(table_sizes(&BARE, 5_000, 1, 64).samples, 12_672);
+        let huge = table_sizes(&BARE, 60_000, 1, 2);
         assert_eq!(huge.keys, 65_536);
     }
 
     #[test]
     fn a_flag_wins() {
         let s = table_sizes(
-            &args(&["--max-threads", "7", "--max-keys", "800"]),
+            &SizeOptions {
+                max_threads: Some(7),
+                max_keys: Some(800),
+                ..BARE
+            },
             5_000,
             1,
             2,
         );
         assert_eq!((s.threads, s.keys, s.site_hists), (7, 800, 100));
-        let big = table_sizes(&args(&["--max-keys", "100000"]), 2, 1, 2);
+        let big = table_sizes(
+            &SizeOptions {
+                max_keys: Some(100_000),
+                ..BARE
+            },
+            2,
+            1,
+            2,
+        );
         assert_eq!(
             (big.keys, big.samples, big.site_hists),
             (100_000, 100_000, 12_500)

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use profiler_common::unwind::ProcMappings;
 use profiler_core::{procmap::ProcessMaps, unwind::tables::UnwindTables};
 
-use crate::probes::{ProbeError, Probes};
+use crate::kernel::probes::{ProbeError, Probes};
 
 /// The unwind tables (None with `--unwind fp`) and the layouts handed out.
 #[derive(Debug, Default)]

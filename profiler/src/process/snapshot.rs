@@ -13,8 +13,8 @@ use profiler_common::{
 };
 
 use crate::{
-    probes::{ProbeError, Probes, SeedOutcome},
-    targets::TargetSet,
+    kernel::probes::{ProbeError, Probes, SeedOutcome},
+    process::targets::TargetSet,
 };
 use profiler_core::{
     model::{Seeds, comm_name},

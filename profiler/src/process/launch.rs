@@ -11,7 +11,7 @@ use std::{
     process::ExitStatus,
 };
 
-use crate::preflight::PreflightError;
+use crate::run::preflight::PreflightError;
 
 /// A command found on disk.
 #[derive(Clone, Debug)]
@@ -83,7 +83,7 @@ impl Command {
         argv.push(std::ptr::null());
         let identity = invoking_user();
         // The profiler's start-up runs above the nice it was started with; the command not.
-        let nice = crate::priority::original();
+        let nice = crate::kernel::priority::original();
 
         let mut fds = [0i32; 2];
         // SAFETY: a valid array for pipe2 to fill.

@@ -5,7 +5,7 @@
 use aya::maps::{MapData, RingBuf};
 use profiler_common::{TimelineSample, TimelineWait, names, timeline_kind};
 
-use crate::probes::{ProbeError, Probes};
+use crate::kernel::probes::{ProbeError, Probes};
 use profiler_core::model::RawTimeline;
 
 pub struct TimelineReader {

@@ -19,7 +19,7 @@ use profiler_common::{
     unwind::ProcMappings,
 };
 
-use crate::probes::{ProbeError, Probes};
+use crate::kernel::probes::{ProbeError, Probes};
 use profiler_core::unwind::walk::{Regs, walk};
 
 /// How long a sample waits for its process's table to cover its pc (the records of a new

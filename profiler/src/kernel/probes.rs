@@ -25,9 +25,9 @@ use profiler_common::{
 };
 use thiserror::Error;
 
-use crate::{
+use crate::kernel::{
     bpf_sys::{BPF_MAP_DELETE_ELEM, BPF_MAP_UPDATE_ELEM, elem},
-    kernel::{PreemptCountPath, TaskOffsets},
+    facts::{PreemptCountPath, TaskOffsets},
     sizes::TableSizes,
 };
 use profiler_core::model::{Counters, Mode};
@@ -119,7 +119,7 @@ pub struct ProbeConfig {
     /// Write the timeline: waits of at least this long one by one, and every sample.
     pub timeline_min_ns: Option<u64>,
     pub verbose: u8,
-    /// Interrupt entry text, from [`crate::kernel::interrupt_entry_ranges`].
+    /// Interrupt entry text, from [`crate::kernel::facts::interrupt_entry_ranges`].
     pub irq_entry: [u64; 2 * profiler_common::IRQ_ENTRY_RANGES],
 }
 

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::kernel::sizes::SizeOptions;
+
 pub use profiler_core::model::Mode;
 
 /// Default sampling frequency: 99 Hz avoids lockstep with 100 Hz timers in the target.
@@ -414,6 +416,19 @@ impl Args {
     pub fn period_ns(&self) -> u64 {
         1_000_000_000 / self.freq
     }
+
+    /// What the kernel's table sizes take from the command line.
+    pub fn size_options(&self) -> SizeOptions {
+        SizeOptions {
+            max_keys: self.max_keys,
+            max_stacks: self.max_stacks,
+            max_threads: self.max_threads,
+            max_processes: self.max_processes,
+            timeline_ring_kib: self.timeline_ring_kib,
+            follow_children: !self.no_children,
+            freq: self.freq,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -445,6 +460,42 @@ mod tests {
                 "{table:?}: {flag} is not a flag of the profiler"
             );
         }
+    }
+
+    #[test]
+    fn the_size_flags_reach_the_table_sizes() {
+        let args = record(&[
+            "-p",
+            "1",
+            "--no-children",
+            "-F",
+            "999",
+            "--max-keys",
+            "800",
+            "--max-stacks",
+            "900",
+            "--max-threads",
+            "7",
+            "--max-processes",
+            "5",
+            "--timeline-ring-kib",
+            "64",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.size_options(),
+            SizeOptions {
+                max_keys: Some(800),
+                max_stacks: Some(900),
+                max_threads: Some(7),
+                max_processes: Some(5),
+                timeline_ring_kib: Some(64),
+                follow_children: false,
+                freq: 999,
+            }
+        );
+        let bare = record(&["-p", "1"]).unwrap().size_options();
+        assert!(bare.follow_children && bare.max_keys.is_none());
     }
 
     #[test]

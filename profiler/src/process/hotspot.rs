@@ -24,7 +24,7 @@ use profiler_core::{
     unwind::jit::{JitCode, JitFrame, jit_rows},
 };
 
-use crate::jvm_attach;
+use crate::process::jvm_attach;
 
 /// Code the JIT just compiled unwinds by frame pointers until the next read (a compiled
 /// frame then hides its caller), so the cache is read often — every tick (0.2 s) for a small
@@ -312,13 +312,10 @@ impl HotSpot {
         inlining.at(addr - start)
     }
 
-    /// Whether a user stack (leaf first) ends inside Java code: the walk stopped there (code
-    /// compiled since the last read, a stub without a frame rule, or the depth limit), so the
-    /// stack is partial.
-    pub fn ends_in_java(&self, stack: &[u64]) -> bool {
-        stack.last().is_some_and(|&outer| {
-            java_method_of(outer).is_some() || (self.range.0..self.range.1).contains(&outer)
-        })
+    /// The code cache's extent as last read (every blob, the interpreter included): a stack
+    /// that ends in it stopped inside Java code (profiler-core `post`).
+    pub fn code_cache(&self) -> std::ops::Range<u64> {
+        self.range.0..self.range.1
     }
 
     /// One more read after the window, for the names of code compiled since the last one.

@@ -15,20 +15,22 @@ use std::{
 };
 
 use crate::{
-    drain::NewStack,
-    hotspot::HotSpot,
-    late::{self, LateSamples, LateUnwound},
-    mmap_events::{Event, MmapEvents},
-    preflight::{self, PreflightError},
-    probes::{ProbeError, Probes},
-    uploads::Uploads,
+    kernel::probes::{ProbeError, Probes},
+    process::{
+        hotspot::HotSpot,
+        late::{self, LateSamples, LateUnwound},
+        mmap_events::{Event, MmapEvents, Task},
+        uploads::Uploads,
+    },
+    run::preflight::{self, PreflightError},
 };
 use profiler_common::{Counter, unwind::ProcMappings};
 use profiler_core::{
-    model::{CaptureNote, Kind, PartialTime, ProcessInfo, Profile},
+    model::{CaptureNote, NewStack, ProcessInfo, Profile},
     perfmap::PerfMap,
+    post::{self, JavaProcess},
     procmap::{MappingKind, ProcessMaps},
-    symbolize::lookup_addresses,
+    symbolize::{Spaces, lookup_addresses},
     unwind::tables::UnwindTables,
 };
 
@@ -328,7 +330,7 @@ impl TargetSet {
     /// executable mapping is added; then the rows and mapping tables that changed go to the
     /// kernel. Cheap enough to run within milliseconds of every exec.
     pub fn follow_mappings(&mut self, probes: &mut Probes) {
-        let read_ns = crate::probes::monotonic_ns();
+        let read_ns = crate::kernel::probes::monotonic_ns();
         self.apply_mapping_records(probes);
         if let Some(mut late) = self.late.take() {
             late.unwind(&mut self.tables(), read_ns, false);
@@ -366,36 +368,7 @@ impl TargetSet {
             log::trace!("mapping record {event:?}");
             match event {
                 Event::Fork(t) if t.pid != t.ppid && self.follow_children => {
-                    // A parent may have exited (and been forgotten by a tick) before this
-                    // record was read: its last mappings are still the child's.
-                    let Some(parent) = self.processes.get(&t.ppid).filter(|p| p.live_at(t.time_ns))
-                    else {
-                        continue;
-                    };
-                    let maps = parent.maps.forked(t.pid);
-                    // A record read late may tell of the fork of a process already freed; one
-                    // forked after that is a new process under a reused pid.
-                    let (target, _) = born(&mut self.processes, t.pid, |old| {
-                        old.freed_ns.is_some_and(|freed| t.time_ns > freed)
-                    });
-                    if target.maps.mappings().is_empty() {
-                        target.maps = maps;
-                    } else {
-                        // It exec'd before this record was read: its new program's maps are
-                        // known, its stacks from before the exec are in the parent's.
-                        log::debug!("process {} exec'd before its fork was read", t.pid);
-                        target.maps.inherit_earlier(&maps);
-                    }
-                    target.parent = Some(t.ppid);
-                    target.forked_ns = target.forked_ns.or(Some(t.time_ns));
-                    if target.freed_ns.is_some() {
-                        // Gone from the kernel's tables: its bit must not come back.
-                        continue;
-                    }
-                    if let Err(e) = self.uploads.add_target(probes, t.pid) {
-                        log::warn!("process {}, forked from a target: {e}", t.pid);
-                    }
-                    changed.insert(t.pid);
+                    self.record_fork(probes, &t, &mut changed);
                 }
                 Event::Comm(c) if c.exec => {
                     let Some(target) = self
@@ -430,7 +403,7 @@ impl TargetSet {
                     }
                 }
                 Event::Lost { count, .. } => {
-                    self.mapping_records_lost += count;
+                    self.mapping_records_lost = self.mapping_records_lost.saturating_add(count);
                     self.refreshes_owed = self.processes.len();
                 }
                 _ => {}
@@ -438,6 +411,40 @@ impl TargetSet {
         }
         self.recorded.extend(&changed);
         self.publish(probes, &changed);
+    }
+
+    /// A target's fork, as its record tells it: the child gets the parent's mappings and its
+    /// bit, and joins `changed`.
+    fn record_fork(&mut self, probes: &mut Probes, t: &Task, changed: &mut BTreeSet<u32>) {
+        // A parent may have exited (and been forgotten by a tick) before this
+        // record was read: its last mappings are still the child's.
+        let Some(parent) = self.processes.get(&t.ppid).filter(|p| p.live_at(t.time_ns)) else {
+            return;
+        };
+        let maps = parent.maps.forked(t.pid);
+        // A record read late may tell of the fork of a process already freed; one
+        // forked after that is a new process under a reused pid.
+        let (target, _) = born(&mut self.processes, t.pid, |old| {
+            old.freed_ns.is_some_and(|freed| t.time_ns > freed)
+        });
+        if target.maps.mappings().is_empty() {
+            target.maps = maps;
+        } else {
+            // It exec'd before this record was read: its new program's maps are
+            // known, its stacks from before the exec are in the parent's.
+            log::debug!("process {} exec'd before its fork was read", t.pid);
+            target.maps.inherit_earlier(&maps);
+        }
+        target.parent = Some(t.ppid);
+        target.forked_ns = target.forked_ns.or(Some(t.time_ns));
+        if target.freed_ns.is_some() {
+            // Gone from the kernel's tables: its bit must not come back.
+            return;
+        }
+        if let Err(e) = self.uploads.add_target(probes, t.pid) {
+            log::warn!("process {}, forked from a target: {e}", t.pid);
+        }
+        changed.insert(t.pid);
     }
 
     /// Rows for the files of `pids` (room made from files no live process maps when the
@@ -691,7 +698,7 @@ impl TargetSet {
     /// until the memory is gone. Nothing writes the entries of a finished process again (its
     /// exec and exit are behind it), so a new entry under its pid is a new process (`born`).
     fn release_finished(&mut self, probes: &mut Probes) {
-        let now = crate::probes::monotonic_ns();
+        let now = crate::kernel::probes::monotonic_ns();
         for target in self.processes.values_mut() {
             // Reaped at an earlier tick: its threads' last switch-outs, microseconds after
             // the reaping at most, are behind them.
@@ -787,50 +794,6 @@ impl TargetSet {
         notes
     }
 
-    /// JVMs whose threads' stacks stopped inside Java code for more than 1 % of their on-CPU
-    /// or off-CPU time: that share is said, not hidden (their callers are missing).
-    pub fn jit_partial_notes(&self, profile: &Profile) -> Vec<CaptureNote> {
-        let mut notes = Vec::new();
-        for (pid, t) in &self.processes {
-            let Some(h) = &t.hotspot else { continue };
-            // (total, partial) on the CPU and off it.
-            let mut on = (0u64, 0u64);
-            let mut off = (0u64, 0u64);
-            for e in profile.entries.iter().filter(|e| e.pid == *pid) {
-                let sum = if e.kind == Kind::OnCpu {
-                    &mut on
-                } else {
-                    &mut off
-                };
-                sum.0 += e.time_ns;
-                // Or at an address no code is mapped at: a return address read where the frame
-                // was not (an epilogue, an unwound stub).
-                if profile.stacks.get(&e.user_stack).is_some_and(|s| {
-                    h.ends_in_java(s) || s.last().is_some_and(|&a| t.maps.find(a).is_none())
-                }) {
-                    sum.1 += e.time_ns;
-                }
-            }
-            let share = |(total, partial): (u64, u64)| {
-                (total > 0 && partial * 100 > total).then_some(PartialTime {
-                    partial_ns: partial,
-                    total_ns: total,
-                })
-            };
-            let (on_cpu, off_cpu) = (share(on), share(off));
-            if on_cpu.is_none() && off_cpu.is_none() {
-                continue;
-            }
-            notes.push(CaptureNote::PartialJavaStacks {
-                process: t.name.clone(),
-                pid: *pid,
-                on_cpu,
-                off_cpu,
-            });
-        }
-        notes
-    }
-
     /// After the window: the last look at each live process's mappings, for symbolization.
     pub fn finish(&mut self) {
         for target in self.processes.values_mut().filter(|t| !t.gone) {
@@ -842,6 +805,39 @@ impl TargetSet {
             if let Some(h) = target.hotspot.as_mut() {
                 h.last_look();
             }
+        }
+    }
+}
+
+/// What post-processing (profiler-core) reads of the target set after the window.
+impl post::Targets for TargetSet {
+    fn java_processes(&self) -> Vec<JavaProcess<'_>> {
+        self.processes
+            .iter()
+            .filter_map(|(&pid, t)| {
+                Some(JavaProcess {
+                    pid,
+                    name: &t.name,
+                    code_cache: t.hotspot.as_ref()?.code_cache(),
+                    maps: &t.maps,
+                })
+            })
+            .collect()
+    }
+
+    fn jit_names(&mut self, profile: &Profile) -> HashMap<u32, PerfMap> {
+        TargetSet::jit_names(self, profile)
+    }
+
+    fn spaces(&self, jit: HashMap<u32, PerfMap>) -> Spaces<'_> {
+        Spaces {
+            jit,
+            layouts: &self.uploads.layouts,
+            processes: self
+                .processes
+                .iter()
+                .map(|(&pid, t)| (pid, &t.maps))
+                .collect(),
         }
     }
 }

@@ -9,8 +9,7 @@ use std::{
 
 use thiserror::Error;
 
-/// Path of the running kernel's BTF.
-pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+use crate::kernel::facts::VMLINUX_BTF;
 
 #[derive(Debug, Error)]
 pub enum PreflightError {

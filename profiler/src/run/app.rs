@@ -1,11 +1,11 @@
 //! One run, stage by stage: prepare (preflight, outputs, kernel facts, unwind tables) →
 //! capture (load/attach, the window, drain) → post-process (account, symbolize) → render
-//! (fold, SVG, report, saved capture, pprof). Each stage lives in its own module; this file
-//! only sequences them and hands each the model types the previous one produced.
+//! (fold, SVG, report, saved capture, pprof: `outputs.rs`). Each stage lives in its own
+//! module; this file only sequences them and hands each the model types the previous one
+//! produced. `saved.rs` holds the commands on saved captures (replay, diff).
 
 use std::{
-    io::Write as _,
-    path::{Path, PathBuf},
+    path::Path,
     sync::{Arc, Mutex},
     time::Instant,
 };
@@ -13,28 +13,33 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
-    capture::{EndReason, Tick, TickKind, Waiter},
-    cli::{Args, Cli, Command, DiffArgs, OutputArgs, RangeArgs, ReplayArgs, Unwind},
-    drain::{self, Drainer},
-    kernel::{self, TaskOffsets},
-    late::LateSamples,
-    launch,
-    machine::MachineSnapshot,
-    preflight::{self, Output, PreflightError, Target},
-    priority,
-    probes::{self, ProbeConfig, Probes},
-    sizes, snapshot,
-    targets::{Selection, TargetSet},
-    timeline::TimelineReader,
+    kernel::{
+        drain::{self, Drainer},
+        facts::{self, TaskOffsets},
+        priority,
+        probes::{self, ProbeConfig, Probes},
+        sizes,
+        timeline::TimelineReader,
+    },
+    process::{
+        late::LateSamples,
+        launch,
+        machine::MachineSnapshot,
+        snapshot,
+        targets::{Selection, TargetSet},
+    },
+    run::{
+        capture::{EndReason, Tick, TickKind, Waiter},
+        cli::{Args, Cli, Command, Unwind},
+        outputs::{self, Outputs},
+        preflight::{self, Target},
+        saved,
+    },
 };
 use profiler_core::{
-    account::{self, AccountOptions},
-    fold::Folded,
-    model::{
-        CaptureMeta, Drained, Machine, Mode, SavedCapture, Seeds, Window, saved::SAVED_FORMAT,
-    },
-    render::{self, DiffOptions, RenderOptions, ReportFormat, ReportTexts, pprof},
-    symbolize, timeline,
+    account::AccountOptions,
+    model::{CaptureMeta, Drained, Machine, Seeds, Window},
+    post,
     unwind::tables::UnwindTables,
 };
 
@@ -49,103 +54,9 @@ const UNWIND_CHUNKS_HEADROOM_COMMAND: usize = 12;
 /// command's), if any.
 pub async fn run(cli: Cli) -> Result<Option<i32>> {
     match cli.command {
-        Some(Command::Replay(r)) => replay(&r).map(|()| None),
-        Some(Command::Diff(d)) => diff(&d).map(|()| None),
+        Some(Command::Replay(r)) => saved::replay(&r).map(|()| None),
+        Some(Command::Diff(d)) => saved::diff(&d).map(|()| None),
         None => record(&cli.record, cli.verbose).await,
-    }
-}
-
-/// `profiler replay CAPTURE`: the render stage alone, from a saved capture.
-fn replay(r: &ReplayArgs) -> Result<()> {
-    let saved = in_range(SavedCapture::load(&r.capture)?, &r.range, &r.capture)?;
-    let default_svg = default_svg_name(&saved.meta, saved.profile.mode);
-    let outputs = open_outputs(&r.out, default_svg, None, saved.profile.mode)?;
-    render(&saved, &r.out, outputs)
-}
-
-/// `profiler diff BEFORE AFTER`: two saved captures compared per second of capture; the
-/// differential graph drawn on each, and what moved most.
-fn diff(d: &DiffArgs) -> Result<()> {
-    let before = in_range(SavedCapture::load(&d.before)?, &d.range, &d.before)?;
-    let after = in_range(SavedCapture::load(&d.after)?, &d.range, &d.after)?;
-    let top = usize::try_from(d.top).unwrap_or(usize::MAX);
-    let rendered =
-        render::render_diff(&before, &after, &DiffOptions { top }).with_context(|| {
-            format!(
-                "cannot compare {} with {}",
-                d.before.display(),
-                d.after.display()
-            )
-        })?;
-    let svg_path = d
-        .output
-        .clone()
-        .unwrap_or_else(|| default_diff_name(&after.meta.target, rendered.diff.mode));
-    let before_svg_path = svg_path.with_extension("before.svg");
-    let report_out = match &d.report {
-        None => None,
-        Some(path) => {
-            let format = report_format(path)?;
-            Some((preflight::open_output("the report", path)?, format))
-        }
-    };
-    let folded_out = d
-        .folded
-        .as_deref()
-        .map(|p| preflight::open_output("the folded stacks", p))
-        .transpose()?;
-    let after_svg = preflight::open_output("the flame graph", &svg_path)?;
-    let before_svg = preflight::open_output("the flame graph", &before_svg_path)?;
-
-    write_text(after_svg, "the flame graph", &rendered.after_svg)?;
-    write_text(before_svg, "the flame graph", &rendered.before_svg)?;
-    if let Some(out) = folded_out {
-        let path = write_text(out, "the folded stacks", &rendered.folded_text())?;
-        eprintln!(
-            "profiler: wrote folded stacks (before after, µs/s) to {}",
-            path.display()
-        );
-    }
-    if let Some((output, format)) = report_out {
-        write_report(output, rendered.report(format))?;
-    }
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(rendered.terminal()?.as_bytes())?;
-    writeln!(
-        stdout,
-        "profiler: wrote the differential flame graphs to {} (drawn on after) and {} (drawn on before)",
-        svg_path.display(),
-        before_svg_path.display()
-    )?;
-    Ok(())
-}
-
-/// The capture cut to `--from`/`--to` when either is given.
-fn in_range(saved: SavedCapture, range: &RangeArgs, path: &Path) -> Result<SavedCapture> {
-    let Some((from, to)) = range.range() else {
-        return Ok(saved);
-    };
-    timeline::range::slice(&saved, from, to)
-        .with_context(|| format!("cannot cut {} to {from}–{to} s", path.display()))
-}
-
-/// `diff-nginx-wall.svg`: the after capture's target, in characters any file system takes.
-fn default_diff_name(target: &str, mode: Mode) -> PathBuf {
-    let name = preflight::file_name_safe(target);
-    PathBuf::from(format!("diff-{name}-{}.svg", mode.name()))
-}
-
-/// The report's format, from its path's extension. A device, a FIFO or `/dev/stdout` has none
-/// to go by: it gets Markdown, the format meant to be read.
-fn report_format(path: &Path) -> Result<ReportFormat, PreflightError> {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("md") => Ok(ReportFormat::Markdown),
-        Some("json") => Ok(ReportFormat::Json),
-        Some("html" | "htm") => Ok(ReportFormat::Html),
-        None if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) => {
-            Ok(ReportFormat::Markdown)
-        }
-        _ => Err(PreflightError::ReportExtension(path.to_path_buf())),
     }
 }
 
@@ -181,16 +92,7 @@ async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
         probes,
         machine,
     } = captured;
-    if let Some(note) = reason.note() {
-        eprintln!("profiler: {note}");
-    }
-    if let Some(l) = &launched {
-        match reason {
-            EndReason::Interrupted => l.signal(libc::SIGINT),
-            EndReason::Terminated => l.signal(libc::SIGTERM),
-            _ => {}
-        }
-    }
+    window_ended(reason, launched.as_ref());
     let (mut meta, opts) = post_inputs(args, &mut targets, selection, window, reason);
     meta.machine = machine;
     let out = args.out.clone();
@@ -198,9 +100,9 @@ async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
     // going unheard. The outputs are still temporary files; they are removed.
     let temp_paths = outputs.temp_paths();
     let work = tokio::task::spawn_blocking(move || -> Result<bool> {
-        let saved = post_process(drained, seeds, &opts, meta, &mut targets);
+        let saved = post::post_process(drained, seeds, &opts, meta, &mut targets);
         let empty = saved.profile.entries.is_empty();
-        render(&saved, &out, outputs)?;
+        outputs::render(&saved, &out, outputs)?;
         Ok(empty)
     });
     let empty = tokio::select! {
@@ -231,6 +133,21 @@ async fn record(args: &Args, verbose: u8) -> Result<Option<i32>> {
     finish_command(launched, reason)
 }
 
+/// Says why the window ended early, if it did; a launched command gets the signal that
+/// ended it.
+fn window_ended(reason: EndReason, launched: Option<&launch::Launched>) {
+    if let Some(note) = reason.note() {
+        eprintln!("profiler: {note}");
+    }
+    if let Some(l) = launched {
+        match reason {
+            EndReason::Interrupted => l.signal(libc::SIGINT),
+            EndReason::Terminated => l.signal(libc::SIGTERM),
+            _ => {}
+        }
+    }
+}
+
 /// What post-processing needs besides the drained maps: the capture's description and the
 /// accounting rules.
 fn post_inputs(
@@ -249,7 +166,7 @@ fn post_inputs(
         target: first.0.clone(),
         pid: first.1,
         selection,
-        kernel: kernel::release(),
+        kernel: facts::release(),
         ended_early: reason.note().map(str::to_string),
         started_unix_ns: unix_time_of(window.start_ns),
         notes: targets.jit_notes(),
@@ -344,9 +261,9 @@ fn prepare(args: &Args) -> Result<Prepared> {
         &default_target(command.as_ref(), &targets),
         args.mode.name(),
     );
-    let outputs = open_outputs(&args.out, default_svg, args.save.as_deref(), args.mode)?;
+    let outputs = outputs::open_outputs(&args.out, default_svg, args.save.as_deref(), args.mode)?;
     let started = std::time::Instant::now();
-    let offsets = kernel::task_offsets(Path::new(preflight::VMLINUX_BTF))
+    let offsets = facts::task_offsets(Path::new(facts::VMLINUX_BTF))
         .context("cannot find the task_struct layout of this kernel")?;
     log::debug!(
         "task_struct layout read in {:.3} s",
@@ -663,25 +580,17 @@ fn tick(state: &mut (Probes, TargetSet), kind: TickKind) -> Tick {
 /// Sizes, offsets and switches the programs are loaded with.
 fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
     ProbeConfig {
-        target_words: kernel::pid_max().div_ceil(64),
+        target_words: facts::pid_max().div_ceil(64),
         follow_children: !args.no_children,
-        sizes: {
-            let threads = prepared
+        sizes: sizes::at_start(
+            &args.size_options(),
+            &prepared
                 .targets
                 .processes
                 .keys()
-                .map(|pid| {
-                    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(1, |d| d.count() as u32)
-                })
-                .sum::<u32>()
-                .max(1);
-            let processes = (prepared.targets.processes.len() as u32).max(1);
-            // The sampling timer runs on every online CPU, whatever this process's affinity.
-            let cpus = aya::util::online_cpus().map_or(1, |c| c.len() as u32);
-            let sizes = sizes::table_sizes(args, threads, processes, cpus);
-            log::info!("{threads} threads in {processes} processes at start: tables {sizes:?}");
-            sizes
-        },
+                .copied()
+                .collect::<Vec<_>>(),
+        ),
         offsets: prepared.offsets,
         mode: args.mode,
         period_ns: args.period_ns(),
@@ -701,15 +610,7 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
             .timeline()
             .then(|| args.timeline_resolution_us.saturating_mul(1_000)),
         verbose,
-        // Only waker kernel stacks stop at an interrupt entry: with `--wakers`, or where the
-        // preempt count cannot tell an interrupt. Reading /proc/kallsyms costs ~0.1 s of CPU.
-        irq_entry: if args.out.wakers || prepared.offsets.preempt_count.is_none() {
-            std::fs::read_to_string("/proc/kallsyms")
-                .map(|text| kernel::interrupt_entry_ranges(&text))
-                .unwrap_or_default()
-        } else {
-            Default::default()
-        },
+        irq_entry: facts::interrupt_entries(args.out.wakers, &prepared.offsets),
     }
 }
 
@@ -844,238 +745,4 @@ fn unix_time_of(monotonic_ns: u64) -> Option<u64> {
         .duration_since(std::time::UNIX_EPOCH)
         .ok()?;
     u64::try_from(now.as_nanos()).ok()?.checked_sub(ago)
-}
-
-/// Account the time, then name every stack it refers to.
-fn post_process(
-    drained: Drained,
-    seeds: Seeds,
-    opts: &AccountOptions,
-    meta: CaptureMeta,
-    targets: &mut TargetSet,
-) -> SavedCapture {
-    let mut drained = drained;
-    let raw_timeline = std::mem::take(&mut drained.timeline);
-    let threads = raw_timeline.enabled.then(|| drained.threads.clone());
-    let profile = account::account(drained, seeds, opts);
-    let timeline = threads.and_then(|t| timeline::build(raw_timeline, &t, &profile));
-    let mut meta = meta;
-    meta.notes.extend(targets.jit_partial_notes(&profile));
-    let jit = targets.jit_names(&profile);
-    let spaces = symbolize::Spaces {
-        jit,
-        layouts: &targets.uploads.layouts,
-        processes: targets
-            .processes
-            .iter()
-            .map(|(&pid, t)| (pid, &t.maps))
-            .collect(),
-    };
-    let names = symbolize::name_stacks(&profile, &spaces);
-    SavedCapture {
-        format: SAVED_FORMAT,
-        meta,
-        profile,
-        names,
-        timeline,
-    }
-}
-
-/// Every file the run writes, opened before anything is attached.
-struct Outputs {
-    svg: Output,
-    folded: Option<Output>,
-    report: Option<(Output, ReportFormat)>,
-    wakers_svg: Option<Output>,
-    wakers_folded: Option<Output>,
-    saved: Option<Output>,
-    pprof: Option<Output>,
-    timeline: Option<Output>,
-}
-
-impl Outputs {
-    fn temp_paths(&self) -> Vec<PathBuf> {
-        let mut all: Vec<&Output> = vec![&self.svg];
-        all.extend(self.folded.iter());
-        all.extend(self.report.iter().map(|(o, _)| o));
-        all.extend(self.wakers_svg.iter());
-        all.extend(self.wakers_folded.iter());
-        all.extend(self.saved.iter());
-        all.extend(self.pprof.iter());
-        all.extend(self.timeline.iter());
-        all.iter()
-            .filter_map(|o| o.temp_path())
-            .map(Path::to_path_buf)
-            .collect()
-    }
-}
-
-fn open_outputs(
-    out: &OutputArgs,
-    default_svg: PathBuf,
-    save: Option<&Path>,
-    mode: Mode,
-) -> Result<Outputs, PreflightError> {
-    let svg_path = out.output.clone().unwrap_or(default_svg);
-    let report = match &out.report {
-        None => None,
-        Some(path) => {
-            let format = report_format(path)?;
-            Some((preflight::open_output("the report", path)?, format))
-        }
-    };
-    let wakers = out.wakers && mode.traces_switches();
-    let with_wakers =
-        |p: &Path, ext: &str| -> PathBuf { p.with_extension(format!("wakers.{ext}")) };
-    Ok(Outputs {
-        folded: out
-            .folded
-            .as_deref()
-            .map(|p| preflight::open_output("the folded stacks", p))
-            .transpose()?,
-        wakers_svg: wakers
-            .then(|| preflight::open_output("the wakeup graph", &with_wakers(&svg_path, "svg")))
-            .transpose()?,
-        wakers_folded: match (&out.folded, wakers) {
-            (Some(p), true) => Some(preflight::open_output(
-                "the wakeup chains",
-                &with_wakers(p, "folded"),
-            )?),
-            _ => None,
-        },
-        saved: save
-            .map(|p| preflight::open_output("the saved capture", p))
-            .transpose()?,
-        pprof: out
-            .pprof
-            .as_deref()
-            .map(|p| preflight::open_output("the pprof profile", p))
-            .transpose()?,
-        timeline: out
-            .timeline
-            .as_deref()
-            .map(|p| preflight::open_output("the timeline", p))
-            .transpose()?,
-        svg: preflight::open_output("the flame graph", &svg_path)?,
-        report,
-    })
-}
-
-fn default_svg_name(meta: &CaptureMeta, mode: Mode) -> PathBuf {
-    preflight::default_output_name(
-        &Target {
-            pid: meta.pid,
-            name: meta.target.clone(),
-            given_tid: None,
-        },
-        mode.name(),
-    )
-}
-
-/// Render the capture (profiler-core: analyse, fold, draw, report), then write every output
-/// and print the summary.
-fn render(saved: &SavedCapture, out: &OutputArgs, outputs: Outputs) -> Result<()> {
-    if outputs.timeline.is_some() && saved.timeline.is_none() {
-        anyhow::bail!(
-            "this capture has no timeline for --timeline (saved before timelines were \
-             recorded, or with --no-timeline)"
-        );
-    }
-    let wakers = outputs.wakers_svg.is_some() || outputs.wakers_folded.is_some();
-    if wakers && saved.profile.mode.traces_switches() && !saved.profile.wakers_recorded {
-        anyhow::bail!("this capture has no wakers for --wakers (recorded with --no-wakers)");
-    }
-    let opts = RenderOptions {
-        per_process: out.per_process,
-        per_thread: out.per_thread,
-        hide_idle: out.hide_idle,
-        show_idle: out.show_idle,
-        wakers,
-        trace: outputs.timeline.is_some(),
-        timeline_html: matches!(outputs.report, Some((_, ReportFormat::Html))),
-        resources: out.resources,
-    };
-    let rendered = render::render(saved, &opts).context("cannot draw the flame graph")?;
-    let svg_path = outputs.svg.path.clone();
-    write_folded(&rendered.folded, outputs.folded)?;
-    write_text(outputs.svg, "the flame graph", &rendered.svg)?;
-    if let Some(wakers) = &rendered.wakers {
-        write_folded(&wakers.folded, outputs.wakers_folded)?;
-        if let Some(out) = outputs.wakers_svg {
-            let path = write_text(out, "the wakeup graph", &wakers.svg)?;
-            eprintln!("profiler: wrote wakeup graph to {}", path.display());
-        }
-    }
-    if let Some((output, format)) = outputs.report {
-        write_report(output, rendered.report(format))?;
-    }
-    if let Some(output) = outputs.saved {
-        let path = write_output(output, "the saved capture", |w| saved.write_to(w))?;
-        eprintln!("profiler: saved the capture to {}", path.display());
-    }
-    if let (Some(output), Some(trace)) = (outputs.timeline, &rendered.trace) {
-        let path = write_output(output, "the timeline", |w| w.write_all(trace))?;
-        eprintln!(
-            "profiler: wrote the timeline (a Perfetto trace) to {}",
-            path.display()
-        );
-    }
-    if let Some(output) = outputs.pprof {
-        let started = Instant::now();
-        let path = write_output(output, "the pprof profile", |w| {
-            pprof::write_pprof(saved, w)
-        })?;
-        log::info!(
-            "pprof: {} bytes in {:.1} ms",
-            std::fs::metadata(&path).map_or(0, |m| m.len()),
-            started.elapsed().as_secs_f64() * 1e3
-        );
-        eprintln!("profiler: wrote the pprof profile to {}", path.display());
-    }
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(rendered.terminal()?.as_bytes())?;
-    writeln!(
-        stdout,
-        "profiler: wrote flame graph to {}",
-        svg_path.display()
-    )?;
-    Ok(())
-}
-
-/// Writes an output through a buffer and puts it in place.
-fn write_output(
-    mut out: Output,
-    what: &str,
-    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
-) -> Result<PathBuf> {
-    let path = out.path.clone();
-    let written = {
-        let mut writer = std::io::BufWriter::new(out.file());
-        write(&mut writer).and_then(|()| writer.flush())
-    };
-    written
-        .and_then(|()| out.commit())
-        .with_context(|| format!("cannot write {what} to {}", path.display()))
-}
-
-fn write_folded(folded: &Folded, out: Option<Output>) -> Result<()> {
-    let Some(out) = out else {
-        return Ok(());
-    };
-    let path = write_output(out, "the folded stacks", |w| folded.write_to(&mut { w }))?;
-    eprintln!("profiler: wrote folded stacks to {}", path.display());
-    Ok(())
-}
-
-/// Writes the report the render stage made, and says where.
-fn write_report(output: Output, text: std::io::Result<String>) -> Result<()> {
-    let text = text.context("cannot write the report")?;
-    let path = write_text(output, "the report", &text)?;
-    eprintln!("profiler: wrote the report to {}", path.display());
-    Ok(())
-}
-
-/// Writes text the render stage made.
-fn write_text(out: Output, what: &str, text: &str) -> Result<PathBuf> {
-    write_output(out, what, |w| w.write_all(text.as_bytes()))
 }
