@@ -6,7 +6,7 @@
 //! profiler's own `-v` line, logged just after the window opened:
 //!
 //! ```text
-//! [INFO  profiler::app] load 0.236 s, attach 0.003 s, start snapshot 0.001 s; CPU before the window: 0.258 s (user 0.043 s, system 0.215 s)
+//! [INFO  profiler::run::app] load 0.236 s, attach 0.003 s, start snapshot 0.001 s; CPU before the window: 0.258 s (user 0.043 s, system 0.215 s)
 //! ```
 //!
 //! (load: maps created and programs verified; the CPU is the process's `getrusage` taken after
@@ -259,7 +259,7 @@ mod tests {
 
     #[test]
     fn the_start_up_line_is_read_with_its_log_prefix_or_without() {
-        let line = "[INFO  profiler::app] load 0.236 s, attach 0.003 s, start snapshot 0.001 s; \
+        let line = "[INFO  profiler::run::app] load 0.236 s, attach 0.003 s, start snapshot 0.001 s; \
                     CPU before the window: 0.258 s (user 0.043 s, system 0.215 s)";
         let logged = Logged {
             load: 0.236,
@@ -270,9 +270,9 @@ mod tests {
             system: 0.215,
         };
         assert_eq!(parse_logged(line), Some(logged));
-        let bare = line.strip_prefix("[INFO  profiler::app] ").unwrap();
+        let bare = line.strip_prefix("[INFO  profiler::run::app] ").unwrap();
         assert_eq!(parse_logged(bare), Some(logged));
-        let slow = "[INFO  profiler::app] load 12.5 s, attach 0.25 s, start snapshot 1 s; CPU \
+        let slow = "[INFO  profiler::run::app] load 12.5 s, attach 0.25 s, start snapshot 1 s; CPU \
                     before the window: 14 s (user 2 s, system 12 s)";
         assert_eq!(
             parse_logged(slow),
@@ -291,11 +291,11 @@ mod tests {
     fn other_lines_are_not_the_start_up_line() {
         for line in [
             "profiler: capturing sleep (PID 5) with descendants for 1 s in wall mode",
-            "[INFO  profiler::app] kernel memory: 12.1 MiB in 29 maps",
-            "[INFO  profiler::app] post-processing took 0.102 s",
+            "[INFO  profiler::run::app] kernel memory: 12.1 MiB in 29 maps",
+            "[INFO  profiler::run::app] post-processing took 0.102 s",
             // Cut short: no CPU figure.
-            "[INFO  profiler::app] load 0.236 s, attach 0.003 s, start snapshot 0.001 s",
-            "[INFO  profiler::app] load x s, attach 0.003 s, start snapshot 0.001 s; CPU before \
+            "[INFO  profiler::run::app] load 0.236 s, attach 0.003 s, start snapshot 0.001 s",
+            "[INFO  profiler::run::app] load x s, attach 0.003 s, start snapshot 0.001 s; CPU before \
              the window: 0.258 s (user 0.043 s, system 0.215 s)",
             "",
         ] {

@@ -10,6 +10,7 @@
 //! carries that document packed (`packed.rs`), as it does the timeline's events: a JVM's graph
 //! is megabytes of markup that gzip shrinks ten times.
 
+pub(crate) use super::escape::esc;
 use std::io::{self, Write};
 
 use super::{
@@ -827,22 +828,6 @@ fn run_queue(r: &Report, out: &mut impl Write) -> io::Result<()> {
         writeln!(out, "</section>")?;
     }
     Ok(())
-}
-
-/// Text and attribute values.
-pub(crate) fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

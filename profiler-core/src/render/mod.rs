@@ -6,6 +6,7 @@
 #[cfg(test)]
 mod big_capture;
 pub mod diff;
+mod escape;
 pub mod html;
 mod packed;
 pub mod perfetto;

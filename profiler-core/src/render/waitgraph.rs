@@ -5,7 +5,8 @@
 
 use std::{collections::BTreeMap, fmt::Write as _};
 
-use crate::{chain::Chain, render::html::esc};
+use super::escape::esc;
+use crate::chain::Chain;
 
 const COLUMN_W: f64 = 560.0;
 const BOX_W: f64 = 250.0;
