@@ -68,11 +68,8 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         pid_of: pids_of(&opts.pid_of, &seeds.pids, &kernel_threads),
         ..Accumulator::default()
     };
-
-    if opts.mode.traces_switches() {
-        acc.finished_waits(&waits);
-    }
     let cpu = if opts.mode.traces_switches() {
+        acc.finished_waits(&waits);
         let sampled: HashSet<u32> = samples.iter().map(|(k, _)| k.tid).collect();
         acc.last_cycles(
             &kernel_threads,

@@ -240,6 +240,87 @@ fn waits_on(profile: &Profile, resource: u64, pid: u32) -> bool {
         .is_some_and(|r| r.peer_pid == Some(pid))
 }
 
+/// The serving threads' time: on the CPU (and in which leaf functions), waiting for a CPU,
+/// and per blocking site with what it was on (and the profiled process it leads to).
+#[derive(Default)]
+struct Split {
+    on: u64,
+    runnable: u64,
+    functions: BTreeMap<String, u64>,
+    sites: BTreeMap<HopSiteKey, (u64, Option<u32>)>,
+}
+
+impl Split {
+    /// `serving`'s time, waits for `client`'s next request and idle waits left out.
+    fn of(
+        profile: &Profile,
+        (names, analysis): (&StackNames, &Analysis),
+        (client, server): (u32, u32),
+        serving: &BTreeSet<u32>,
+    ) -> Self {
+        let mut split = Split::default();
+        for e in profile.entries.iter().filter(|e| serving.contains(&e.tid)) {
+            match e.kind {
+                Kind::OnCpu => {
+                    split.on += e.time_ns;
+                    let frames = crate::model::stack_frames(e.user_stack, stack_id::EMPTY, names);
+                    if let Some(leaf) = frames.last() {
+                        *split.functions.entry(leaf.clone()).or_default() += e.time_ns;
+                    }
+                }
+                Kind::Off(WaitState::RunqueueWoken | WaitState::RunqueuePreempted) => {
+                    split.runnable += e.time_ns
+                }
+                Kind::Off(_) => {
+                    let Some(state) = e.blocked_state() else {
+                        continue;
+                    };
+                    if waits_on(profile, e.resource, client) {
+                        continue;
+                    }
+                    let id = analysis
+                        .sites
+                        .site(state, e.user_stack, e.kernel_stack, names);
+                    if id.is_idle_wait() {
+                        continue;
+                    }
+                    let label = analysis.sites.label(&id).to_string();
+                    let resource = profile.resources.get(&e.resource).map(|r| r.text.clone());
+                    let site = split.sites.entry((id.state, label, resource)).or_default();
+                    site.0 += e.time_ns;
+                    site.1 = site.1.or(peer_of(profile, e.resource, server));
+                }
+            }
+        }
+        split
+    }
+
+    fn total(&self) -> u64 {
+        self.on + self.runnable + self.sites.values().map(|s| s.0).sum::<u64>()
+    }
+
+    /// The largest part, its time, and the process it leads to: a blocking site (with what
+    /// it was on), waiting for a CPU, or on the CPU (with its hottest leaf function).
+    fn cause(&self) -> (String, u64, Option<u32>) {
+        let top = self.sites.iter().max_by_key(|(_, (ns, _))| *ns);
+        match top {
+            Some(((_, label, r), (ns, next))) if *ns >= self.on && *ns >= self.runnable => {
+                let on_what = r.as_ref().map(|r| format!(" on {r}")).unwrap_or_default();
+                (format!("{label}{on_what}"), *ns, *next)
+            }
+            _ if self.runnable > self.on => ("waiting for a CPU".to_string(), self.runnable, None),
+            _ => {
+                let hottest = self.functions.iter().max_by_key(|(_, ns)| **ns);
+                let cause = match hottest {
+                    Some((f, ns)) if ns * 2 >= self.on => format!("on the CPU, most in {f}"),
+                    _ => "on the CPU".to_string(),
+                };
+                (cause, self.on, None)
+            }
+        }
+    }
+}
+
 /// What the serving threads did, waits for `client`'s next request and idle waits left out;
 /// and the next process to follow, when the cause is a wait on another profiled one.
 fn hop(
@@ -250,63 +331,11 @@ fn hop(
     server: u32,
     serving: &BTreeSet<u32>,
 ) -> (Hop, Option<u32>) {
-    let (mut on, mut runnable) = (0u64, 0u64);
-    let mut functions: BTreeMap<String, u64> = BTreeMap::new();
-    let mut sites: BTreeMap<HopSiteKey, (u64, Option<u32>)> = BTreeMap::new();
-    for e in profile.entries.iter().filter(|e| serving.contains(&e.tid)) {
-        match e.kind {
-            Kind::OnCpu => {
-                on += e.time_ns;
-                let frames = crate::model::stack_frames(e.user_stack, stack_id::EMPTY, names);
-                if let Some(leaf) = frames.last() {
-                    *functions.entry(leaf.clone()).or_default() += e.time_ns;
-                }
-            }
-            Kind::Off(WaitState::RunqueueWoken | WaitState::RunqueuePreempted) => {
-                runnable += e.time_ns
-            }
-            Kind::Off(_) => {
-                let Some(state) = e.blocked_state() else {
-                    continue;
-                };
-                if waits_on(profile, e.resource, client) {
-                    continue;
-                }
-                let id = analysis
-                    .sites
-                    .site(state, e.user_stack, e.kernel_stack, names);
-                if id.is_idle_wait() {
-                    continue;
-                }
-                let label = analysis.sites.label(&id).to_string();
-                let resource = profile.resources.get(&e.resource).map(|r| r.text.clone());
-                let site = sites.entry((id.state, label, resource)).or_default();
-                site.0 += e.time_ns;
-                site.1 = site.1.or(peer_of(profile, e.resource, server));
-            }
-        }
-    }
-    let serving_ns = on + runnable + sites.values().map(|s| s.0).sum::<u64>();
-    let mut ranked: Vec<_> = sites.into_iter().collect();
+    let split = Split::of(profile, (names, analysis), (client, server), serving);
+    let serving_ns = split.total();
+    let (cause, cause_ns, next) = split.cause();
+    let mut ranked: Vec<_> = split.sites.into_iter().collect();
     ranked.sort_by_key(|(_, (ns, _))| std::cmp::Reverse(*ns));
-    let top = ranked
-        .first()
-        .map(|((_, label, r), (ns, next))| (label, r, *ns, *next));
-    let (cause, cause_ns, next) = match top {
-        Some((label, r, ns, next)) if ns >= on && ns >= runnable => {
-            let on_what = r.as_ref().map(|r| format!(" on {r}")).unwrap_or_default();
-            (format!("{label}{on_what}"), ns, next)
-        }
-        _ if runnable > on => ("waiting for a CPU".to_string(), runnable, None),
-        _ => {
-            let hottest = functions.into_iter().max_by_key(|(_, ns)| *ns);
-            let cause = match hottest {
-                Some((f, ns)) if ns * 2 >= on => format!("on the CPU, most in {f}"),
-                _ => "on the CPU".to_string(),
-            };
-            (cause, on, None)
-        }
-    };
     let hop = Hop {
         pid: server,
         process: process_name(profile, server),
@@ -317,8 +346,8 @@ fn hop(
             .collect(),
         thread_count: serving.len(),
         serving_s: serving_ns as f64 / 1e9,
-        on_cpu_pct: pct(on, serving_ns),
-        runnable_pct: pct(runnable, serving_ns),
+        on_cpu_pct: pct(split.on, serving_ns),
+        runnable_pct: pct(split.runnable, serving_ns),
         sites: ranked
             .into_iter()
             .take(3)

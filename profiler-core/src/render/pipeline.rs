@@ -112,17 +112,10 @@ fn idle_frames(analysis: &Analysis, report: &Report) -> HashMap<u32, String> {
     frames
 }
 
-/// Analyse, fold, draw, build the report.
-pub fn render(saved: &SavedCapture, opts: &RenderOptions) -> io::Result<Rendered> {
-    let SavedCapture {
-        meta,
-        profile,
-        names,
-        ..
-    } = saved;
-    let analysis = analysis::analyze(profile, names, &meta.target);
-    let fold_opts = FoldOptions {
-        process: meta.target.clone(),
+/// The folding of `opts`: idle threads' sleep left out with `--hide-idle`.
+fn fold_options(target: &str, opts: &RenderOptions, analysis: &analysis::Analysis) -> FoldOptions {
+    FoldOptions {
+        process: target.to_string(),
         per_process: opts.per_process,
         per_thread: opts.per_thread,
         hide_sleep_of: if opts.hide_idle {
@@ -137,7 +130,19 @@ pub fn render(saved: &SavedCapture, opts: &RenderOptions) -> io::Result<Rendered
         },
         collapse_sleep_of: Default::default(),
         resources: opts.resources,
-    };
+    }
+}
+
+/// Analyse, fold, draw, build the report.
+pub fn render(saved: &SavedCapture, opts: &RenderOptions) -> io::Result<Rendered> {
+    let SavedCapture {
+        meta,
+        profile,
+        names,
+        ..
+    } = saved;
+    let analysis = analysis::analyze(profile, names, &meta.target);
+    let fold_opts = fold_options(&meta.target, opts, &analysis);
     let folded = fold::fold(profile, names, &fold_opts);
     let report = report::build(&report::ReportInput {
         profile,
