@@ -62,6 +62,8 @@ pub const MAP_TIMELINE: &str = "TIMELINE";
 pub const MAP_LATE_SAMPLES: &str = "LATE_SAMPLES";
 /// What waits were on, by resource id (`Resource`), as first seen.
 pub const MAP_RESOURCES: &str = "RESOURCES";
+/// The listening TCP ports, a bit each: which end of a connection is the service's.
+pub const MAP_LISTENING: &str = "LISTENING";
 /// tp_btf programs that keep the target set: a target's new process joins it
 /// (`sched_process_fork`), an exec or exit is noted for user space.
 pub const PROG_FORK: &str = "sched_process_fork";

@@ -3,10 +3,11 @@
 //! the wait's aggregate key as an id ([`crate::WaitKey::resource`]).
 //!
 //! The id is a class, not one open file: a file is its (device, inode); a TCP/UDP socket is
-//! the service it talks to — the peer's address and port when the peer's port is the lower
-//! (a client of a database, an upstream), or the local address and port with the peer's
-//! address when the local one is (a server's connections from one client host), or the
-//! local address and port of a listener. A thread-per-request server's thousands of
+//! the service it talks to — the local address and port with the peer's address when the
+//! local port is a listening one (a server's connections from one client host; user space
+//! keeps the listening ports in [`crate::names::MAP_LISTENING`]), else the peer's address
+//! and port (a client of a database, an upstream), or the local address and port of a
+//! listener. A thread-per-request server's thousands of
 //! connections are one resource; a pool's connections to one database are one resource.
 //! A Unix socket or a pipe is its inode.
 

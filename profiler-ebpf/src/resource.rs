@@ -13,7 +13,7 @@ use aya_ebpf::{
         bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_probe_read_user, bpf_task_pt_regs,
     },
     macros::map,
-    maps::{LruHashMap, PerCpuArray},
+    maps::{Array, LruHashMap, PerCpuArray},
 };
 use profiler_common::{
     FdOffsets, HASH_SEED, Resource, file_type, hash_finish, hash_step, resource_kind,
@@ -30,6 +30,12 @@ static RESOURCES: LruHashMap<u64, Resource> = LruHashMap::with_max_entries(4_096
 /// Per-CPU working space for a resource being named: off the 512-byte BPF stack.
 #[map]
 static NEW_RESOURCE: PerCpuArray<Resource> = PerCpuArray::with_max_entries(1, 0);
+
+/// The TCP ports something listens on, one bit each (user space sets them from
+/// /proc/net/tcp* before attaching and at every drain): an end on a listening port is a
+/// server's, whatever the numbers (a service on a port above its clients' ephemeral ones).
+#[map]
+static LISTENING: Array<u64> = Array::with_max_entries(1024, 0);
 
 /// `AF_INET`, `AF_INET6` (include/linux/socket.h).
 const AF_INET: u16 = 2;
@@ -168,7 +174,7 @@ fn socket_ends(off: &FdOffsets, sk: u64, r: &mut Resource) {
 }
 
 /// The id of what `r` is a case of (see `profiler_common::resource`): the service end of an
-/// IP socket, else the inode.
+/// IP socket (this end's when it is on a listening port, else the peer's), else the inode.
 #[inline(always)]
 fn class_id(r: &Resource) -> u64 {
     let mut h = hash_step(HASH_SEED, r.kind as u64);
@@ -176,7 +182,7 @@ fn class_id(r: &Resource) -> u64 {
         h = hash_step(h, (r.family as u64) << 16 | r.protocol as u64);
         let (peer_lo, peer_hi) = halves(&r.peer_addr);
         let (local_lo, local_hi) = halves(&r.local_addr);
-        if r.peer_port != 0 && r.peer_port < r.local_port {
+        if r.peer_port != 0 && !listening(r.local_port) {
             // A client: the service it calls.
             h = hash_step(hash_step(hash_step(h, 1), peer_lo), peer_hi);
             h = hash_step(h, r.peer_port as u64);
@@ -190,6 +196,14 @@ fn class_id(r: &Resource) -> u64 {
         h = hash_step(hash_step(h, r.dev as u64), r.ino);
     }
     hash_finish(h)
+}
+
+/// Whether `port` is a listening TCP port (see [`LISTENING`]).
+#[inline(always)]
+fn listening(port: u16) -> bool {
+    LISTENING
+        .get(u32::from(port / 64))
+        .is_some_and(|word| word & (1 << (port % 64)) != 0)
 }
 
 #[inline(always)]

@@ -37,7 +37,7 @@ use crate::kernel::{
         BPF_MAP_DELETE_BATCH, BPF_MAP_LOOKUP_AND_DELETE_BATCH, BPF_MAP_LOOKUP_BATCH, BatchAttr, bpf,
     },
     probes::{MapMemory, ProbeError, Probes, WindowSwitch},
-    resources::Namer,
+    resources::{Listening, Namer},
     timeline::TimelineReader,
 };
 use profiler_core::model::{Drained, NamedResource, NewStack, SchedStat};
@@ -87,6 +87,7 @@ pub struct Drainer {
     /// (an fd closed moments later is still named from what the kernel read).
     resources: BatchMap<u64, Resource>,
     namer: Namer,
+    listening: Listening,
     named: BTreeMap<u64, NamedResource>,
     window: Arc<Mutex<WindowSwitch>>,
     /// The timeline ring, read at every drain (when the timeline is recorded).
@@ -165,6 +166,7 @@ impl Drainer {
             threads: BatchMap::take(probes, names::MAP_THREADS)?,
             resources: BatchMap::take(probes, names::MAP_RESOURCES)?,
             namer: Namer::default(),
+            listening: Listening::take(probes)?,
             named: BTreeMap::new(),
             window,
             timeline,
@@ -194,6 +196,7 @@ impl Drainer {
         FILL.with(|f| f.set(0.0));
         let old = ((self.epoch + 1) & 1) as u32;
         self.take(Some(old))?;
+        self.listening.update();
         self.name_resources()?;
         // Exits need no faster pace than the tick's (the thread table has room for a tick's
         // churn), and a sweep reads every thread's entry: at 25 ms intervals, most of it

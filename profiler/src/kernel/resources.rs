@@ -14,6 +14,8 @@ use std::{
 };
 
 use profiler_common::{Resource, resource_kind};
+
+use crate::kernel::probes::ProbeError;
 use profiler_core::model::{NamedResource, ResourceKind};
 
 /// `AF_UNIX`, `AF_INET`, `AF_INET6` (include/linux/socket.h).
@@ -23,6 +25,45 @@ const AF_INET6: u16 = 10;
 
 /// The most fds of a process scanned for an inode whose fd was closed or reused.
 const MAX_FDS_SCANNED: usize = 65_536;
+
+/// The listening TCP ports the kernel side reads to tell a connection's service end
+/// (`LISTENING`, a bit per port): set from this network namespace's /proc/net/tcp and tcp6
+/// before the window and at every drain; a bit once set stays (a port that stops listening
+/// during a capture is rare, and a stale bit only groups that port's connections as a
+/// server's).
+pub struct Listening {
+    map: aya::maps::Array<aya::maps::MapData, u64>,
+    bits: Vec<u64>,
+}
+
+impl Listening {
+    pub fn take(probes: &mut crate::kernel::probes::Probes) -> Result<Self, ProbeError> {
+        let name = profiler_common::names::MAP_LISTENING;
+        let map = aya::maps::Array::try_from(probes.take_map(name)?)
+            .map_err(|source| ProbeError::Map { name, source })?;
+        let mut listening = Self {
+            map,
+            bits: vec![0; 1024],
+        };
+        listening.update();
+        Ok(listening)
+    }
+
+    /// Sets the bits of ports newly seen listening (one map write per changed word).
+    pub fn update(&mut self) {
+        let mut next = self.bits.clone();
+        for family in [AF_INET, AF_INET6] {
+            for port in listening_ports(0, family) {
+                next[usize::from(port / 64)] |= 1 << (port % 64);
+            }
+        }
+        for (i, (&new, old)) in next.iter().zip(self.bits.iter_mut()).enumerate() {
+            if new != *old && self.map.set(i as u32, new, 0).is_ok() {
+                *old = new;
+            }
+        }
+    }
+}
 
 /// Names resources; remembers the holders of socket and pipe inodes it scanned for, until
 /// the next batch.
@@ -194,10 +235,15 @@ fn is_client(r: &Resource) -> bool {
     r.peer_port < r.local_port
 }
 
-/// The TCP ports something listens on in the process's network namespace.
+/// The TCP ports something listens on in the process's network namespace (0: this one's).
 fn listening_ports(tgid: u32, family: u16) -> Vec<u16> {
     let table = if family == AF_INET { "tcp" } else { "tcp6" };
-    let Ok(text) = fs::read_to_string(format!("/proc/{tgid}/net/{table}")) else {
+    let path = if tgid == 0 {
+        format!("/proc/net/{table}")
+    } else {
+        format!("/proc/{tgid}/net/{table}")
+    };
+    let Ok(text) = fs::read_to_string(path) else {
         return Vec::new();
     };
     text.lines()
