@@ -180,6 +180,12 @@ impl Drainer {
         })
     }
 
+    /// Reads the listening ports of the network namespaces of `pids` (the targets) too.
+    pub fn watch_namespaces_of(mut self, pids: impl IntoIterator<Item = u32>) -> Self {
+        self.listening.watch(pids);
+        self
+    }
+
     /// Hands each user stack unwound under a table, when first drained, to `to`.
     pub fn send_new_stacks(mut self, to: mpsc::Sender<NewStack>) -> Self {
         self.new_stacks = Some(to);

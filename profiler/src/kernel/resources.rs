@@ -34,6 +34,9 @@ const MAX_FDS_SCANNED: usize = 65_536;
 pub struct Listening {
     map: aya::maps::Array<aya::maps::MapData, u64>,
     bits: Vec<u64>,
+    /// One process per network namespace of the targets (a container's service listens in
+    /// its own): its /proc/PID/net tables are read too.
+    namespaces: Vec<u32>,
 }
 
 impl Listening {
@@ -44,17 +47,34 @@ impl Listening {
         let mut listening = Self {
             map,
             bits: vec![0; 1024],
+            namespaces: Vec::new(),
         };
         listening.update();
         Ok(listening)
     }
 
+    /// Reads the listening ports of the network namespaces of `pids` too, from now on.
+    pub fn watch(&mut self, pids: impl IntoIterator<Item = u32>) {
+        let mut seen: Vec<std::path::PathBuf> = Vec::new();
+        for pid in pids {
+            if let Ok(ns) = fs::read_link(format!("/proc/{pid}/ns/net"))
+                && !seen.contains(&ns)
+            {
+                seen.push(ns);
+                self.namespaces.push(pid);
+            }
+        }
+        self.update();
+    }
+
     /// Sets the bits of ports newly seen listening (one map write per changed word).
     pub fn update(&mut self) {
         let mut next = self.bits.clone();
-        for family in [AF_INET, AF_INET6] {
-            for port in listening_ports(0, family) {
-                next[usize::from(port / 64)] |= 1 << (port % 64);
+        for pid in std::iter::once(0).chain(self.namespaces.iter().copied()) {
+            for family in [AF_INET, AF_INET6] {
+                for port in listening_ports(pid, family) {
+                    next[usize::from(port / 64)] |= 1 << (port % 64);
+                }
             }
         }
         for (i, (&new, old)) in next.iter().zip(self.bits.iter_mut()).enumerate() {

@@ -511,6 +511,7 @@ async fn wait_out(
     let (new_stacks, named_at_ticks) = std::sync::mpsc::channel();
     prepared.targets.new_stacks = Some(named_at_ticks);
     let draining = Drainer::new(&mut probes, Arc::clone(&window), timeline)?
+        .watch_namespaces_of(prepared.targets.processes.keys().copied())
         .send_new_stacks(new_stacks)
         .start();
     if config.dwarf_chunks.is_some() {
