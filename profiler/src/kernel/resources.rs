@@ -37,7 +37,13 @@ pub struct Listening {
     /// One process per network namespace of the targets (a container's service listens in
     /// its own): its /proc/PID/net tables are read too.
     namespaces: Vec<u32>,
+    /// When the tables were last read: at most once a second, not at every drain (down to
+    /// 25 ms apart), since /proc/net/tcp lists every connection of the namespace.
+    read_at: Option<std::time::Instant>,
 }
+
+/// The least time between two reads of the listening ports.
+const LISTENING_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Listening {
     pub fn take(probes: &mut crate::kernel::probes::Probes) -> Result<Self, ProbeError> {
@@ -48,6 +54,7 @@ impl Listening {
             map,
             bits: vec![0; 1024],
             namespaces: Vec::new(),
+            read_at: None,
         };
         listening.update();
         Ok(listening)
@@ -64,11 +71,16 @@ impl Listening {
                 self.namespaces.push(pid);
             }
         }
+        self.read_at = None;
         self.update();
     }
 
     /// Sets the bits of ports newly seen listening (one map write per changed word).
     pub fn update(&mut self) {
+        if self.read_at.is_some_and(|t| t.elapsed() < LISTENING_EVERY) {
+            return;
+        }
+        self.read_at = Some(std::time::Instant::now());
         let mut next = self.bits.clone();
         for pid in std::iter::once(0).chain(self.namespaces.iter().copied()) {
             for family in [AF_INET, AF_INET6] {
