@@ -55,7 +55,7 @@ mod tests {
         use core::mem::size_of;
         assert_eq!(size_of::<Config>(), 160);
         assert_eq!(size_of::<Resource>(), 72);
-        assert_eq!(size_of::<TimelineWait>(), 72);
+        assert_eq!(size_of::<TimelineWait>(), 80);
         assert_eq!(size_of::<TimelineSample>(), 32);
         assert_eq!(size_of::<SampleKey>(), 24);
         assert_eq!(size_of::<WaitKey>(), 32);

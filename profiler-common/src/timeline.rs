@@ -43,6 +43,8 @@ pub struct TimelineWait {
     /// another CPU is queued by that CPU's IPI handler, hundreds of µs later when the CPU is
     /// an idle vCPU.
     pub waking_ns: u64,
+    /// What it waited on: `WaitKey::resource`'s class id (0: no fd, or not recorded).
+    pub resource: u64,
 }
 
 /// A timeline record: one on-CPU sample of a target thread, with its time.

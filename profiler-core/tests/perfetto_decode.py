@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Decodes a Perfetto trace written by `profiler/src/render/perfetto.rs` with Perfetto's own
 protos (PyPI `perfetto`: perfetto.protos.perfetto.trace.perfetto_trace_pb2) and prints a JSON
-summary: processes, threads (pid, tid, name) with their slices (start, duration, name, state)
+summary: processes, threads (pid, tid, name) with their slices (start, duration, name, state,
+args)
 and instant events, flows, and samples with their leaf frames.
 
 It reads the trace the way Perfetto's trace processor does, so that a trace it accepts is one
@@ -125,9 +126,10 @@ def main(path):
                 name = e.name if e.HasField("name") else None
             state = [lookup(seq.categories, c, "category") for c in e.category_iids]
             state += list(e.categories)
+            args = {a.name: a.string_value for a in e.debug_annotations}
             events.append((p.timestamp, index, e.track_uuid, e.type, name,
                            state[0] if state else None,
-                           list(e.flow_ids), list(e.terminating_flow_ids)))
+                           list(e.flow_ids), list(e.terminating_flow_ids), args))
         elif kind == "perf_sample":
             s = p.perf_sample
             frames = []
@@ -154,7 +156,7 @@ def main(path):
     stacks = {}
     flows = {}
     T = pb.TrackEvent
-    for ts, index, track, typ, name, state, flow_ids, terminating in events:
+    for ts, index, track, typ, name, state, flow_ids, terminating, args in events:
         thread = threads.get(track)
         if thread is None:
             errors.append(f"packet {index}: event on unknown track {track}")
@@ -175,14 +177,14 @@ def main(path):
                 flow["to"] = {"tid": thread["tid"], "ts": ts}
         stack = stacks.setdefault(track, [])
         if typ == T.TYPE_SLICE_BEGIN:
-            stack.append((ts, name, state, len(stack)))
+            stack.append((ts, name, state, len(stack), args))
         elif typ == T.TYPE_SLICE_END:
             if not stack:
                 errors.append(f"packet {index}: SLICE_END without a SLICE_BEGIN")
                 continue
-            start, name, state, depth = stack.pop()
+            start, name, state, depth, begin_args = stack.pop()
             thread["slices"].append({"start": start, "dur": ts - start, "name": name,
-                                     "state": state, "depth": depth})
+                                     "state": state, "depth": depth, "args": begin_args})
         elif typ == T.TYPE_INSTANT:
             thread["instants"].append({"ts": ts, "name": name, "state": state,
                                        "depth": len(stack)})

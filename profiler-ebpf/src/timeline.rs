@@ -48,6 +48,7 @@ pub fn record_wait(
         flags: slot.flags as u16,
         waker_tid: slot.waker_tid,
         waking_ns: slot.wake_ts_ns,
+        resource: slot.resource,
     });
     entry.submit(0);
     count(Counter::TimelineRecords);

@@ -17,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-use common::{assert_success, profile, require_root, scratch_dir, serial};
+use common::{assert_success, perfetto_summary, profile, require_root, scratch_dir, serial};
 use serde_json::Value;
 
 const FIXTURE_FLAGS: &[&str] = &[
@@ -84,6 +84,11 @@ impl Peers {
                 .expect("utf-8"),
             "--report",
             report.to_str().expect("utf-8"),
+            "--timeline",
+            self.dir
+                .join(format!("{name}.pftrace"))
+                .to_str()
+                .expect("utf-8"),
         ]);
         assert_success(&out);
         let report = read_json(&report);
@@ -175,6 +180,23 @@ fn each_wait_names_its_file_or_socket_and_the_process_at_the_other_end() {
         text.starts_with(journal.to_str().unwrap_or("?")) && text.contains(fstype),
         "{file:#}"
     );
+
+    // The timeline's slices carry it too: each long wait on a socket or a file, the argument
+    // `on` (Perfetto's "Arguments" pane).
+    let trace = perfetto_summary(&peers.dir.join("resources.pftrace"));
+    let on: std::collections::BTreeSet<String> = trace["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .flat_map(|t| t["slices"].as_array().cloned().unwrap_or_default())
+        .filter_map(|s| s["args"]["on"].as_str().map(str::to_string))
+        .collect();
+    for r in [tcp, unix] {
+        assert!(
+            on.contains(r["text"].as_str().unwrap_or("?")),
+            "{r:#} not in {on:?}"
+        );
+    }
 }
 
 /// With both processes profiled, the client's wait is followed into the server: the

@@ -215,7 +215,7 @@ fn check_bursts(r: &Run, window_start: u64) {
 
 /// The Perfetto trace, read back with Perfetto's own protos.
 fn check_trace(r: &Run, window_start: u64, tid: u64) {
-    let decoded = decode(&r.trace);
+    let decoded = perfetto_summary(&r.trace);
     assert_eq!(decoded["errors"], serde_json::json!([]), "{decoded}");
     let thread = decoded["threads"]
         .as_array()
@@ -689,7 +689,7 @@ fn waker_arrows_leave_the_real_waker_when_it_woke() {
         wakeups,
     } = run_wakeups();
     check_site_waker(&report, pinger);
-    let decoded = decode(&trace);
+    let decoded = perfetto_summary(&trace);
     assert_eq!(decoded["errors"], serde_json::json!([]), "{decoded}");
     let flows = decoded["flow_list"].as_array().unwrap();
     let into_wakee = arrows_into(flows, wakee);
@@ -869,23 +869,4 @@ fn check_arrow_times(into_wakee: &[(u64, u64, u64)], wakeups: &[(u64, u64)], flo
         "{} wakeups without an arrow: {unmatched:?}",
         unmatched.len()
     );
-}
-
-/// The trace summarised by profiler-core/tests/perfetto_decode.py (PyPI `perfetto`).
-fn decode(trace: &Path) -> Value {
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiler-core/tests/perfetto_decode.py");
-    let python = std::env::var_os("PERFETTO_PYTHON").unwrap_or_else(|| "python3".into());
-    let out = Command::new(&python)
-        .arg(&script)
-        .arg(trace)
-        .output()
-        .expect("run python3");
-    assert!(
-        out.status.success(),
-        "perfetto_decode.py failed (the `perfetto` Python package: `cargo xtask test` \
-         installs it): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("the decoder's JSON")
 }

@@ -62,6 +62,8 @@ pub struct TimedWait {
     /// When the waker woke it (`sched_waking`; 0: not seen). Before [`TimedWait::wake_ns`]
     /// when the scheduler queued the thread later (an IPI to another CPU).
     pub waking_ns: u64,
+    /// What it waited on (`Profile::resources`' key; 0: no fd, or not recorded).
+    pub resource: u64,
 }
 
 impl TimedWait {
@@ -95,14 +97,15 @@ impl TimedWait {
     }
 }
 
-/// Saved as `[start, blocked, runnable, state, user, kernel, waker, cpu_before, waking]`: a
-/// long capture holds many of them. `waking` came later; a capture saved before it has eight.
-struct WaitTuple(u64, u64, u64, u32, u64, u64, u32, u64, u64);
+/// Saved as `[start, blocked, runnable, state, user, kernel, waker, cpu_before, waking,
+/// resource]`: a long capture holds many of them. `waking` and `resource` came later; a
+/// capture saved before them has eight or nine.
+struct WaitTuple(u64, u64, u64, u32, u64, u64, u32, u64, u64, u64);
 
 impl Serialize for WaitTuple {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         (
-            self.0, self.1, self.2, self.3, self.4, self.5, self.6, self.7, self.8,
+            self.0, self.1, self.2, self.3, self.4, self.5, self.6, self.7, self.8, self.9,
         )
             .serialize(s)
     }
@@ -115,7 +118,7 @@ impl<'de> Deserialize<'de> for WaitTuple {
             type Value = WaitTuple;
 
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a wait: an array of 8 or 9 integers")
+                f.write_str("a wait: an array of 8 to 10 integers")
             }
 
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
@@ -134,8 +137,10 @@ impl<'de> Deserialize<'de> for WaitTuple {
                 let waker = u32::try_from(next(&mut a)?).unwrap_or(0);
                 let cpu_before = next(&mut a)?;
                 let waking = a.next_element()?.unwrap_or(0);
+                let resource = a.next_element()?.unwrap_or(0);
                 Ok(WaitTuple(
                     start, blocked, runnable, state, user, kernel, waker, cpu_before, waking,
+                    resource,
                 ))
             }
         }
@@ -155,6 +160,7 @@ impl From<WaitTuple> for TimedWait {
             waker_tid: t.6,
             cpu_before_ns: t.7,
             waking_ns: t.8,
+            resource: t.9,
         }
     }
 }
@@ -171,6 +177,7 @@ impl From<TimedWait> for WaitTuple {
             w.waker_tid,
             w.cpu_before_ns,
             w.waking_ns,
+            w.resource,
         )
     }
 }
@@ -284,6 +291,7 @@ mod tests {
             waker_tid: 0,
             cpu_before_ns,
             waking_ns: 0,
+            resource: 0,
         }
     }
 
@@ -382,16 +390,20 @@ mod tests {
     fn waits_and_samples_save_as_short_arrays() {
         let w = TimedWait {
             waking_ns: 2,
+            resource: 9,
             ..wait(1, 2, 3, 4)
         };
         let json = serde_json::to_string(&w).unwrap();
-        assert_eq!(json, "[1,2,3,1,7,8,0,4,2]");
+        assert_eq!(json, "[1,2,3,1,7,8,0,4,2,9]");
         assert_eq!(serde_json::from_str::<TimedWait>(&json).unwrap(), w);
+        // Saved before the resource was: nine, on nothing recorded.
+        let nine = serde_json::from_str::<TimedWait>("[1,2,3,1,7,8,0,4,2]").unwrap();
+        assert_eq!(nine, TimedWait { resource: 0, ..w });
         // Saved before the waking time was: eight, and the waker acted when it was queued.
         let old = serde_json::from_str::<TimedWait>("[1,2,3,1,7,8,0,4]").unwrap();
         assert_eq!(old, wait(1, 2, 3, 4));
         assert_eq!(old.waker_ns(), old.wake_ns());
-        for short in ["[1,2,3,1,7,8,0]", "[]", "[1,2,3,1,7,8,0,4,2,9]"] {
+        for short in ["[1,2,3,1,7,8,0]", "[]", "[1,2,3,1,7,8,0,4,2,9,1]"] {
             assert!(serde_json::from_str::<TimedWait>(short).is_err(), "{short}");
         }
         let s = TimedSample {

@@ -207,6 +207,7 @@ fn thread_line(rng: &mut Rng, kind: &Kind3, share: &[u64], kernel: &[u64]) -> Th
             waker_tid: 0,
             cpu_before_ns: cpu,
             waking_ns: 0,
+            resource: 0,
         });
         at += run + blocked + runnable;
     }

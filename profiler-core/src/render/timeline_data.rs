@@ -654,6 +654,7 @@ pub(crate) mod tests {
             waker_tid: 0,
             cpu_before_ns: 0,
             waking_ns: 0,
+            resource: 0,
         };
         let mut timeline = Timeline {
             resolution_ns: MS,

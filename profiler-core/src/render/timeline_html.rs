@@ -503,6 +503,7 @@ mod tests {
                     waker_tid: 0,
                     cpu_before_ns: 2_100 * MS,
                     waking_ns: 0,
+                    resource: 0,
                 }],
             },
         );

@@ -6,7 +6,8 @@
 //! between long waits, `running` slices (named with the share of waits shorter than the
 //! resolution when they took 10 % or more of it). Wakeups of the sites the report ranks, by a
 //! thread of the capture, are flows from the waker to the woken thread; every on-CPU sample
-//! is a sample with its stack.
+//! is a sample with its stack. A wait on a file, socket or pipe carries it as the slice's
+//! argument `on`.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -113,6 +114,7 @@ fn gap_slice(from_ns: u64, to_ns: u64, cpu_ns: u64, timeline: &Timeline) -> Slic
         } else {
             String::new()
         },
+        args: Vec::new(),
     }
 }
 
@@ -124,6 +126,7 @@ fn wait_slices(w: &TimedWait, input: &TraceInput<'_>) -> (Vec<Slice>, Option<Sit
             end_ns: w.end_ns(),
             state: State::Runnable,
             name: String::new(),
+            args: Vec::new(),
         };
         return (vec![slice], None);
     }
@@ -139,6 +142,12 @@ fn wait_slices(w: &TimedWait, input: &TraceInput<'_>) -> (Vec<Slice>, Option<Sit
             _ => State::Other,
         },
         name: input.sites.label(&site).to_string(),
+        args: input
+            .profile
+            .resources
+            .get(&w.resource)
+            .map(|r| vec![("on", r.text.clone())])
+            .unwrap_or_default(),
     }];
     if w.runnable_ns > 0 {
         out.push(Slice {
@@ -146,6 +155,7 @@ fn wait_slices(w: &TimedWait, input: &TraceInput<'_>) -> (Vec<Slice>, Option<Sit
             end_ns: w.end_ns(),
             state: State::Runnable,
             name: String::new(),
+            args: Vec::new(),
         });
     }
     out.retain(|s| s.end_ns > s.start_ns);

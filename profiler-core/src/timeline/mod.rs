@@ -48,6 +48,7 @@ pub fn build(
             waker_tid: r.waker_tid,
             cpu_before_ns: r.cpu_before_ns,
             waking_ns: r.waking_ns,
+            resource: r.resource,
         });
     }
     for (&tid, t) in &profile.threads {
@@ -137,6 +138,7 @@ fn open_wait(k: &Thread, stop_ns: u64, resolution_ns: u64) -> Option<TimedWait> 
         waker_tid: slot.waker_tid,
         cpu_before_ns: k.stats.on_cpu_ns,
         waking_ns: slot.wake_ts_ns,
+        resource: slot.resource,
     })
 }
 

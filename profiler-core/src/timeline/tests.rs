@@ -73,6 +73,7 @@ fn raw() -> RawTimeline {
             flags: 0,
             waker_tid: 0,
             waking_ns: 0,
+            resource: 0,
         });
         at = to;
     }

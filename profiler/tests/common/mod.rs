@@ -539,3 +539,24 @@ pub fn start_wrk(threads: u32, connections: u32, secs: u32, url: &str) -> Child 
         .spawn()
         .expect("start wrk")
 }
+
+/// A Perfetto trace summarised by profiler-core/tests/perfetto_decode.py (PyPI `perfetto`,
+/// Perfetto's own protos): processes, threads with their slices (and arguments), flows,
+/// samples.
+pub fn perfetto_summary(trace: &Path) -> serde_json::Value {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiler-core/tests/perfetto_decode.py");
+    let python = std::env::var_os("PERFETTO_PYTHON").unwrap_or_else(|| "python3".into());
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(trace)
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "perfetto_decode.py failed (the `perfetto` Python package: `cargo xtask test` \
+         installs it): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the decoder's JSON")
+}

@@ -125,10 +125,21 @@ pub struct TrackEvent {
     pub name_iid: Option<u64>,
     #[prost(uint64, optional, tag = "11")]
     pub track_uuid: Option<u64>,
+    #[prost(message, repeated, tag = "4")]
+    pub debug_annotations: Vec<DebugAnnotation>,
     #[prost(fixed64, repeated, packed = "false", tag = "47")]
     pub flow_ids: Vec<u64>,
     #[prost(fixed64, repeated, packed = "false", tag = "48")]
     pub terminating_flow_ids: Vec<u64>,
+}
+
+/// trace/track_event/debug_annotation.proto: a slice's argument, a name and a string.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DebugAnnotation {
+    #[prost(string, optional, tag = "10")]
+    pub name: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    pub string_value: Option<String>,
 }
 
 /// trace/track_event/track_event.proto, `TrackEvent.Type`.

@@ -13,6 +13,7 @@ fn slice(start_ns: u64, end_ns: u64, state: State, name: &str) -> Slice {
         end_ns,
         state,
         name: name.to_string(),
+        args: Vec::new(),
     }
 }
 
@@ -33,7 +34,10 @@ fn timeline() -> Tracks {
                 name: "db".to_string(),
                 slices: vec![
                     slice(1_000, 5_000, Running, ""),
-                    slice(5_000, 9_000, Io, "fdatasync ← flush_log"),
+                    Slice {
+                        args: vec![("on", "/db/wal (ext4, vda)".to_string())],
+                        ..slice(5_000, 9_000, Io, "fdatasync ← flush_log")
+                    },
                     slice(9_000, 9_500, Runnable, ""),
                     slice(9_500, 12_000, Running, ""),
                 ],
@@ -108,6 +112,8 @@ struct Decoded {
     processes: BTreeMap<u32, String>,
     /// tid → (start, end, name, category) of its slices.
     slices: BTreeMap<u32, Vec<(u64, u64, String, String)>>,
+    /// (tid, start) → the arguments of a slice that has some.
+    args: BTreeMap<(u32, u64), Vec<(String, String)>>,
     /// tid → (ts, name, the enclosing slice's category) of its instant events.
     instants: BTreeMap<u32, Vec<(u64, String, Option<String>)>>,
     /// flow id → (tid, ts) of its start, and of its end.
@@ -259,6 +265,13 @@ impl Reader {
         match Type::try_from(e.r#type.unwrap()).unwrap() {
             Type::SliceBegin => {
                 assert!(stack.is_empty(), "thread states do not nest");
+                if !e.debug_annotations.is_empty() {
+                    let args = e
+                        .debug_annotations
+                        .iter()
+                        .map(|a| (a.name.clone().unwrap(), a.string_value.clone().unwrap()));
+                    self.d.args.insert((tid, ts), args.collect());
+                }
                 stack.push((ts, name.unwrap(), category.unwrap()));
             }
             Type::SliceEnd => {
@@ -314,6 +327,14 @@ fn round_trip() {
     for thread in &t.threads {
         assert_eq!(d.slices[&thread.tid], expected_slices(thread));
     }
+    // What the fdatasync was on, as the slice's argument; no other slice has one.
+    assert_eq!(
+        d.args,
+        BTreeMap::from([(
+            (100, 5_000),
+            vec![("on".to_string(), "/db/wal (ext4, vda)".to_string())]
+        )])
+    );
     // Each wakeup: from an instant on the waker inside its running slice, to the wakee's
     // runnable slice; the flusher's flow ends on a track written before its own.
     let running = Some("running".to_string());
@@ -584,6 +605,14 @@ fn official_protos_decode_the_trace() {
         assert_eq!(got["name"], want.name.as_str());
         assert_eq!(official_slices(got), expected_slices(want));
     }
+    let args: Vec<_> = threads[0]["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["args"])
+        .filter(|a| a.as_object().is_some_and(|o| !o.is_empty()))
+        .collect();
+    assert_eq!(args, [&serde_json::json!({"on": "/db/wal (ext4, vda)"})]);
     // The waker's instant sits inside its running slice.
     assert_eq!(
         threads[0]["instants"],

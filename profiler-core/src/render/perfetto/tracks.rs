@@ -35,6 +35,8 @@ pub struct Slice {
     pub state: State,
     /// The blocking site (`fdatasync ← flush_log`); empty: the state's label.
     pub name: String,
+    /// Shown with the slice (Perfetto's "Arguments"): what a wait was on.
+    pub args: Vec<(&'static str, String)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

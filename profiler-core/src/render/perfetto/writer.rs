@@ -9,9 +9,9 @@ use std::{
 use super::{
     plan::{Item, PlannedTrack, TrackPlan, process_uuid, thread_uuid},
     proto::{
-        self, Callstack, Clock, ClockSnapshot, CpuMode, Data, EventCategory, EventName, Frame,
-        InternedData, InternedString, Mapping, PerfSample, ProcessDescriptor, ThreadDescriptor,
-        TracePacket, TracePacketDefaults, TrackDescriptor, TrackEvent, Type,
+        self, Callstack, Clock, ClockSnapshot, CpuMode, Data, DebugAnnotation, EventCategory,
+        EventName, Frame, InternedData, InternedString, Mapping, PerfSample, ProcessDescriptor,
+        ThreadDescriptor, TracePacket, TracePacketDefaults, TrackDescriptor, TrackEvent, Type,
     },
     tracks::{Sample, Tracks},
 };
@@ -159,6 +159,15 @@ impl<W: Write> Writer<'_, W> {
                     name_iid: Some(self.name(name, &mut new)),
                     category_iids: vec![self.category(state, &mut new)],
                     terminating_flow_ids: s.flows_in.clone(),
+                    debug_annotations: s
+                        .slice
+                        .args
+                        .iter()
+                        .map(|(name, value)| DebugAnnotation {
+                            name: Some(name.to_string()),
+                            string_value: Some(value.clone()),
+                        })
+                        .collect(),
                     ..Default::default()
                 })
             }
@@ -191,6 +200,7 @@ impl<W: Write> Writer<'_, W> {
                     category_iids: vec![self.category(WAKEUP_CATEGORY, &mut new)],
                     flow_ids,
                     terminating_flow_ids,
+                    debug_annotations: Vec::new(),
                 })
             }
             Item::Sample { sample, track } => {
