@@ -83,6 +83,12 @@ pub enum Counter {
     LateSamples,
     /// Such samples the ring had no room for: unwound by frame pointers in the kernel.
     LateRingFull,
+    /// Goroutine parks of Go targets (`runtime.gopark`).
+    GoParks,
+    /// Goroutine parks not kept: the table of parked goroutines was full (that wait is lost).
+    GoParkedFull,
+    /// Goroutine waits not aggregated: the goroutine wait table was full.
+    GoWaitsFull,
 }
 
 /// What a counter counts: something lost (the user must see it, with what avoids it) or an
@@ -138,7 +144,7 @@ impl Table {
 }
 
 impl Counter {
-    pub const COUNT: u32 = 33;
+    pub const COUNT: u32 = 36;
 
     /// Every counter is one or the other: the match has no wildcard, so a new counter must be
     /// classified before it compiles.
@@ -148,11 +154,11 @@ impl Counter {
             SamplesMapFull | UserStackFailed | KernelStackFailed | StackTableFull
             | WaitsMapFull | ThreadsFull | WakersMapFull | SiteHistsFull | ProcsFull
             | LostWaitsFull | MappingRecordsLost | UnwindRowsNotLoaded | TimelineRingFull
-            | TimelineDropped => CounterKind::Loss,
+            | TimelineDropped | GoParkedFull | GoWaitsFull => CounterKind::Loss,
             Samples | SwitchesOut | Waits | WaitsFiltered | MissedSwitchIns | Wakeups
             | UnwindMemoHits | UnwindMemoMisses | UnwindFrames | RowCacheMisses
             | KernelMemoHits | KernelMemoMisses | MemoDisagreements | KernelMemoryBytes
-            | Drains | TimelineRecords | JitGapFrames | LateSamples | LateRingFull => {
+            | Drains | TimelineRecords | JitGapFrames | LateSamples | LateRingFull | GoParks => {
                 CounterKind::Event
             }
         }
@@ -195,6 +201,9 @@ impl Counter {
             JitGapFrames => "jit_gap_frames",
             LateSamples => "late_samples",
             LateRingFull => "late_ring_full",
+            GoParks => "go_parks",
+            GoParkedFull => "go_parked_full",
+            GoWaitsFull => "go_waits_full",
         }
     }
 
@@ -227,6 +236,11 @@ impl Counter {
                 "timeline records: beyond the cap",
                 Some(Table::TimelineRecords),
             )),
+            GoParkedFull => Some((
+                "goroutine waits: parked-goroutine table full",
+                Some(Table::Waits),
+            )),
+            GoWaitsFull => Some(("goroutine waits: their table full", Some(Table::Waits))),
             UserStackFailed => Some(("user stacks: unwinding failed", None)),
             KernelStackFailed => Some(("kernel stacks: unwinding failed", None)),
             _ => None,
@@ -267,6 +281,9 @@ impl Counter {
         Counter::JitGapFrames,
         Counter::LateSamples,
         Counter::LateRingFull,
+        Counter::GoParks,
+        Counter::GoParkedFull,
+        Counter::GoWaitsFull,
     ];
 }
 

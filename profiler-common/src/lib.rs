@@ -11,6 +11,7 @@ mod aggregates;
 mod config;
 mod counters;
 mod cycle;
+mod goroutine;
 mod hist;
 mod kernel;
 mod late;
@@ -29,6 +30,7 @@ pub use aggregates::{
 pub use config::{Config, Control, IRQ_ENTRY_RANGES, config_flags};
 pub use counters::{Counter, CounterKind, Table};
 pub use cycle::{Cycle, CycleInput, UNCHARGED_MIN_NS, split_cycle};
+pub use goroutine::{GO_MERGED_REASONS, GO_REPARK_NS, GoPark, GoWaitKey, GoWaitValue};
 pub use hist::{
     HIST_MIN_LOG2, HIST_OCTAVES, HIST_SUB_BUCKETS, HIST_SUB_LOG2, RunqueueHist, WAIT_HIST_BUCKETS,
     WaitHist, hist_bucket, hist_bucket_bounds, log2_floor,
@@ -56,6 +58,9 @@ mod tests {
         assert_eq!(size_of::<Config>(), 160);
         assert_eq!(size_of::<Resource>(), 72);
         assert_eq!(size_of::<TimelineWait>(), 80);
+        assert_eq!(size_of::<GoPark>(), 32);
+        assert_eq!(size_of::<GoWaitKey>(), 16);
+        assert_eq!(size_of::<GoWaitValue>(), 32 + size_of::<WaitHist>());
         assert_eq!(size_of::<TimelineSample>(), 32);
         assert_eq!(size_of::<SampleKey>(), 24);
         assert_eq!(size_of::<WaitKey>(), 32);

@@ -64,6 +64,17 @@ pub const MAP_LATE_SAMPLES: &str = "LATE_SAMPLES";
 pub const MAP_RESOURCES: &str = "RESOURCES";
 /// The listening TCP ports, a bit each: which end of a connection is the service's.
 pub const MAP_LISTENING: &str = "LISTENING";
+/// uprobes on a Go target's runtime (`go_park` on `runtime.gopark`, `go_execute` on
+/// `runtime.execute`): its goroutines' waits.
+pub const PROG_GO_PARK: &str = "go_park";
+pub const PROG_GO_EXECUTE: &str = "go_execute";
+/// `HashMap<u64 g, GoPark>`: goroutines parked now.
+pub const MAP_GO_PARKED: &str = "GO_PARKED";
+/// `HashMap<GoWaitKey, GoWaitValue>`: goroutine waits per process, stack and reason.
+pub const MAP_GO_WAITS: &str = "GO_WAITS";
+/// `HashMap<u32 tgid, u64>`: per Go process, the wait reasons whose re-park at the same place
+/// continues the wait (a bit each).
+pub const MAP_GO_MERGE: &str = "GO_MERGE";
 /// tp_btf programs that keep the target set: a target's new process joins it
 /// (`sched_process_fork`), an exec or exit is noted for user space.
 pub const PROG_FORK: &str = "sched_process_fork";

@@ -60,6 +60,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
         sched_at_stop,
         tables_at_end,
         resources,
+        goroutines,
         // Built by `timeline::build`, beside this stage.
         timeline: _,
     } = drained;
@@ -121,6 +122,7 @@ pub fn account(drained: Drained, seeds: Seeds, opts: &AccountOptions) -> Profile
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
         resources,
+        goroutines: crate::goroutines::collect(goroutines, opts.window),
     }
 }
 

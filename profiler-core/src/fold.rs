@@ -71,6 +71,8 @@ pub struct Folded {
     /// Sleep left out by `hide_sleep_of`, in nanoseconds, and of how many threads.
     pub hidden_ns: u64,
     pub hidden_threads: usize,
+    /// Threads' sleep in the Go scheduler left out where their goroutines' waits are drawn.
+    pub go_scheduler_sleep_ns: u64,
 }
 
 impl Folded {
@@ -101,8 +103,19 @@ pub fn fold(profile: &Profile, names: &StackNames, opts: &FoldOptions) -> Folded
     let mut frames: Vec<String> = Vec::with_capacity(64);
     let mut hidden_ns = 0;
     let mut hidden: BTreeSet<u32> = BTreeSet::new();
+    let mut go_sleep_ns = 0;
+    let go_pids: BTreeSet<u32> = profile.goroutines.waits.iter().map(|w| w.pid).collect();
     for entry in &profile.entries {
         let sleep = entry.kind == Kind::Off(WaitState::Sleep);
+        // Where a process's goroutine waits are drawn, its threads' sleep in the scheduler
+        // is what those waits left them: drawn twice otherwise.
+        if sleep
+            && go_pids.contains(&entry.pid)
+            && go_scheduler_sleep(&stack_frames(entry.user_stack, entry.kernel_stack, names))
+        {
+            go_sleep_ns += entry.time_ns;
+            continue;
+        }
         if sleep && opts.hide_sleep_of.contains(&entry.tid) {
             hidden_ns += entry.time_ns;
             hidden.insert(entry.tid);
@@ -149,13 +162,57 @@ pub fn fold(profile: &Profile, names: &StackNames, opts: &FoldOptions) -> Folded
         }
         *lines.entry(frames.join(";")).or_default() += count;
     }
+    if unit == Unit::Micros {
+        fold_goroutines(profile, names, opts, &mut lines, &mut frame_split);
+    }
     Folded {
         unit,
         lines,
         frame_split,
         hidden_ns,
         hidden_threads: hidden.len(),
+        go_scheduler_sleep_ns: go_sleep_ns,
     }
+}
+
+/// Goroutine waits under their goroutine stacks: `<process>;[goroutines];<stack root→leaf>;
+/// [go: <reason>] µs`. Each goroutine is its own line of time, so a process's goroutine waits
+/// can add up to more than its threads' window.
+fn fold_goroutines(
+    profile: &Profile,
+    names: &StackNames,
+    opts: &FoldOptions,
+    lines: &mut BTreeMap<String, u64>,
+    frame_split: &mut HashMap<String, (u64, u64)>,
+) {
+    for w in &profile.goroutines.waits {
+        let count = (w.total_ns + 500) / 1_000;
+        if count == 0 {
+            continue;
+        }
+        let mut frames = vec![opts.root(profile, w.pid), "[goroutines]".to_string()];
+        frames.extend(stack_frames(
+            w.user_stack,
+            profiler_common::stack_id::EMPTY,
+            names,
+        ));
+        frames.push(sanitize(&format!("[go: {}]", w.reason)));
+        for f in &frames[1..] {
+            frame_split.entry(f.clone()).or_default().1 += count;
+        }
+        *lines.entry(frames.join(";")).or_default() += count;
+    }
+}
+
+/// An OS thread of a Go process asleep in the runtime's scheduler (no goroutine to run): the
+/// time its goroutines' waits stand for, where those are recorded.
+pub fn go_scheduler_sleep(frames: &[String]) -> bool {
+    frames.iter().any(|f| {
+        matches!(
+            f.as_str(),
+            "runtime.findrunnable" | "runtime.findRunnable" | "runtime.stopm" | "runtime.mPark"
+        )
+    })
 }
 
 /// The wakeup chains: `<process>;[<thread>-<tid>;]<blocked stack root→leaf>;--;<waker
@@ -194,6 +251,7 @@ pub fn fold_wakers(profile: &Profile, names: &StackNames, opts: &FoldOptions) ->
         frame_split: HashMap::new(),
         hidden_ns: 0,
         hidden_threads: 0,
+        go_scheduler_sleep_ns: 0,
     }
 }
 

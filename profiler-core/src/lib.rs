@@ -13,6 +13,8 @@ pub mod analysis;
 pub mod chain;
 pub mod diff;
 pub mod fold;
+pub mod gobin;
+pub mod goroutines;
 pub mod holders;
 pub mod jvm;
 pub mod model;

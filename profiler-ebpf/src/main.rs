@@ -29,6 +29,7 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod goroutine;
 mod kstack;
 mod late;
 mod maps;

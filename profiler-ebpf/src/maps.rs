@@ -188,10 +188,12 @@ pub enum Scratch {
     Sample = 0,
     Switch = 1,
     Wakeup = 2,
+    /// The Go runtime's uprobes (`goroutine.rs`).
+    Goroutine = 3,
 }
 
 impl Scratch {
-    pub const COUNT: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Adds one to a loss or event counter and returns its previous value on this CPU (0 means

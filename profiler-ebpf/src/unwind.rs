@@ -122,7 +122,8 @@ pub const COPY_WORDS: usize = 512;
 
 /// The copy of the top of the stack being unwound, one per scratch slot.
 #[map]
-static STACK_COPY: PerCpuArray<[u64; COPY_WORDS]> = PerCpuArray::with_max_entries(3, 0);
+static STACK_COPY: PerCpuArray<[u64; COPY_WORDS]> =
+    PerCpuArray::with_max_entries(crate::maps::Scratch::COUNT, 0);
 
 /// Per-CPU cache of lookups: return address → row (or "no row"), valid for one generation of
 /// the mapping table.
@@ -235,7 +236,8 @@ fn memo_hash(hash: u64, word: u64) -> u64 {
 
 /// The memo being recorded by the running unwind, one per scratch slot.
 #[map]
-static MEMO_SCRATCH: PerCpuArray<UnwindMemo> = PerCpuArray::with_max_entries(3, 0);
+static MEMO_SCRATCH: PerCpuArray<UnwindMemo> =
+    PerCpuArray::with_max_entries(crate::maps::Scratch::COUNT, 0);
 
 /// Where a thread stopped: a memo is kept per place, so a thread that alternates between a few
 /// syscalls (or is preempted on its way back from them) finds each one's memo.

@@ -9,7 +9,7 @@ mod common;
 
 use std::{
     io::{BufRead as _, BufReader},
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Command, Stdio},
 };
 
@@ -30,37 +30,9 @@ const ROOTS: [&str; 5] = [
     "runtime.systemstack",
 ];
 
-/// Builds the fixture offline: no module downloads, no toolchain switch, the build cache and
-/// GOPATH under cargo's scratch directory.
+/// The fixture, built offline (see `common::build_go`).
 fn build_gohot() -> PathBuf {
-    assert!(
-        Path::new("/usr/bin/go").exists(),
-        "go not found: `cargo xtask test` installs golang-go when run as root"
-    );
-    let go = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go");
-    let dir = scratch_dir().join(format!("gohot-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create the Go build directory");
-    // The binary's name is the process name the profiler reports.
-    let out = dir.join("gohot");
-    let source =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiler-core/tests/fixtures/gohot");
-    let status = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&out)
-        .arg(".")
-        .current_dir(&source)
-        .env("GOCACHE", go.join("cache"))
-        .env("GOPATH", go.join("gopath"))
-        .env("GOPROXY", "off")
-        .env("GOFLAGS", "")
-        .env("GOENV", "off")
-        .env("GOWORK", "off")
-        .env("GOTOOLCHAIN", "local")
-        .env("CGO_ENABLED", "0")
-        .status()
-        .expect("run go build");
-    assert!(status.success(), "go build failed in {}", source.display());
-    out
+    build_go("gohot", "gohot", &[])
 }
 
 /// The user frames of a line, root first: what lies between the thread and the kernel frames.

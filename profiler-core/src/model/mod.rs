@@ -11,6 +11,7 @@
 //! - [`machine`]: the machine's CPUs and processes over the window ([`Machine`]).
 //! - [`saved`]: a capture as a file, replayable without root ([`SavedCapture`]).
 
+pub mod goroutine;
 pub mod hist;
 pub mod machine;
 pub mod named;
@@ -20,6 +21,7 @@ pub mod saved;
 pub mod time;
 pub mod timeline;
 
+pub use goroutine::{GoProcess, GoroutineWait, Goroutines, RawGoroutines};
 pub use hist::Hist;
 pub use machine::{Machine, MachineProcess};
 pub use named::{

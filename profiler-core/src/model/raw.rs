@@ -100,6 +100,8 @@ pub struct Drained {
     pub timeline: RawTimeline,
     /// What waits were on, named by the capture side when the drainer first saw them.
     pub resources: BTreeMap<u64, super::NamedResource>,
+    /// Goroutine waits of Go targets.
+    pub goroutines: super::RawGoroutines,
 }
 
 /// What the timeline ring held over the capture.

@@ -386,6 +386,9 @@ pub struct Profile {
     /// What waits were on, by id ([`Entry::resource`]), named when first seen.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resources: BTreeMap<u64, NamedResource>,
+    /// Goroutine waits of Go targets (`goroutines::collect`).
+    #[serde(default, skip_serializing_if = "super::Goroutines::is_empty")]
+    pub goroutines: super::Goroutines,
 }
 
 /// [`Profile::wakers_recorded`] of a capture saved before `--no-wakers`.
@@ -429,6 +432,7 @@ impl Profile {
             stack_generations: HashMap::new(),
             counters: Counters::default(),
             resources: BTreeMap::new(),
+            goroutines: Default::default(),
             site_hists: HashMap::new(),
             runqueue_hists: Default::default(),
             open_waits: 0,

@@ -151,6 +151,7 @@ pub fn write_html(input: &HtmlInput<'_>, out: &mut impl Write) -> io::Result<()>
             writeln!(out, "<p>{}.</p>", esc(&c.sentence()))?;
         }
     }
+    goroutines(r, out)?;
     functions(r, out)?;
     run_queue(r, out)?;
     writeln!(
@@ -261,6 +262,50 @@ fn threads_row(
         state_bar(shares),
         state_cells(shares)
     )
+}
+
+/// Goroutine groups of Go processes, a table of sites each.
+fn goroutines(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    if r.goroutines.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "<h2>Goroutines</h2>")?;
+    for g in &r.goroutines {
+        writeln!(
+            out,
+            "<h3 class=\"mono\">{} <small>(PID {}{})</small></h3><p>On the CPU {:.3} s ({:.0} % \
+             of their time with work); waits with work {:.3} s; idle waits {:.3} s.</p>",
+            esc(&g.subject),
+            g.pid,
+            if g.idle { ", idle" } else { "" },
+            g.on_cpu_s,
+            g.on_cpu_pct,
+            g.wait_s,
+            g.idle_wait_s
+        )?;
+        writeln!(
+            out,
+            "<table class=\"goroutines\"><thead><tr><th>wait</th><th>for</th><th class=\"n\">share</th><th class=\"n\">time s</th><th class=\"n\">waits</th><th class=\"n\">p50</th><th class=\"n\">p99</th></tr></thead><tbody>"
+        )?;
+        for s in &g.sites {
+            let [p50, _, p99, _] = super::report::words::latency_cells(&s.latency);
+            writeln!(
+                out,
+                "<tr><td class=\"mono\" title=\"{}\">{}{}</td><td>{}</td><td class=\"n\">{:.1} %</td><td class=\"n\">{:.3}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                esc(&s.stack.join(" → ")),
+                esc(&s.label),
+                if s.idle { " (idle)" } else { "" },
+                esc(s.waiting_for),
+                s.share_pct,
+                s.time_s,
+                s.waits,
+                esc(&p50),
+                esc(&p99)
+            )?;
+        }
+        writeln!(out, "</tbody></table>")?;
+    }
+    Ok(())
 }
 
 fn functions(r: &Report, out: &mut impl Write) -> io::Result<()> {

@@ -65,6 +65,12 @@ pub fn subtitle(r: &Report, folded: &Folded) -> String {
             folded.hidden_threads
         ));
     }
+    if folded.go_scheduler_sleep_ns > 0 {
+        parts.push(format!(
+            "Go threads' scheduler sleep {} drawn as their goroutines' waits",
+            secs(folded.go_scheduler_sleep_ns)
+        ));
+    }
     parts.push(format!("unit: {}", folded.unit.name()));
     parts.join(" · ")
 }

@@ -173,6 +173,7 @@ mod tests {
             frame_split,
             hidden_ns: 0,
             hidden_threads: 0,
+            go_scheduler_sleep_ns: 0,
         };
         let mut svg = Vec::new();
         write_svg(
@@ -240,6 +241,7 @@ mod tests {
             frame_split: HashMap::new(),
             hidden_ns: 0,
             hidden_threads: 0,
+            go_scheduler_sleep_ns: 0,
         };
         let mut svg = Vec::new();
         let opts = SvgOptions {

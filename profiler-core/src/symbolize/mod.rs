@@ -168,6 +168,9 @@ fn stack_ids(profile: &Profile) -> (HashMap<u64, u32>, HashMap<u64, bool>) {
         kernel_ids.insert(w.kernel_stack, true);
         kernel_ids.entry(w.waker_kernel_stack).or_default();
     }
+    for g in &profile.goroutines.waits {
+        user_ids.entry(g.user_stack).or_insert(g.pid);
+    }
     (user_ids, kernel_ids)
 }
 

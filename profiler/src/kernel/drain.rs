@@ -27,9 +27,10 @@ use aya::{
     maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray},
 };
 use profiler_common::{
-    Counter, NO_TABLE_GENERATION, ProcEvent, Resource, RunqueueHist, SampleKey, SampleValue,
-    SiteKey, Stack, Thread, WAIT_HIST_BUCKETS, WaitEntry, WaitHist, WaitKey, WaitValue, WakerKey,
-    WakerValue, exit_overcount_ns, names, thread_flags, unwind::ProcMappings,
+    Counter, GoPark, GoWaitKey, GoWaitValue, NO_TABLE_GENERATION, ProcEvent, Resource,
+    RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread, WAIT_HIST_BUCKETS, WaitEntry,
+    WaitHist, WaitKey, WaitValue, WakerKey, WakerValue, exit_overcount_ns, names, thread_flags,
+    unwind::ProcMappings,
 };
 
 use crate::kernel::{
@@ -40,7 +41,7 @@ use crate::kernel::{
     resources::{Listening, Namer},
     timeline::TimelineReader,
 };
-use profiler_core::model::{Drained, NamedResource, NewStack, SchedStat};
+use profiler_core::model::{Drained, NamedResource, NewStack, RawGoroutines, SchedStat};
 
 /// How often the tables are drained while the capture runs: the tick's pace. They must hold
 /// two intervals' worth of keys (the epoch being written and the one waiting for its drain).
@@ -303,6 +304,17 @@ impl Drainer {
             .collect(),
             timeline,
             resources: self.named,
+            goroutines: RawGoroutines {
+                processes: Vec::new(),
+                waits: entries::<GoWaitKey, GoWaitValue>(
+                    read(names::MAP_GO_WAITS)?,
+                    names::MAP_GO_WAITS,
+                )?,
+                parked: entries::<u64, GoPark>(read(names::MAP_GO_PARKED)?, names::MAP_GO_PARKED)?
+                    .into_iter()
+                    .map(|(_, park)| park)
+                    .collect(),
+            },
         };
         Ok((drained, self.stats))
     }
@@ -723,6 +735,16 @@ fn thread_cpu_secs() -> f64 {
 fn zeroed<T: Pod>() -> T {
     // SAFETY: Pod types are plain integers and arrays of them: all zeros is a valid value.
     unsafe { std::mem::zeroed() }
+}
+
+/// Every entry of a table read once, after the window (the goroutine tables: their entries
+/// live across drains).
+fn entries<K: Pod, V: Pod>(map: &Map, name: &'static str) -> Result<Vec<(K, V)>, ProbeError> {
+    Ok(BpfHashMap::<&MapData, K, V>::try_from(map)
+        .map_err(|source| ProbeError::Map { name, source })?
+        .iter()
+        .filter_map(Result::ok)
+        .collect())
 }
 
 #[cfg(test)]

@@ -13,8 +13,9 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, PerCpuArray},
     programs::{
-        BtfTracePoint, Iter, PerfEvent,
+        BtfTracePoint, Iter, PerfEvent, UProbe,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        uprobe::{UProbeAttachLocation, UProbeScope},
     },
     util::online_cpus,
 };
@@ -121,6 +122,9 @@ pub struct ProbeConfig {
     pub verbose: u8,
     /// Interrupt entry text, from [`crate::kernel::facts::interrupt_entry_ranges`].
     pub irq_entry: [u64; 2 * profiler_common::IRQ_ENTRY_RANGES],
+    /// A target runs Go: the goroutine uprobes are loaded (`Probes::attach_go` attaches them
+    /// per process) and their tables sized; otherwise neither.
+    pub go: bool,
 }
 
 fn flags(cfg: &ProbeConfig) -> u32 {
@@ -202,6 +206,15 @@ impl Probes {
             start_ebpf_logger(&mut ebpf);
         }
         load_programs(&mut ebpf, cfg.mode, cfg.wakers)?;
+        if cfg.go && cfg.mode.traces_switches() {
+            for name in [names::PROG_GO_PARK, names::PROG_GO_EXECUTE] {
+                let prog: &mut UProbe = program(&mut ebpf, name)?;
+                timed(name, || prog.load()).map_err(|source| ProbeError::Program {
+                    what: format!("loading {name}"),
+                    source,
+                })?;
+            }
+        }
         // The verifier's work is most of the start-up's CPU time: name it per program.
         for (name, prog) in ebpf.programs() {
             if let Some(n) = prog
@@ -319,6 +332,48 @@ impl Probes {
             all.extend(switch_programs(self.wakers));
         }
         all
+    }
+
+    /// Attaches the goroutine uprobes to process `pid`'s Go runtime (its executable, at the
+    /// file offsets `gobin` found), for that process only.
+    pub fn attach_go(
+        &mut self,
+        pid: u32,
+        exe: &std::path::Path,
+        park_offset: u64,
+        execute_offset: u64,
+    ) -> Result<(), ProbeError> {
+        let scope = match std::num::NonZeroU32::new(pid) {
+            Some(p) => UProbeScope::OneProcess(p),
+            None => return Ok(()),
+        };
+        // The kernel resolves the path to the file's inode: `/proc/PID/exe` is the
+        // process's own executable, however it was started (a replaced binary too).
+        for (name, offset) in [
+            (names::PROG_GO_PARK, park_offset),
+            (names::PROG_GO_EXECUTE, execute_offset),
+        ] {
+            let prog: &mut UProbe = program(&mut self.ebpf, name)?;
+            prog.attach(UProbeAttachLocation::AbsoluteOffset(offset), exe, scope)
+                .map_err(|source| ProbeError::Program {
+                    what: format!("attaching {name} to process {pid} at {offset:#x}"),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// The wait reasons (a bit each) whose re-park continues a wait in process `pid`.
+    pub fn set_go_merge(&mut self, pid: u32, mask: u64) -> Result<(), ProbeError> {
+        let name = names::MAP_GO_MERGE;
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or(ProbeError::MissingMap(name))?;
+        let mut map = HashMap::<&mut MapData, u32, u64>::try_from(map)
+            .map_err(|source| ProbeError::Map { name, source })?;
+        map.insert(pid, mask, 0)
+            .map_err(|source| ProbeError::Map { name, source })
     }
 
     pub fn attached_cpus(&self) -> usize {
@@ -668,6 +723,15 @@ fn size_maps(loader: &mut EbpfLoader<'_>, cfg: &ProbeConfig) {
         .map_max_entries(names::MAP_TARGETS, cfg.target_words.max(1))
         .map_max_entries(names::MAP_PROCS, sizes.processes)
         .map_max_entries(names::MAP_PROC_MAPPINGS, sizes.processes)
+        // One entry each without a Go target: nothing inserts, and the memory goes.
+        .map_max_entries(
+            names::MAP_GO_PARKED,
+            if cfg.go { sizes.threads.max(65_536) } else { 1 },
+        )
+        .map_max_entries(
+            names::MAP_GO_WAITS,
+            if cfg.go { sizes.keys.max(4_096) } else { 1 },
+        )
         // Samples are written there only when the kernel unwinds by rows.
         .map_max_entries(
             names::MAP_LATE_SAMPLES,

@@ -22,6 +22,7 @@ use crate::{
         timeline::TimelineReader,
     },
     process::{
+        golang,
         late::LateSamples,
         launch,
         machine::MachineSnapshot,
@@ -229,6 +230,10 @@ struct Prepared {
     selection: String,
     outputs: Outputs,
     offsets: TaskOffsets,
+    /// Target processes that run Go (found before the programs load), and what the report
+    /// says of each once their goroutine probes are attached.
+    go: Vec<golang::GoTarget>,
+    go_processes: Vec<profiler_core::model::GoProcess>,
 }
 
 /// Everything that can be refused is refused here, before anything is attached.
@@ -274,6 +279,16 @@ fn prepare(args: &Args) -> Result<Prepared> {
     if args.unwind == Unwind::Dwarf {
         build_unwind_tables(&mut targets);
     }
+    // Goroutine waits come from the scheduler's switches' mode only (`--mode off|wall`).
+    let go = if !args.mode.traces_switches() || args.no_goroutines {
+        Vec::new()
+    } else if let Some(c) = &command {
+        // Its process exists once launched; the program is what it will exec.
+        let probe = golang::find_program(0, c.program.clone());
+        probe.into_iter().collect()
+    } else {
+        golang::find(targets.processes.keys().copied())
+    };
     Ok(Prepared {
         targets,
         command,
@@ -281,6 +296,8 @@ fn prepare(args: &Args) -> Result<Prepared> {
         selection: words,
         outputs,
         offsets,
+        go,
+        go_processes: Vec::new(),
     })
 }
 
@@ -449,10 +466,14 @@ fn attach(probes: &mut Probes, prepared: &mut Prepared, waiter: &mut Waiter) -> 
             .with_context(|| format!("cannot start {}", command.shown))?;
         prepared.targets.add_launched(launched.pid());
         waiter.watch(launched.pid());
+        for g in &mut prepared.go {
+            g.pid = launched.pid();
+        }
         prepared.launched = Some(launched);
     }
     prepared.targets.install(probes)?;
     probes.attach()?;
+    prepared.go_processes = golang::attach(probes, &prepared.go);
     prepared.targets.catch_up(probes);
     Ok(())
 }
@@ -545,6 +566,7 @@ async fn wait_out(
         &prepared.targets,
         open.sched_at_start,
     )?;
+    drained.goroutines.processes = std::mem::take(&mut prepared.go_processes);
     if let Some(((samples, stacks), without_table)) = prepared.targets.finish_late() {
         log::info!(
             "{} samples of processes just exec'd unwound in user space ({without_table} without a table for their pc)",
@@ -612,6 +634,7 @@ fn probe_config(args: &Args, verbose: u8, prepared: &Prepared) -> ProbeConfig {
             .then(|| args.timeline_resolution_us.saturating_mul(1_000)),
         verbose,
         irq_entry: facts::interrupt_entries(args.out.wakers, &prepared.offsets),
+        go: prepared.go.iter().any(|g| g.runtime.is_ok()),
     }
 }
 

@@ -284,6 +284,13 @@ pub struct Args {
     #[arg(long)]
     pub no_resources: bool,
 
+    /// Do not follow goroutines of Go targets (by default a Go 1.17+ amd64 binary gets two
+    /// uprobes on its runtime, `runtime.gopark` and `runtime.execute`: each goroutine wait
+    /// with its goroutine stack and the runtime's wait reason, the report and flame graph
+    /// reading requests by their goroutines). Without: its OS threads only.
+    #[arg(long)]
+    pub no_goroutines: bool,
+
     /// How to walk user stacks: `dwarf` unwinds from .eh_frame (or Go's .debug_frame) in the
     /// kernel, with frame pointers where a file has no unwind table.
     #[arg(long, value_enum, default_value_t = Unwind::Dwarf)]

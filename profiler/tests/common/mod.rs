@@ -540,6 +540,42 @@ pub fn start_wrk(threads: u32, connections: u32, secs: u32, url: &str) -> Child 
         .expect("start wrk")
 }
 
+/// Builds the Go module `profiler-core/tests/fixtures/FIXTURE` offline (no module downloads,
+/// no toolchain switch, the build cache and GOPATH under cargo's scratch directory) as NAME
+/// (the process name the profiler reports), with `go build` flags `flags`.
+pub fn build_go(fixture: &str, name: &str, flags: &[&str]) -> PathBuf {
+    assert!(
+        Path::new("/usr/bin/go").exists(),
+        "go not found: `cargo xtask test` installs golang-go when run as root"
+    );
+    let go = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go");
+    let dir = scratch_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the Go build directory");
+    let out = dir.join(name);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../profiler-core/tests/fixtures")
+        .join(fixture);
+    let status = Command::new("go")
+        .arg("build")
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(".")
+        .current_dir(&source)
+        .env("GOCACHE", go.join("cache"))
+        .env("GOPATH", go.join("gopath"))
+        .env("GOPROXY", "off")
+        .env("GOFLAGS", "")
+        .env("GOENV", "off")
+        .env("GOWORK", "off")
+        .env("GOTOOLCHAIN", "local")
+        .env("CGO_ENABLED", "0")
+        .status()
+        .expect("run go build");
+    assert!(status.success(), "go build failed in {}", source.display());
+    out
+}
+
 /// A Perfetto trace summarised by profiler-core/tests/perfetto_decode.py (PyPI `perfetto`,
 /// Perfetto's own protos): processes, threads with their slices (and arguments), flows,
 /// samples.

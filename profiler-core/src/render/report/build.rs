@@ -11,6 +11,7 @@ use std::{
 use profiler_common::{Counter, RunqueueHist, WaitState, stack_id};
 
 use super::{
+    goroutines,
     model::{
         Capture, FunctionRow, GroupRow, GroupWait, IdleRow, Loss, MachineRow, MachineUser,
         ProcessRow, Report, RunQueue, SCHEMA_VERSION, ShortLivedRow, SiteRow, StateShares,
@@ -76,6 +77,7 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         .machine
         .as_ref()
         .map(|m| machine_row(m, analysis));
+    let (go_processes, goroutines) = goroutines::rows(profile, names);
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
         capture: capture(profile, input.meta, processes.len()),
@@ -98,6 +100,8 @@ pub fn build(input: &ReportInput<'_>) -> Report {
         percentile_method: PERCENTILE_METHOD,
         timeline,
         chains: crate::chain::chains(profile, names, analysis),
+        go_processes,
+        goroutines,
         mode: profile.mode,
         totals,
     };

@@ -18,6 +18,7 @@ pub fn write_markdown(r: &Report, out: &mut impl Write) -> io::Result<()> {
     md_idle_and_notes(r, out)?;
     md_sites(r, out)?;
     md_chains(r, out)?;
+    md_goroutines(r, out)?;
     md_functions(r, out)?;
     md_run_queue(r, out)?;
     writeln!(out, "\n_Percentiles: {}._", r.percentile_method)?;
@@ -334,6 +335,66 @@ fn md_chains(r: &Report, out: &mut impl Write) -> io::Result<()> {
     writeln!(out, "\n## Wait chains across processes\n")?;
     for c in &r.chains {
         writeln!(out, "- {}.", c.sentence())?;
+    }
+    Ok(())
+}
+
+/// Goroutine groups of Go processes, with their sites.
+fn md_goroutines(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    let unfollowed: Vec<_> = r
+        .go_processes
+        .iter()
+        .filter(|p| p.unfollowed.is_some())
+        .collect();
+    if r.goroutines.is_empty() && unfollowed.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "\n## Goroutines\n")?;
+    for p in unfollowed {
+        writeln!(
+            out,
+            "- {} (PID {}, {}): goroutines not followed, {}.",
+            p.name,
+            p.pid,
+            p.version,
+            p.unfollowed.as_deref().unwrap_or("")
+        )?;
+    }
+    for g in &r.goroutines {
+        writeln!(
+            out,
+            "\n**{}** (PID {}){}: on the CPU {:.3} s ({:.0} % of their time with work), waits \
+             with work {:.3} s, idle waits {:.3} s\n",
+            g.subject,
+            g.pid,
+            if g.idle { ", idle" } else { "" },
+            g.on_cpu_s,
+            g.on_cpu_pct,
+            g.wait_s,
+            g.idle_wait_s
+        )?;
+        writeln!(
+            out,
+            "| wait | for | share | time | waits | p50 | p99 | max |\n|---|---|---:|---:|---:|---:|---:|---:|"
+        )?;
+        for s in &g.sites {
+            let [p50, _, p99, max] = latency_cells(&s.latency);
+            writeln!(
+                out,
+                "| `{}`{} | {} | {:.1} % | {:.3} s | {}{} | {p50} | {p99} | {max} |",
+                s.label,
+                if s.idle { " (idle)" } else { "" },
+                s.waiting_for,
+                s.share_pct,
+                s.time_s,
+                s.waits,
+                if s.still_parked > 0 {
+                    format!(" + {} parked at the end", s.still_parked)
+                } else {
+                    String::new()
+                }
+            )?;
+        }
     }
     Ok(())
 }

@@ -4,7 +4,7 @@
 //! and site.
 //!
 //! - [`model`]: the report's data, every figure as the writers show it.
-//! - `build`, `sites`, `notes`: the one builder ([`build`]) that computes them; it calls
+//! - `build`, `sites`, `notes`, `goroutines`: the one builder ([`build`]) that computes them; it calls
 //!   [`verdict`] last, which reads the model only.
 //! - `text`, `markdown`, [`write_json`]: the writers (terminal, `--report x.md`,
 //!   `--report x.json`, schema docs/report.schema.json); the HTML page is render/html.rs,
@@ -12,6 +12,7 @@
 //!   the words they share.
 
 mod build;
+mod goroutines;
 mod markdown;
 pub mod model;
 mod notes;

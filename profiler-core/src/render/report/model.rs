@@ -66,12 +66,73 @@ pub struct Report {
     /// Waits on another profiled process, followed into it hop by hop (chain.rs).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub chains: Vec<crate::chain::Chain>,
+    /// Go processes of the target set, and whether their goroutines were followed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub go_processes: Vec<GoProcessRow>,
+    /// Goroutines of Go processes by the function they were started with, busiest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub goroutines: Vec<GoGroupRow>,
     /// The capture's mode: which states and tables there are.
     #[serde(skip)]
     pub mode: Mode,
     /// Time per state over all threads: the summary's time line, the verdict's input.
     #[serde(skip)]
     pub totals: StateTimes,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GoProcessRow {
+    pub pid: u32,
+    pub name: String,
+    /// `go1.19.8`.
+    pub version: String,
+    /// Why its goroutines were not followed (absent: they were).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unfollowed: Option<String>,
+}
+
+/// Goroutines of one process started with one function.
+#[derive(Debug, Serialize)]
+pub struct GoGroupRow {
+    pub pid: u32,
+    pub process: String,
+    /// `goroutines under main.handle (net/http.(*conn).serve)`.
+    pub subject: String,
+    /// The function they were started with (the frame under `runtime.goexit`).
+    pub entry: String,
+    /// The application's outermost function in their stacks, when other than `entry`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app: Option<String>,
+    /// No time on the CPU nor in waits that are work.
+    pub idle: bool,
+    pub on_cpu_s: f64,
+    /// Of their time with work (on the CPU + waits that are not idle).
+    pub on_cpu_pct: f64,
+    pub wait_s: f64,
+    pub idle_wait_s: f64,
+    pub sites: Vec<GoSiteRow>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GoSiteRow {
+    /// `select ← net/http.(*Client).Get ← main.fetchPrice`.
+    pub label: String,
+    /// The runtime's wait reason.
+    pub reason: String,
+    /// What it waits for, in words.
+    pub waiting_for: &'static str,
+    pub idle: bool,
+    /// Goroutine time (goroutines wait side by side: it can exceed the window).
+    pub time_s: f64,
+    /// Of the group's time with work (an idle site: of the group's idle time).
+    pub share_pct: f64,
+    /// Waits that ended in the window, and goroutines still parked here at its end.
+    pub waits: u64,
+    pub still_parked: u64,
+    /// Of the waits that ended.
+    pub latency: Option<Latency>,
+    /// The park's goroutine stack, root first.
+    pub stack: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]

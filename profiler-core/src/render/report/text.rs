@@ -81,7 +81,41 @@ pub fn write_text(r: &Report, out: &mut impl Write) -> io::Result<()> {
     for c in r.chains.iter().take(3) {
         writeln!(out, "  chain    {}", c.sentence())?;
     }
+    write_goroutines_text(r, out)?;
     writeln!(out, "  verdict  {}", r.verdict)
+}
+
+/// Go processes: their goroutine groups (the three busiest, each with its two largest
+/// sites), and those whose goroutines were not followed.
+fn write_goroutines_text(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    for p in &r.go_processes {
+        if let Some(why) = &p.unfollowed {
+            writeln!(
+                out,
+                "  go       {} (PID {}, {}): goroutines not followed, {why}",
+                p.name, p.pid, p.version
+            )?;
+        }
+    }
+    for g in r.goroutines.iter().take(3) {
+        writeln!(
+            out,
+            "  go       {} in PID {}: on the CPU {:.3} s, waits {:.3} s with work, {:.3} s idle",
+            g.subject, g.pid, g.on_cpu_s, g.wait_s, g.idle_wait_s
+        )?;
+        for s in g.sites.iter().take(2) {
+            let [p50, _, p99, max] = latency_cells(&s.latency);
+            writeln!(
+                out,
+                "           {:>5.1} %{} {}  ({} waits, p50 {p50}, p99 {p99}, max {max})",
+                s.share_pct,
+                if s.idle { " idle" } else { "" },
+                truncate(&s.label, 90),
+                s.waits
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Groups (the five busiest) and idle threads, on the terminal.

@@ -208,7 +208,7 @@ impl fmt::Display for CaptureNote {
 }
 
 /// p50, p90, p99 and max, `-` where unknown.
-pub(super) fn latency_cells(l: &Option<Latency>) -> [String; 4] {
+pub(crate) fn latency_cells(l: &Option<Latency>) -> [String; 4] {
     let p = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2} ms"));
     match l {
         Some(l) => [p(l.p50_ms), p(l.p90_ms), p(l.p99_ms), p(Some(l.max_ms))],
