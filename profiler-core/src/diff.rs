@@ -251,6 +251,7 @@ fn stack_rates(c: &SavedCapture, secs: f64) -> HashMap<String, f64> {
             hide_sleep_of: Default::default(),
             collapse_sleep_of: Default::default(),
             resources: false,
+            idle_goroutines: Default::default(),
         },
     );
     let us_per_count = match folded.unit {

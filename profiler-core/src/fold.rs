@@ -27,6 +27,22 @@ pub struct FoldOptions {
     /// What each wait in a system call was on as a frame above the blocking call
     /// (`[on /var/lib/app/wal (ext4, vda)]`, `--resources`).
     pub resources: bool,
+    /// Idle goroutines' waits (goroutines::Classified::idle): left out (`--hide-idle`), or
+    /// one frame per process and site (`[idle goroutines: select ←
+    /// net/http.(*persistConn).writeLoop]`, the flame graph's default).
+    pub idle_goroutines: IdleGoroutines,
+}
+
+/// What the folding does with idle goroutines' waits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IdleGoroutines {
+    /// With their stacks, as any other wait.
+    #[default]
+    Stacks,
+    /// One frame per process and site.
+    Collapse,
+    /// Left out.
+    Hide,
 }
 
 impl FoldOptions {
@@ -185,18 +201,23 @@ fn fold_goroutines(
     lines: &mut BTreeMap<String, u64>,
     frame_split: &mut HashMap<String, (u64, u64)>,
 ) {
-    for w in &profile.goroutines.waits {
+    for c in crate::goroutines::classified(profile, names) {
+        let w = c.wait;
         let count = (w.total_ns + 500) / 1_000;
         if count == 0 {
             continue;
         }
         let mut frames = vec![opts.root(profile, w.pid), "[goroutines]".to_string()];
-        frames.extend(stack_frames(
-            w.user_stack,
-            profiler_common::stack_id::EMPTY,
-            names,
-        ));
-        frames.push(sanitize(&format!("[go: {}]", w.reason)));
+        match (c.idle, opts.idle_goroutines) {
+            (true, IdleGoroutines::Hide) => continue,
+            (true, IdleGoroutines::Collapse) => {
+                frames.push(sanitize(&format!("[idle goroutines: {}]", c.label)));
+            }
+            _ => {
+                frames.extend(c.frames);
+                frames.push(sanitize(&format!("[go: {}]", w.reason)));
+            }
+        }
         for f in &frames[1..] {
             frame_split.entry(f.clone()).or_default().1 += count;
         }
@@ -325,7 +346,86 @@ mod tests {
             hide_sleep_of: BTreeSet::new(),
             collapse_sleep_of: HashMap::new(),
             resources: false,
+            idle_goroutines: IdleGoroutines::Stacks,
         }
+    }
+
+    /// A Go process: a handler goroutine waiting on an upstream, an HTTP client connection's
+    /// write loop (idle), and an OS thread asleep in the scheduler.
+    #[test]
+    fn goroutine_waits_are_drawn_under_their_goroutine_stacks_once() {
+        use crate::model::{GoroutineWait, Goroutines};
+        let wait = |user_stack, reason: &str, total_ns| GoroutineWait {
+            pid: 0,
+            user_stack,
+            reason: reason.into(),
+            total_ns,
+            ended_ns: total_ns,
+            count: 1,
+            open: 0,
+            min_ns: total_ns,
+            max_ns: total_ns,
+            hist: Default::default(),
+        };
+        let mut p = profile(
+            Mode::Wall,
+            vec![entry(11, 22, 9, Kind::Off(WaitState::Sleep), 0, 3_000_000)],
+        );
+        p.goroutines = Goroutines {
+            processes: Vec::new(),
+            waits: vec![wait(20, "select", 2_000_000), wait(21, "select", 5_000_000)],
+        };
+        let mut names = names();
+        let n = |v: &[&str]| v.iter().map(|s| Arc::from(*s)).collect::<Vec<Name>>();
+        names.user.insert(
+            20,
+            n(&[
+                "runtime.goexit",
+                "net/http.(*conn).serve",
+                "main.handle",
+                "net/http.(*Client).Get",
+                "runtime.selectgo",
+                "runtime.gopark",
+            ]),
+        );
+        names.user.insert(
+            21,
+            n(&[
+                "runtime.goexit",
+                "net/http.(*persistConn).writeLoop",
+                "runtime.selectgo",
+                "runtime.gopark",
+            ]),
+        );
+        names.user.insert(
+            22,
+            n(&["runtime.mstart", "runtime.schedule", "runtime.findrunnable"]),
+        );
+        let f = fold(&p, &names, &options("api", false));
+        assert_eq!(
+            f.lines.keys().map(String::as_str).collect::<Vec<_>>(),
+            [
+                "api;[goroutines];runtime.goexit;net/http.(*conn).serve;main.handle;net/http.(*Client).Get;runtime.selectgo;runtime.gopark;[go: select]",
+                "api;[goroutines];runtime.goexit;net/http.(*persistConn).writeLoop;runtime.selectgo;runtime.gopark;[go: select]",
+            ]
+        );
+        assert_eq!(f.go_scheduler_sleep_ns, 3_000_000);
+        let collapsed = FoldOptions {
+            idle_goroutines: IdleGoroutines::Collapse,
+            ..options("api", false)
+        };
+        let f = fold(&p, &names, &collapsed);
+        assert_eq!(
+            f.lines.get(
+                "api;[goroutines];[idle goroutines: select ← net/http.(*persistConn).writeLoop]"
+            ),
+            Some(&5_000)
+        );
+        let hidden = FoldOptions {
+            idle_goroutines: IdleGoroutines::Hide,
+            ..options("api", false)
+        };
+        assert_eq!(fold(&p, &names, &hidden).lines.len(), 1);
     }
 
     #[test]

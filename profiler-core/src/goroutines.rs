@@ -142,13 +142,24 @@ impl GoGroup {
     }
 }
 
-/// The goroutine groups of every Go process with goroutine waits, busiest first (work, then
-/// idle time).
-pub fn groups(profile: &Profile, names: &StackNames) -> Vec<GoGroup> {
+/// A goroutine wait with what the stages after it read of it.
+pub struct Classified<'a> {
+    pub wait: &'a GoroutineWait,
+    /// Its stack, root first.
+    pub frames: Vec<String>,
+    /// Its group: the function its goroutine was started with.
+    pub entry: String,
+    pub idle: bool,
+    pub label: String,
+}
+
+/// Each goroutine wait classified, and the on-CPU samples of goroutine stacks in the Go
+/// processes (pid, time, frames).
+fn classify<'a>(
+    profile: &'a Profile,
+    names: &StackNames,
+) -> (Vec<Classified<'a>>, Vec<(u32, u64, Vec<String>)>, Entries) {
     let go = &profile.goroutines;
-    if go.waits.is_empty() {
-        return Vec::new();
-    }
     let go_pids: std::collections::HashSet<u32> = go.waits.iter().map(|w| w.pid).collect();
     let wait_frames: Vec<Vec<String>> = go
         .waits
@@ -174,13 +185,52 @@ pub fn groups(profile: &Profile, names: &StackNames) -> Vec<GoGroup> {
             .map(|(w, f)| (w.pid, f.as_slice()))
             .chain(cpu.iter().map(|(pid, _, f)| (*pid, f.as_slice()))),
     );
+    let waits = go
+        .waits
+        .iter()
+        .zip(wait_frames)
+        .map(|(wait, frames)| {
+            let entry = entries.entry(wait.pid, &frames);
+            // A channel wait in the function the goroutine started with, or in the closure
+            // that a `go f(x)` statement wraps `f` in.
+            let idle = is_idle(&frames, &entry, &wait.reason)
+                || is_idle(&frames, &entry_of(&frames), &wait.reason);
+            let label = label(&frames, &wait.reason);
+            Classified {
+                wait,
+                frames,
+                entry,
+                idle,
+                label,
+            }
+        })
+        .collect();
+    (waits, cpu, entries)
+}
+
+/// Each goroutine wait classified (the flame graph's idle goroutines).
+pub fn classified<'a>(profile: &'a Profile, names: &StackNames) -> Vec<Classified<'a>> {
+    classify(profile, names).0
+}
+
+/// The goroutine groups of every Go process with goroutine waits, busiest first (work, then
+/// idle time).
+pub fn groups(profile: &Profile, names: &StackNames) -> Vec<GoGroup> {
+    if profile.goroutines.waits.is_empty() {
+        return Vec::new();
+    }
+    let (waits, cpu, entries) = classify(profile, names);
     let mut groups: BTreeMap<(u32, String), GoGroup> = BTreeMap::new();
     let mut apps: HashMap<(u32, String), HashMap<String, u64>> = HashMap::new();
     let mut sites: HashMap<(u32, String, String), GoSite> = HashMap::new();
-    for (w, frames) in go.waits.iter().zip(wait_frames) {
-        let entry = entries.entry(w.pid, &frames);
-        let idle =
-            is_idle(&frames, &entry, &w.reason) || is_idle(&frames, &entry_of(&frames), &w.reason);
+    for c in waits {
+        let Classified {
+            wait: w,
+            frames,
+            entry,
+            idle,
+            label,
+        } = c;
         let group = groups
             .entry((w.pid, entry.clone()))
             .or_insert_with(|| new_group(w.pid, &entry));
@@ -196,7 +246,6 @@ pub fn groups(profile: &Profile, names: &StackNames) -> Vec<GoGroup> {
                     .or_default() += w.total_ns;
             }
         }
-        let label = label(&frames, &w.reason);
         let site = sites
             .entry((w.pid, entry.clone(), label.clone()))
             .or_insert_with(|| GoSite {

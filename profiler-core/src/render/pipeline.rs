@@ -130,6 +130,11 @@ fn fold_options(target: &str, opts: &RenderOptions, analysis: &analysis::Analysi
         },
         collapse_sleep_of: Default::default(),
         resources: opts.resources,
+        idle_goroutines: if opts.hide_idle {
+            fold::IdleGoroutines::Hide
+        } else {
+            fold::IdleGoroutines::Stacks
+        },
     }
 }
 
@@ -163,7 +168,8 @@ pub fn render(saved: &SavedCapture, opts: &RenderOptions) -> io::Result<Rendered
     let title = format!("{} (PID {}) — {mode_words}", meta.target, meta.pid);
     let mut subtitle = summary::subtitle(&report, &folded);
     let collapse = idle_frames(&analysis, &report);
-    let svg = if opts.show_idle || opts.hide_idle || collapse.is_empty() {
+    let idle_goroutines = !report.goroutines.is_empty();
+    let svg = if opts.show_idle || opts.hide_idle || (collapse.is_empty() && !idle_goroutines) {
         draw(&folded, title.clone(), subtitle.clone(), false)?
     } else {
         subtitle.push_str(
@@ -171,6 +177,7 @@ pub fn render(saved: &SavedCapture, opts: &RenderOptions) -> io::Result<Rendered
         );
         let graph_opts = FoldOptions {
             collapse_sleep_of: collapse,
+            idle_goroutines: fold::IdleGoroutines::Collapse,
             ..fold_opts.clone()
         };
         let graph = fold::fold(profile, names, &graph_opts);
