@@ -153,12 +153,15 @@ pub struct Classified<'a> {
     pub label: String,
 }
 
+/// An on-CPU sample's time in a goroutine stack: (pid, time, frames root first).
+type GoroutineCpu = (u32, u64, Vec<String>);
+
 /// Each goroutine wait classified, and the on-CPU samples of goroutine stacks in the Go
-/// processes (pid, time, frames).
+/// processes.
 fn classify<'a>(
     profile: &'a Profile,
     names: &StackNames,
-) -> (Vec<Classified<'a>>, Vec<(u32, u64, Vec<String>)>, Entries) {
+) -> (Vec<Classified<'a>>, Vec<GoroutineCpu>, Entries) {
     let go = &profile.goroutines;
     let go_pids: std::collections::HashSet<u32> = go.waits.iter().map(|w| w.pid).collect();
     let wait_frames: Vec<Vec<String>> = go
@@ -166,7 +169,7 @@ fn classify<'a>(
         .iter()
         .map(|w| stack_frames(w.user_stack, profiler_common::stack_id::EMPTY, names))
         .collect();
-    let cpu: Vec<(u32, u64, Vec<String>)> = profile
+    let cpu: Vec<GoroutineCpu> = profile
         .entries
         .iter()
         .filter(|e| e.kind == Kind::OnCpu && go_pids.contains(&e.pid))
