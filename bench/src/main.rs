@@ -27,6 +27,7 @@
 mod compare;
 mod cost;
 mod demo;
+mod goservice;
 mod nginx;
 mod post;
 mod postgres;
@@ -152,6 +153,8 @@ enum WorkloadName {
     Fsync,
     /// Not a service: the profiler's start-up (`startup.rs`).
     Startup,
+    /// A Go net/http service with and without its goroutines followed (`goservice.rs`).
+    Go,
 }
 
 impl WorkloadName {
@@ -202,6 +205,13 @@ impl Options {
 
     /// Whether the start-up phase runs: not with the A/B comparisons nor `--side-by-side`,
     /// which run nothing else.
+    fn runs_go(&self) -> bool {
+        self.runs(WorkloadName::Go)
+            && self.against.is_none()
+            && !self.timeline_ab
+            && !self.side_by_side
+    }
+
     fn runs_startup(&self) -> bool {
         self.runs(WorkloadName::Startup)
             && self.against.is_none()
@@ -284,6 +294,30 @@ fn bench(root: &Path, opts: &Options) -> Result<()> {
     } else {
         None
     };
+    let go = if opts.runs_go() {
+        xtask::packages::ensure(&[
+            xtask::packages::Package {
+                binary: "/usr/bin/go",
+                name: "golang-go",
+                why: "the Go service is built from profiler-core/tests/fixtures/gowait",
+            },
+            xtask::packages::Package {
+                binary: "/usr/bin/wrk",
+                name: "wrk",
+                why: "the HTTP load generator",
+            },
+        ])?;
+        Some(goservice::measure(
+            root,
+            &binary,
+            &scratch.0,
+            &quiet,
+            opts.rounds(),
+            opts.secs(),
+        )?)
+    } else {
+        None
+    };
     let (overhead, quiet) = if opts.runs_services() {
         match overhead(root, opts, binary, &scratch, quiet)? {
             Some(done) => done,
@@ -307,6 +341,7 @@ fn bench(root: &Path, opts: &Options) -> Result<()> {
         costs: &overhead.costs,
         post: overhead.post.as_ref(),
         startup: startup.as_ref(),
+        go: go.as_ref(),
         side_by_side: &overhead.side_by_side,
         quiet: &quiet,
         took: started.elapsed(),

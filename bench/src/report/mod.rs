@@ -8,6 +8,7 @@
 
 mod cells;
 mod cost;
+mod goservice;
 mod machine;
 mod post;
 mod startup;
@@ -61,6 +62,7 @@ pub struct Report<'a> {
     pub costs: &'a [Costs],
     pub post: Option<&'a Post>,
     pub startup: Option<&'a Startup>,
+    pub go: Option<&'a crate::goservice::GoService>,
     /// One per workload the side-by-side phase ran on.
     pub side_by_side: &'a [SideBySide],
     pub quiet: &'a Quiet,
@@ -104,6 +106,9 @@ impl Report<'_> {
         if let Some(s) = self.startup {
             startup_section(&mut md, s);
         }
+        if let Some(g) = self.go {
+            goservice::go_section(&mut md, g, &self.setup.command, &self.machine.host());
+        }
         self.facts(&mut md);
         md
     }
@@ -123,7 +128,9 @@ impl Report<'_> {
         if self.phases_ran() {
             return self.header(md);
         }
-        let what = if self.side_by_side.is_empty() {
+        let what = if self.go.is_some() && self.startup.is_none() && self.side_by_side.is_empty() {
+            return;
+        } else if self.side_by_side.is_empty() {
             "Start-up"
         } else {
             "Side by side with the anchors"
