@@ -130,24 +130,42 @@ fn build_version(file: &object::File<'_>, info: &[u8]) -> Result<String, GoBinEr
         return Err(GoBinError::Version("not 64-bit"));
     }
     let header = le_u64(info, 16).ok_or(GoBinError::Version("short"))?;
-    go_string(file, header).ok_or(GoBinError::Version("unreadable string"))
+    go_string(file, header, &Default::default()).ok_or(GoBinError::Version("unreadable string"))
 }
 
-/// A Go string (pointer, length) at virtual address `at`.
-fn go_string(file: &object::File<'_>, at: u64) -> Option<String> {
+/// A Go string (pointer, length) at virtual address `at`. In a position-independent binary
+/// the pointer is a relative relocation's addend (`relocated`), the file's word 0.
+fn go_string(
+    file: &object::File<'_>,
+    at: u64,
+    relocated: &std::collections::HashMap<u64, u64>,
+) -> Option<String> {
     let header = bytes_at(file, at, 16)?;
     let (ptr, len) = (le_u64(header, 0)?, le_u64(header, 8)?);
+    let ptr = relocated.get(&at).copied().unwrap_or(ptr);
     if len > 4096 {
         return None;
     }
     Some(String::from_utf8_lossy(bytes_at(file, ptr, len)?).into_owned())
 }
 
-/// `runtime.waitReasonStrings`, an array of Go strings (non-PIE Go binaries hold the pointers
-/// as linked; an entry that does not resolve is left empty).
+/// `runtime.waitReasonStrings`, an array of Go strings (a non-PIE binary holds the pointers
+/// as linked, a PIE one as relative relocations; an entry that does not resolve is left
+/// empty).
 fn wait_reasons(file: &object::File<'_>, at: u64, size: u64) -> Vec<String> {
+    let relocated: std::collections::HashMap<u64, u64> = file
+        .dynamic_relocations()
+        .into_iter()
+        .flatten()
+        .filter(|(offset, _)| (at..at + size).contains(offset))
+        .filter(|(_, r)| {
+            matches!(r.flags(), object::RelocationFlags::Elf { r_type }
+                if r_type == object::elf::R_X86_64_RELATIVE)
+        })
+        .map(|(offset, r)| (offset, r.addend() as u64))
+        .collect();
     (0..size / 16)
-        .map(|i| go_string(file, at + 16 * i).unwrap_or_default())
+        .map(|i| go_string(file, at + 16 * i, &relocated).unwrap_or_default())
         .collect()
 }
 

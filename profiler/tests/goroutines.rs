@@ -330,3 +330,17 @@ fn dump(lines: &[Line]) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+#[test]
+#[ignore = "needs root, go; run with cargo xtask test"]
+fn a_position_independent_binary_names_its_wait_reasons() {
+    require_root();
+    let _serial = serial();
+    // Distributions build Go programs as PIE: the reasons' names sit behind relocations.
+    let bin = build_go("gowait", "gowait-pie", &["-buildmode=pie"]);
+    let poller = Go::start(&bin, &["poller"]);
+    let (report, _) = capture(&poller.pid(), "go-pie");
+    followed(&report);
+    let site = top_site(group(&report, "main.poll"));
+    assert_eq!(site["label"], "sleep ← time.Sleep ← main.poll", "{site:#}");
+}

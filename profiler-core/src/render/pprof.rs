@@ -8,6 +8,9 @@
 //!   `-tagfocus=state=io` keeps the I/O waits; a wait in a system call on an fd also has
 //!   `resource` (`TCP → 127.0.0.1:5432 (postgres, PID 812)`, a file's path and file system),
 //!   so `-tagfocus=resource=…` keeps the waits on one.
+//! - Goroutine waits of Go targets (wall and off modes): one sample per process, goroutine
+//!   stack and wait reason, `state` `goroutine`, `thread` `goroutines`, `go_reason` the
+//!   runtime's reason.
 //! - A sample's frames are the folded line's without the process root (it is the `pid`
 //!   label and the first mapping): user then kernel frames, and an off-CPU stack's
 //!   `[off-cpu:<state>]` leaf. Kernel frames keep their `_[k]` suffix and lie in a mapping of
@@ -308,8 +311,48 @@ fn samples(b: &mut Builder, saved: &SavedCapture, cpu: bool) -> Vec<proto::Sampl
             label,
         });
     }
+    if !cpu {
+        goroutine_samples(b, &keys, profile, names, &mut samples);
+    }
     samples
 }
+
+/// Goroutine waits: one sample per process, goroutine stack and wait reason, labelled
+/// `thread` `goroutines`, `state` `goroutine` and `go_reason` (`select`, `IO wait` …), the
+/// stack ending in `[off-cpu:goroutine]`; `-tagfocus=state=goroutine` keeps them,
+/// `-tagignore=state=goroutine` shows the OS threads alone.
+fn goroutine_samples(
+    b: &mut Builder,
+    keys: &LabelKeys,
+    profile: &Profile,
+    names: &StackNames,
+    samples: &mut Vec<proto::Sample>,
+) {
+    if profile.goroutines.waits.is_empty() {
+        return;
+    }
+    let reason_key = b.string("go_reason");
+    for w in &profile.goroutines.waits {
+        if w.total_ns == 0 {
+            continue;
+        }
+        let mut label = b.labels(keys, "goroutines", 0, w.pid, GOROUTINE_STATE);
+        label.push(proto::Label {
+            key: reason_key,
+            str: b.string(&w.reason),
+            num: 0,
+        });
+        let location_id = b.stack(w.user_stack, stack_id::EMPTY, GOROUTINE_STATE, names);
+        samples.push(proto::Sample {
+            location_id,
+            value: vec![to_i64(w.total_ns)],
+            label,
+        });
+    }
+}
+
+/// The `state` label of goroutine waits.
+const GOROUTINE_STATE: &str = "goroutine";
 
 /// What `go tool pprof -comments` prints: the capture, its unit, its losses.
 fn comments(saved: &SavedCapture) -> Vec<String> {
@@ -854,6 +897,53 @@ mod tests {
         let named = |name: &str| p.function.iter().filter(|f| st(f.name) == name).count();
         assert_eq!((named("main"), named("work")), (1, 1));
         assert_eq!(p.location.len(), p.function.len());
+    }
+
+    #[test]
+    fn goroutine_waits_are_samples_of_their_own_state() {
+        let mut c = capture(
+            Mode::Wall,
+            vec![entry(11, 1, 0, Kind::OnCpu, 3, 30_000_000)],
+        );
+        c.profile
+            .goroutines
+            .waits
+            .push(crate::model::GoroutineWait {
+                pid: 10,
+                user_stack: 2,
+                reason: "select".into(),
+                total_ns: 4_000_000_000,
+                ended_ns: 4_000_000_000,
+                count: 200,
+                open: 0,
+                min_ns: 19_000_000,
+                max_ns: 22_000_000,
+                hist: Default::default(),
+            });
+        let p = build(&c);
+        well_formed(&p);
+        let samples = read(&p);
+        let go = samples
+            .iter()
+            .find(|s| s.labels.contains(&"state=goroutine".to_string()))
+            .expect("a goroutine sample");
+        assert_eq!(go.value, [4_000_000_000]);
+        assert!(go.labels.contains(&"go_reason=select".to_string()));
+        assert!(go.labels.contains(&"thread=goroutines".to_string()));
+        assert!(go.labels.contains(&"pid=10".to_string()));
+        let frames: Vec<&str> = go.frames.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            frames,
+            ["main", "nap", "clock_nanosleep", "[off-cpu:goroutine]"]
+        );
+        // In --mode cpu there are none: samples are CPU time only.
+        let mut cpu = capture(Mode::Cpu, vec![entry(11, 1, 0, Kind::OnCpu, 3, 30_000_000)]);
+        cpu.profile.goroutines = c.profile.goroutines.clone();
+        assert!(
+            read(&build(&cpu))
+                .iter()
+                .all(|s| !s.labels.contains(&"state=goroutine".to_string()))
+        );
     }
 
     #[test]
