@@ -389,7 +389,8 @@ struct InLoops {
 impl InLoops {
     fn add(&mut self, thread: &ThreadTime, sites: Option<&HashMap<SiteId, u64>>) {
         let sites = sites.into_iter().flatten();
-        let waits_for_events = sites.clone().any(|(s, _)| s.is_event_wait());
+        let waits_for_events = sites.clone().any(|(s, _)| s.is_event_wait())
+            || waits::is_event_loop_thread(&thread.name);
         let mut is_loop = waits_for_events;
         for (site, ns) in sites.filter(|(s, _)| !s.is_idle_wait()) {
             if site.event_loop || waits_for_events {

@@ -82,6 +82,18 @@ pub const TASK_FRAMES: &[&str] = &[
 pub const TASK_RUNNER_SUFFIXES: &[&str] = &["ThreadPoolExecutor.runWorker"];
 
 /// An event loop's own frames, below its wait for events or below a handler it runs.
+/// Thread names (prefixes) of event loops, for threads whose stacks were cut short of the
+/// loop's own frames (a JIT compiling the pipeline's handlers as the capture runs, say): a
+/// Netty loop busy in its handlers never waits for events to say it is one.
+pub const EVENT_LOOP_THREAD_NAMES: &[&str] = &[
+    "nioEventLoopGroup",
+    "epollEventLoopGroup",
+    "kqueueEventLoopGroup",
+    "vert.x-eventloop-thread",
+    "reactor-http-nio",
+    "reactor-http-epoll",
+];
+
 pub const EVENT_LOOP_FRAMES: &[&str] = &[
     "io.netty.channel.nio.NioEventLoop.run",
     "io.netty.channel.epoll.EpollEventLoop.run",

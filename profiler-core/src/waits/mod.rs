@@ -254,6 +254,14 @@ fn is_jvm_own_thread(frames: &[String]) -> bool {
             .any(|f| is_java(f) || f.contains("JavaCalls::"))
 }
 
+/// A thread named like an event loop (`nioEventLoopGroup-3-1`, as the kernel keeps it:
+/// `nioEventLoopGro`, 15 bytes).
+pub fn is_event_loop_thread(name: &str) -> bool {
+    EVENT_LOOP_THREAD_NAMES
+        .iter()
+        .any(|n| name.starts_with(&n[..n.len().min(15)]))
+}
+
 /// What a wait with these frames was for ([`meaning`]'s kind).
 pub fn classify(frames: &[String]) -> WaitKind {
     meaning(frames).kind
@@ -547,6 +555,15 @@ mod tests {
             "runtime.futex",
         ]);
         assert_eq!(classify(&go), WaitKind::Work);
+    }
+
+    #[test]
+    fn event_loop_threads_by_their_names_as_the_kernel_keeps_them() {
+        assert!(is_event_loop_thread("nioEventLoopGro"));
+        assert!(is_event_loop_thread("epollEventLoopG"));
+        assert!(is_event_loop_thread("vert.x-eventloo"));
+        assert!(!is_event_loop_thread("http-nio-8080-e"));
+        assert!(!is_event_loop_thread("nio"));
     }
 
     #[test]

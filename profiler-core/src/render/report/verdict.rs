@@ -185,11 +185,25 @@ fn threads_verdict(v: &VerdictInput<'_>) -> String {
     if !v.mode.traces_switches() {
         return on_cpu_only(v);
     }
-    let active: Vec<&GroupRow> = v
+    let mut active: Vec<&GroupRow> = v
         .groups
         .iter()
         .filter(|g| g.idle_threads < g.thread_count)
         .collect();
+    // A group mostly waiting for work is not where the time goes when another is blocked on
+    // something named (the JIT compiler's threads still compiling, ranked first by their CPU,
+    // beside an event loop that sleeps in its handler): that one leads.
+    if active.first().is_some_and(|g| mostly_waiting_for_work(g))
+        && let Some(i) = active.iter().position(|g| {
+            !mostly_waiting_for_work(g)
+                && g.dominant_wait
+                    .as_ref()
+                    .is_some_and(|w| w.share_pct >= BLOCKED_PCT)
+        })
+    {
+        let blocked = active.remove(i);
+        active.insert(0, blocked);
+    }
     let Some(first) = active.first() else {
         return all_idle(v);
     };
@@ -364,12 +378,17 @@ fn loop_text(w: &GroupWait) -> String {
 
 /// A group's waits for work: mostly idle when they are most of its time and no other wait
 /// blocks it much.
-fn work_text(g: &GroupRow) -> Option<String> {
+/// Most of the group's time waits for work, and no wait of its own is large enough to name.
+fn mostly_waiting_for_work(g: &GroupRow) -> bool {
     let blocked = g
         .dominant_wait
         .as_ref()
         .is_some_and(|w| w.share_pct >= BLOCKED_PCT);
-    if g.idle_wait_pct >= MOSTLY_WAITING_FOR_WORK_PCT && !blocked {
+    g.idle_wait_pct >= MOSTLY_WAITING_FOR_WORK_PCT && !blocked
+}
+
+fn work_text(g: &GroupRow) -> Option<String> {
+    if mostly_waiting_for_work(g) {
         Some(format!(
             "{:.0} % waiting for work: the pool is mostly idle, not the bottleneck",
             g.idle_wait_pct
@@ -636,6 +655,38 @@ mod tests {
             ),
             "{v}"
         );
+    }
+
+    /// The JIT compiler still compiling outranks, by its CPU, an event loop that sleeps in its
+    /// handler; the verdict leads with the one blocked on something named.
+    #[test]
+    fn a_group_mostly_waiting_for_work_does_not_lead_a_blocked_one() {
+        let compiler = || GroupRow {
+            idle_wait_pct: 94.0,
+            work_s: 3.6,
+            ..group("java (C* CompilerThre pool)", 6.0, 0.0, None)
+        };
+        let event_loop = GroupRow {
+            work_s: 1.2,
+            ..group(
+                "java (nioEventLoopGro pool)",
+                2.0,
+                0.0,
+                Some((97.0, "Thread.sleep ← QuoteHandler.channelRead0")),
+            )
+        };
+        let groups = [compiler(), event_loop];
+        let rq = rq();
+        let v = verdict(&input(&groups, &[], &rq));
+        assert!(
+            v.starts_with("java (nioEventLoopGro pool) is on the CPU 2 %"),
+            "{v}"
+        );
+        assert!(v.contains(" Next: java (C* CompilerThre pool)"), "{v}");
+        // With nothing blocked elsewhere, the busiest group leads, mostly idle or not.
+        let groups = [compiler(), group("b", 1.0, 0.0, Some((5.0, "read ← r")))];
+        let v = verdict(&input(&groups, &[], &rq));
+        assert!(v.starts_with("java (C* CompilerThre pool)"), "{v}");
     }
 
     #[test]
