@@ -46,7 +46,7 @@ pub use state::{WaitState, classify_switch, is_exiting, waker_context};
 pub use thread::{
     TaskSnapshot, Thread, ThreadStats, WaitStart, exit_overcount_ns, thread_flags, wait_flags,
 };
-pub use timeline::{TimelineSample, TimelineWait, timeline_kind};
+pub use timeline::{TimelineGoWait, TimelineSample, TimelineWait, timeline_kind};
 
 #[cfg(test)]
 mod tests {
@@ -62,6 +62,7 @@ mod tests {
         assert_eq!(size_of::<GoWaitKey>(), 16);
         assert_eq!(size_of::<GoWaitValue>(), 32 + size_of::<WaitHist>());
         assert_eq!(size_of::<TimelineSample>(), 32);
+        assert_eq!(size_of::<TimelineGoWait>(), 48);
         assert_eq!(size_of::<SampleKey>(), 24);
         assert_eq!(size_of::<WaitKey>(), 32);
         assert_eq!(size_of::<WaitValue>(), 32);

@@ -8,6 +8,8 @@ pub mod timeline_kind {
     pub const WAIT: u32 = 1;
     /// A [`super::TimelineSample`].
     pub const SAMPLE: u32 = 2;
+    /// A [`super::TimelineGoWait`].
+    pub const GO_WAIT: u32 = 3;
 }
 
 /// A timeline record: one wait of a target thread at least `Config::timeline_min_ns` long,
@@ -57,4 +59,23 @@ pub struct TimelineSample {
     pub ts_ns: u64,
     pub user_stack: u64,
     pub kernel_stack: u64,
+}
+
+/// A timeline record: one goroutine wait of a Go target at least `Config::timeline_min_ns`
+/// long, written by `go_park` when the goroutine's next park closes it (`GoPark`); the waits
+/// still open when the window closes are added by user space from `GO_PARKED`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimelineGoWait {
+    /// [`timeline_kind::GO_WAIT`].
+    pub kind: u32,
+    pub tgid: u32,
+    /// The goroutine's `g` pointer: one goroutine's waits do not overlap.
+    pub g: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub user_stack: u64,
+    /// The runtime's `waitReason`.
+    pub reason: u32,
+    pub _pad: u32,
 }

@@ -27,14 +27,7 @@ pub fn collect(raw: RawGoroutines, window: Window) -> Goroutines {
         .iter()
         .map(|p| (p.pid, p.reasons.as_slice()))
         .collect();
-    let reason = |pid: u32, r: u32| {
-        reasons
-            .get(&pid)
-            .and_then(|names| names.get(r as usize))
-            .filter(|n| !n.is_empty())
-            .cloned()
-            .unwrap_or_else(|| format!("wait reason {r}"))
-    };
+    let reason = |pid: u32, r: u32| reason_name(reasons.get(&pid).copied().unwrap_or(&[]), r);
     let mut waits: BTreeMap<(u32, u64, u32), GoroutineWait> = BTreeMap::new();
     fn slot<'a>(
         waits: &'a mut BTreeMap<(u32, u64, u32), GoroutineWait>,
@@ -67,7 +60,7 @@ pub fn collect(raw: RawGoroutines, window: Window) -> Goroutines {
             *a += b;
         }
     }
-    for p in &raw.parked {
+    for (_, p) in &raw.parked {
         if p.ts_ns >= window.stop_ns {
             continue;
         }
@@ -91,6 +84,27 @@ pub fn collect(raw: RawGoroutines, window: Window) -> Goroutines {
         processes: raw.processes,
         waits: waits.into_values().collect(),
     }
+}
+
+/// The runtime's name of wait reason `r` (`wait reason N` where the binary names none).
+pub fn reason_name(names: &[String], r: u32) -> String {
+    names
+        .get(r as usize)
+        .filter(|n| !n.is_empty())
+        .cloned()
+        .unwrap_or_else(|| format!("wait reason {r}"))
+}
+
+/// A goroutine wait's label in process `pid` (the report's, the trace's slices).
+pub fn wait_label(profile: &Profile, names: &StackNames, pid: u32, stack: u64, r: u32) -> String {
+    let reasons = profile
+        .goroutines
+        .processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .map_or(&[][..], |p| p.reasons.as_slice());
+    let frames = stack_frames(stack, profiler_common::stack_id::EMPTY, names);
+    label(&frames, &reason_name(reasons, r))
 }
 
 /// One site of a goroutine group: its waits with one label.

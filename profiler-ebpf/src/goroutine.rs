@@ -22,13 +22,14 @@ use aya_ebpf::{
 use core::intrinsics::AtomicOrdering;
 use profiler_common::{
     BPF_NOEXIST, Counter, EEXIST, GO_REPARK_NS, GoPark, GoWaitKey, GoWaitValue, WAIT_HIST_BUCKETS,
-    hist_bucket,
+    config_flags, hist_bucket,
 };
 
 use crate::{
     maps::{NO_PREALLOC, Scratch, capture_start, count, opaque},
     stack,
     targets::is_target,
+    timeline,
 };
 
 /// Goroutines parked now, by `g` pointer. Sized by the loader.
@@ -88,7 +89,12 @@ pub fn go_park(ctx: ProbeContext) -> u32 {
                 reason: last.reason,
                 user_stack: last.user_stack,
             };
-            add_go_wait(&key, last.end_ns.saturating_sub(last.ts_ns));
+            let ns = last.end_ns.saturating_sub(last.ts_ns);
+            add_go_wait(&key, ns);
+            let cfg = crate::config();
+            if cfg.flags & config_flags::TIMELINE != 0 && ns >= cfg.timeline_min_ns {
+                timeline::record_go_wait(g, last);
+            }
         }
     }
     let park = GoPark {

@@ -12,7 +12,9 @@
 //! to what the verifier walks, not a multiple of the caller's paths.
 
 use aya_ebpf::{macros::map, maps::RingBuf};
-use profiler_common::{Counter, TimelineSample, TimelineWait, WaitStart, timeline_kind};
+use profiler_common::{
+    Counter, GoPark, TimelineGoWait, TimelineSample, TimelineWait, WaitStart, timeline_kind,
+};
 
 use crate::maps::count;
 
@@ -67,6 +69,27 @@ pub fn record_sample(tid: u32, ts_ns: u64, user_stack: u64, kernel_stack: u64) {
         ts_ns,
         user_stack,
         kernel_stack,
+    });
+    entry.submit(0);
+    count(Counter::TimelineRecords);
+}
+
+/// Writes the goroutine wait `park` of goroutine `g`, which ended at `park.end_ns`.
+#[inline(never)]
+pub fn record_go_wait(g: u64, park: &GoPark) {
+    let Some(mut entry) = TIMELINE.reserve::<TimelineGoWait>(0) else {
+        count(Counter::TimelineRingFull);
+        return;
+    };
+    entry.write(TimelineGoWait {
+        kind: timeline_kind::GO_WAIT,
+        tgid: park.tgid,
+        g,
+        start_ns: park.ts_ns,
+        end_ns: park.end_ns,
+        user_stack: park.user_stack,
+        reason: park.reason,
+        _pad: 0,
     });
     entry.submit(0);
     count(Counter::TimelineRecords);

@@ -80,6 +80,8 @@ fn capture(pid: &str, name: &str) -> (Value, Vec<Line>) {
         folded.to_str().expect("utf-8"),
         "--report",
         report.to_str().expect("utf-8"),
+        "--timeline",
+        dir.join(format!("{name}.pftrace")).to_str().expect("utf-8"),
     ]);
     assert_success(&out);
     let report: Value = serde_json::from_slice(&std::fs::read(&report).expect("read the report"))
@@ -189,6 +191,26 @@ fn requests_waiting_on_an_upstream_are_read_by_their_goroutines() {
             .any(|s| s["idle"] == true && s["reason"] == "IO wait"),
         "{requests:#}"
     );
+    // The Perfetto trace: a track per goroutine under the service, each wait for the
+    // upstream a slice of about 20 ms named by its site.
+    let trace = perfetto_summary(&scratch_dir().join("go-service.pftrace"));
+    let mut upstream_ms: Vec<f64> = trace["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .filter(|t| {
+            t["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("goroutine 0x"))
+        })
+        .flat_map(|t| t["slices"].as_array().cloned().unwrap_or_default())
+        .filter(|s| s["name"] == label)
+        .map(|s| s["dur"].as_f64().unwrap_or(0.0) / 1e6)
+        .collect();
+    upstream_ms.sort_by(f64::total_cmp);
+    assert!(upstream_ms.len() > 100, "{} slices", upstream_ms.len());
+    let median = upstream_ms[upstream_ms.len() / 2];
+    assert!((19.0..60.0).contains(&median), "median {median} ms");
     // The flame graph: the waits under the handler's goroutine stacks, and the threads'
     // scheduler sleep not drawn beside them.
     assert!(

@@ -25,9 +25,9 @@ pub struct GoProcess {
 pub struct RawGoroutines {
     pub processes: Vec<GoProcess>,
     pub waits: Vec<(GoWaitKey, GoWaitValue)>,
-    /// Each goroutine's last wait when the window closed: still parked (`end_ns` 0), or
-    /// ended and not yet aggregated (its next park would have).
-    pub parked: Vec<GoPark>,
+    /// Each goroutine's last wait when the window closed, by `g`: still parked (`end_ns`
+    /// 0), or ended and not yet aggregated (its next park would have).
+    pub parked: Vec<(u64, GoPark)>,
 }
 
 /// Goroutine waits of one process, park stack and reason, over the window.

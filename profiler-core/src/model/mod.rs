@@ -31,7 +31,7 @@ pub use raw::{Counters, Drained, NewStack, RawTimeline, SchedStat, Seeds, Window
 pub use resource::{NamedResource, ResourceKind};
 pub use saved::{CaptureMeta, CaptureNote, CaptureRange, PartialTime, SavedCapture};
 pub use time::{Entry, Kind, ProcessInfo, ProcessTotals, Profile, StateTimes, ThreadTime, Waker};
-pub use timeline::{Segment, ThreadLine, TimedSample, TimedWait, Timeline};
+pub use timeline::{GoroutineSlice, Segment, ThreadLine, TimedSample, TimedWait, Timeline};
 
 use serde::{Deserialize, Serialize};
 

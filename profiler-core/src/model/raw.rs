@@ -113,6 +113,8 @@ pub struct RawTimeline {
     pub resolution_ns: u64,
     pub waits: Vec<TimelineWait>,
     pub samples: Vec<TimelineSample>,
+    /// Goroutine waits of Go targets.
+    pub go_waits: Vec<profiler_common::TimelineGoWait>,
 }
 
 /// What the start snapshot recorded in user space: stacks of threads already waiting when the

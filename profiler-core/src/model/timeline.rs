@@ -29,6 +29,22 @@ pub struct Timeline {
     /// Records lost (the kernel's ring full, or beyond `--timeline-max-records`): the lines
     /// of their threads have holes, shown as CPU or short waits.
     pub lost: u64,
+    /// Goroutine waits of Go targets of at least the resolution, by goroutine and start.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub goroutines: Vec<GoroutineSlice>,
+}
+
+/// One goroutine wait on the timeline: goroutine `g` of process `pid` parked with `reason`
+/// (the runtime's number; its name is the process's `GoProcess::reasons`) at its stack from
+/// `start_ns` until the scheduler ran it again at `end_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GoroutineSlice {
+    pub pid: u32,
+    pub g: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub user_stack: u64,
+    pub reason: u32,
 }
 
 /// One thread's line.

@@ -7,7 +7,8 @@
 //! resolution when they took 10 % or more of it). Wakeups of the sites the report ranks, by a
 //! thread of the capture, are flows from the waker to the woken thread; every on-CPU sample
 //! is a sample with its stack. A wait on a file, socket or pipe carries it as the slice's
-//! argument `on`.
+//! argument `on`. A Go target's goroutine waits are tracks of their own under its process,
+//! one per goroutine, each wait a `sleep` slice named by its site (`goroutines.rs`).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -77,6 +78,7 @@ pub fn tracks(input: &TraceInput<'_>) -> Tracks {
             slices,
         });
     }
+    threads.extend(goroutine_tracks(input, &mut processes));
     let samples = input
         .timeline
         .samples
@@ -96,6 +98,60 @@ pub fn tracks(input: &TraceInput<'_>) -> Tracks {
         samples,
         wakeups,
     }
+}
+
+/// Tracks of a goroutine's first tid: far above any pid_max (2^22), so never a thread's.
+const GOROUTINE_TID_BASE: u32 = 0x4000_0000;
+
+/// One track per goroutine (per `g`: a goroutine that exited leaves its `g` to a later one,
+/// which follows on the same track) under its process, each wait a `sleep` slice named by
+/// its site, with its reason as an argument.
+fn goroutine_tracks(
+    input: &TraceInput<'_>,
+    processes: &mut BTreeMap<u32, String>,
+) -> Vec<ThreadTrack> {
+    let mut tracks: BTreeMap<(u32, u64), ThreadTrack> = BTreeMap::new();
+    let mut labels: std::collections::HashMap<(u32, u64, u32), String> = Default::default();
+    let mut next = GOROUTINE_TID_BASE;
+    for g in &input.timeline.goroutines {
+        processes.entry(g.pid).or_insert_with(|| {
+            input
+                .profile
+                .processes
+                .get(&g.pid)
+                .map(|p| p.name.clone())
+                .unwrap_or_default()
+        });
+        let track = tracks.entry((g.pid, g.g)).or_insert_with(|| {
+            next += 1;
+            ThreadTrack {
+                pid: g.pid,
+                tid: next,
+                name: format!("goroutine {:#x}", g.g),
+                slices: Vec::new(),
+            }
+        });
+        let name = labels
+            .entry((g.pid, g.user_stack, g.reason))
+            .or_insert_with(|| {
+                crate::goroutines::wait_label(
+                    input.profile,
+                    input.names,
+                    g.pid,
+                    g.user_stack,
+                    g.reason,
+                )
+            })
+            .clone();
+        track.slices.push(Slice {
+            start_ns: g.start_ns,
+            end_ns: g.end_ns,
+            state: State::Sleep,
+            name,
+            args: vec![("goroutine", format!("{:#x}", g.g))],
+        });
+    }
+    tracks.into_values().collect()
 }
 
 fn gap_slice(from_ns: u64, to_ns: u64, cpu_ns: u64, timeline: &Timeline) -> Slice {

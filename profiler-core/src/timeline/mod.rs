@@ -17,7 +17,8 @@ use std::collections::{BTreeMap, HashMap};
 use profiler_common::{Counter, Thread, WaitState, thread_flags};
 
 use crate::model::{
-    Entry, Kind, Profile, RawTimeline, Segment, ThreadLine, TimedSample, TimedWait, Timeline,
+    Entry, GoroutineSlice, Kind, Profile, RawTimeline, Segment, ThreadLine, TimedSample, TimedWait,
+    Timeline,
 };
 
 /// The timeline of a capture, or None when the programs did not write one.
@@ -97,7 +98,43 @@ pub fn build(
         samples,
         lost: profile.counters.get(Counter::TimelineRingFull)
             + profile.counters.get(Counter::TimelineDropped),
+        goroutines: goroutine_slices(&raw.go_waits, window, raw.resolution_ns),
     })
+}
+
+/// Goroutine waits in the window, at least `resolution_ns` long, by goroutine and start; an
+/// open one (`end_ns` 0) up to the window's end.
+fn goroutine_slices(
+    records: &[profiler_common::TimelineGoWait],
+    window: crate::model::Window,
+    resolution_ns: u64,
+) -> Vec<GoroutineSlice> {
+    let mut out: Vec<GoroutineSlice> = records
+        .iter()
+        .filter_map(|r| {
+            let end = if r.end_ns == 0 {
+                window.stop_ns
+            } else {
+                r.end_ns.min(window.stop_ns)
+            };
+            let start = r.start_ns.max(window.start_ns);
+            (end >= start + resolution_ns).then_some(GoroutineSlice {
+                pid: r.tgid,
+                g: r.g,
+                start_ns: start,
+                end_ns: end,
+                user_stack: r.user_stack,
+                reason: r.reason,
+            })
+        })
+        .collect();
+    out.sort_by_key(|s| (s.pid, s.g, s.start_ns));
+    // A goroutine's waits do not overlap; a `g` reused after its goroutine exited starts
+    // after the last one ended. Whatever the records say, keep them apart.
+    out.dedup_by(|later, earlier| {
+        later.pid == earlier.pid && later.g == earlier.g && later.start_ns < earlier.end_ns
+    });
+    out
 }
 
 /// The wait a thread was in when the window closed, or had just left without a switch-out

@@ -23,8 +23,8 @@ use thiserror::Error;
 
 use super::{EntryKey, ShortWaits, entry_key, gap_times, short_waits, wait_keys};
 use crate::model::{
-    CaptureNote, CaptureRange, Entry, Kind, Profile, SavedCapture, ThreadLine, ThreadTime,
-    TimedWait, Timeline, Window, timeline::overlap,
+    CaptureNote, CaptureRange, Entry, GoroutineSlice, Kind, Profile, SavedCapture, ThreadLine,
+    ThreadTime, TimedWait, Timeline, Window, timeline::overlap,
 };
 
 #[derive(Debug, Error, PartialEq)]
@@ -481,11 +481,22 @@ fn timeline_in(timeline: &Timeline, window: Window) -> Timeline {
         .take_while(|s| s.ts_ns < to)
         .copied()
         .collect();
+    let goroutines = timeline
+        .goroutines
+        .iter()
+        .filter(|g| overlap(g.start_ns, g.end_ns, from, to) > 0)
+        .map(|g| GoroutineSlice {
+            start_ns: g.start_ns.max(from),
+            end_ns: g.end_ns.min(to),
+            ..*g
+        })
+        .collect();
     Timeline {
         resolution_ns: timeline.resolution_ns,
         threads,
         samples,
         lost: timeline.lost,
+        goroutines,
     }
 }
 

@@ -98,7 +98,52 @@ fn raw() -> RawTimeline {
         resolution_ns: MS,
         waits,
         samples,
+        go_waits: Vec::new(),
     }
+}
+
+/// Goroutine waits: ended ones as written, an open one (`end_ns` 0) up to the window's end,
+/// one shorter than the resolution left out, one starting before the window cut at it.
+#[test]
+fn goroutine_waits_are_slices_in_the_window() {
+    use profiler_common::{TimelineGoWait, timeline_kind};
+    let window = crate::model::Window {
+        start_ns: 1_000 * MS,
+        stop_ns: 2_000 * MS,
+    };
+    let wait = |g, start_ns, end_ns| TimelineGoWait {
+        kind: timeline_kind::GO_WAIT,
+        tgid: 7,
+        g,
+        start_ns,
+        end_ns,
+        user_stack: 3,
+        reason: 9,
+        _pad: 0,
+    };
+    let slices = super::goroutine_slices(
+        &[
+            wait(0xc0, 1_500 * MS, 0),
+            wait(0xc0, 1_100 * MS, 1_120 * MS),
+            wait(0xd0, 1_200 * MS, 1_200 * MS + MS / 2),
+            wait(0xd0, 900 * MS, 1_050 * MS),
+        ],
+        window,
+        MS,
+    );
+    let spans: Vec<(u64, u64, u64)> = slices
+        .iter()
+        .map(|s| (s.g, s.start_ns / MS, s.end_ns / MS))
+        .collect();
+    assert_eq!(
+        spans,
+        [
+            (0xc0, 1_100, 1_120),
+            (0xc0, 1_500, 2_000),
+            (0xd0, 1_000, 1_050)
+        ]
+    );
+    assert!(slices.iter().all(|s| s.pid == 7 && s.reason == 9));
 }
 
 fn saved() -> SavedCapture {

@@ -28,9 +28,9 @@ use aya::{
 };
 use profiler_common::{
     Counter, GoPark, GoWaitKey, GoWaitValue, NO_TABLE_GENERATION, ProcEvent, Resource,
-    RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread, WAIT_HIST_BUCKETS, WaitEntry,
-    WaitHist, WaitKey, WaitValue, WakerKey, WakerValue, exit_overcount_ns, names, thread_flags,
-    unwind::ProcMappings,
+    RunqueueHist, SampleKey, SampleValue, SiteKey, Stack, Thread, TimelineGoWait,
+    WAIT_HIST_BUCKETS, WaitEntry, WaitHist, WaitKey, WaitValue, WakerKey, WakerValue,
+    exit_overcount_ns, names, thread_flags, timeline_kind, unwind::ProcMappings,
 };
 
 use crate::kernel::{
@@ -266,7 +266,7 @@ impl Drainer {
             .unwrap_or_default();
         let mut counters = probes.counters()?;
         counters.set(Counter::TimelineDropped, timeline_dropped);
-        let drained = Drained {
+        let mut drained = Drained {
             samples: samples.into_iter().collect(),
             waits: waits.into_iter().collect(),
             wakers: wakers.into_iter().collect(),
@@ -310,12 +310,25 @@ impl Drainer {
                     read(names::MAP_GO_WAITS)?,
                     names::MAP_GO_WAITS,
                 )?,
-                parked: entries::<u64, GoPark>(read(names::MAP_GO_PARKED)?, names::MAP_GO_PARKED)?
-                    .into_iter()
-                    .map(|(_, park)| park)
-                    .collect(),
+                parked: entries::<u64, GoPark>(read(names::MAP_GO_PARKED)?, names::MAP_GO_PARKED)?,
             },
         };
+        // Each goroutine's last wait is in no record yet (its next park would have written
+        // it): on the timeline too, an open one (`end_ns` 0) up to the window's end.
+        if drained.timeline.enabled {
+            for (g, p) in &drained.goroutines.parked {
+                drained.timeline.go_waits.push(TimelineGoWait {
+                    kind: timeline_kind::GO_WAIT,
+                    tgid: p.tgid,
+                    g: *g,
+                    start_ns: p.ts_ns,
+                    end_ns: p.end_ns,
+                    user_stack: p.user_stack,
+                    reason: p.reason,
+                    _pad: 0,
+                });
+            }
+        }
         Ok((drained, self.stats))
     }
 

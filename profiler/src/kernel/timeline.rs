@@ -3,7 +3,7 @@
 //! `--timeline-max-records` are kept; the rest are counted (`TimelineDropped`).
 
 use aya::maps::{MapData, RingBuf};
-use profiler_common::{TimelineSample, TimelineWait, names, timeline_kind};
+use profiler_common::{TimelineGoWait, TimelineSample, TimelineWait, names, timeline_kind};
 
 use crate::kernel::probes::{ProbeError, Probes};
 use profiler_core::model::RawTimeline;
@@ -43,7 +43,8 @@ impl TimelineReader {
     /// Everything the ring holds now.
     pub fn read(&mut self) {
         while let Some(item) = self.ring.next() {
-            let kept = (self.kept.waits.len() + self.kept.samples.len()) as u64;
+            let kept =
+                (self.kept.waits.len() + self.kept.samples.len() + self.kept.go_waits.len()) as u64;
             if kept >= self.max_records {
                 self.dropped += 1;
                 continue;
@@ -51,6 +52,7 @@ impl TimelineReader {
             match parse(&item) {
                 Some(Record::Wait(w)) => self.kept.waits.push(w),
                 Some(Record::Sample(s)) => self.kept.samples.push(s),
+                Some(Record::GoWait(w)) => self.kept.go_waits.push(w),
                 None => self.dropped += 1,
             }
         }
@@ -67,6 +69,7 @@ impl TimelineReader {
 enum Record {
     Wait(TimelineWait),
     Sample(TimelineSample),
+    GoWait(TimelineGoWait),
 }
 
 /// One record as the programs wrote it: its kind first, then the struct of that kind.
@@ -84,6 +87,12 @@ fn parse(bytes: &[u8]) -> Option<Record> {
             // SAFETY: as above, for a TimelineSample.
             Some(Record::Sample(unsafe {
                 std::ptr::read_unaligned(bytes.as_ptr().cast::<TimelineSample>())
+            }))
+        }
+        timeline_kind::GO_WAIT if bytes.len() >= size_of::<TimelineGoWait>() => {
+            // SAFETY: as above, for a TimelineGoWait.
+            Some(Record::GoWait(unsafe {
+                std::ptr::read_unaligned(bytes.as_ptr().cast::<TimelineGoWait>())
             }))
         }
         _ => None,
